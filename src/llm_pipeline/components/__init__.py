@@ -1,0 +1,10 @@
+"""The pipeline's KFP components, ready to use in your own pipelines.
+
+from llm_pipeline.components import download, preprocess
+"""
+
+from llm_pipeline.components.download import download
+from llm_pipeline.components.image import DEFAULT_IMAGE, with_image
+from llm_pipeline.components.preprocess import preprocess
+
+__all__ = ["DEFAULT_IMAGE", "download", "preprocess", "with_image"]

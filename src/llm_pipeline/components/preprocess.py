@@ -1,0 +1,39 @@
+"""KFP component: tokenize a `Dataset` artifact for a seq2seq model."""
+
+from kfp.dsl import Dataset, Input, Metrics, Output
+
+from llm_pipeline.components.image import component
+
+
+@component
+def preprocess(
+    task: str,
+    data: str,
+    model: str,
+    dataset: Input[Dataset],
+    tokenized: Output[Dataset],
+    metrics: Output[Metrics],
+):
+    """Tokenize every split with the model's fast tokenizer, without padding.
+
+    Args:
+        task: Task name (`summarization`).
+        data: The config's `data` section as JSON: `prefix` (put before each document),
+            `max_source_length` / `max_target_length` in tokens (null: the tokenizer's limit
+            capped at 1024 / the `target_length_percentile` of training summaries, capped at
+            `max_target_length_cap`), `num_proc` tokenization workers.
+        model: The config's `model` section as JSON; the tokenizer loads from `model.tokenizer` or
+            the model's checkpoint.
+        dataset: Output of `download`.
+
+    Outputs:
+        tokenized: A `DatasetDict` with `input_ids`, `attention_mask`, `labels` (unpadded;
+            batches are padded dynamically at training time) and the raw text columns.
+        metrics: Rows kept and dropped (empty text), token-length percentiles and truncation
+            rates per split.
+    """
+    from llm_pipeline.steps.preprocess import run_preprocess
+
+    run_preprocess(
+        task=task, data=data, model=model, dataset=dataset, tokenized=tokenized, metrics=metrics
+    )

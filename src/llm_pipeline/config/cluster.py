@@ -1,0 +1,45 @@
+"""The machines that train: local processes, or a Vertex AI worker pool."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from llm_pipeline.config.base import Section
+
+
+class ClusterConfig(Section):
+    """Training cluster shape. Locally only `processes` and `launcher` matter."""
+
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Training processes per node; `null` uses every GPU the node sees, or 1 "
+        "on a CPU-only machine.",
+    )
+    launcher: Literal["torchrun", "deepspeed"] = Field(
+        default="torchrun",
+        description="`torchrun` (one launcher per node) or DeepSpeed's ssh launcher with a "
+        "hostfile and per-job SSH keys.",
+    )
+    node_count: int = Field(default=1, ge=1, description="Machines (Vertex replicas).")
+    machine_type: str = Field(default="a2-highgpu-1g", description="Vertex machine type.")
+    accelerator_type: str | None = Field(
+        default="NVIDIA_TESLA_A100",
+        description="Vertex accelerator type, e.g. NVIDIA_TESLA_A100, NVIDIA_A100_80GB, "
+        "NVIDIA_H100_80GB; `null` for CPU machines.",
+    )
+    accelerator_count: int = Field(default=1, ge=0, description="GPUs per machine.")
+    boot_disk_type: str = Field(default="pd-ssd", description="Boot disk type.")
+    boot_disk_size_gb: int = Field(default=200, ge=100, description="Boot disk size in GB.")
+    spot: bool = Field(
+        default=False, description="Use Spot VMs (cheaper, preemptible; checkpoints resume)."
+    )
+    restart_job_on_worker_restart: bool = Field(
+        default=True, description="Restart the whole job when a worker restarts (resumes)."
+    )
+    timeout: str = Field(
+        default="604800s", pattern=r"^\d+s$", description="Job time limit, e.g. `86400s`."
+    )
+    name_prefix: str = Field(
+        default="llm-finetune", description="Prefix of the training job's display name."
+    )

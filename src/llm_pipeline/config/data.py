@@ -1,0 +1,101 @@
+"""Where the examples come from and how they become model inputs."""
+
+from pydantic import Field, field_validator, model_validator
+
+from llm_pipeline.config.base import Section
+
+
+class DataConfig(Section):
+    """The dataset: its source, splits, columns and the preprocessing of its text."""
+
+    dataset: str = Field(
+        description="A Hugging Face hub dataset id (`cnn_dailymail`), a local file or folder "
+        "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), or a `gs://` / `s3://` "
+        "path. Local paths are relative to the config file."
+    )
+    subset: str | None = Field(
+        default=None, description="Hub dataset configuration name, e.g. `3.0.0` for cnn_dailymail."
+    )
+    revision: str | None = Field(
+        default=None, description="Hub dataset revision (branch, tag or commit) to pin."
+    )
+    columns: dict[str, str] = Field(
+        default_factory=lambda: {"document": "document", "summary": "summary"},
+        description="Maps each column the task needs (summarization: `document`, `summary`) to "
+        "the column name in the source data.",
+    )
+    train_split: str = Field(default="train", description="Name of the training split.")
+    validation_split: str = Field(
+        default="validation",
+        description="Name of the validation split; carved from train when the source has none.",
+    )
+    test_split: str | None = Field(
+        default="test",
+        description="Name of the test split used by evaluate; `null` evaluates on validation.",
+    )
+    validation_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="Share of train carved out as validation when the source has no "
+        "validation split.",
+    )
+    max_samples: dict[str, int] = Field(
+        default_factory=dict,
+        description='Cap on rows per split, e.g. `{"train": 1000, "validation": 100}`; '
+        "taken from the start of each split (after the seeded validation carve).",
+    )
+    seed: int = Field(default=42, description="Seed for the validation carve.")
+    prefix: str = Field(
+        default="",
+        description="Text put before every document, e.g. `summarize: ` for T5 checkpoints.",
+    )
+    max_source_length: int | None = Field(
+        default=None,
+        gt=0,
+        description="Documents are truncated to this many tokens; `null` uses the tokenizer's "
+        "model_max_length capped at 1024.",
+    )
+    max_target_length: int | None = Field(
+        default=None,
+        gt=0,
+        description="Summaries are truncated to this many tokens; `null` computes it from the "
+        "training data (`target_length_percentile`, capped at `max_target_length_cap`).",
+    )
+    target_length_percentile: float = Field(
+        default=95.0,
+        gt=0,
+        le=100,
+        description="Percentile of training summary lengths used when max_target_length is null.",
+    )
+    max_target_length_cap: int = Field(
+        default=512, gt=0, description="Upper bound on a computed max_target_length."
+    )
+    num_proc: int = Field(
+        default=1, ge=1, description="Worker processes for tokenization (datasets' num_proc)."
+    )
+
+    @field_validator("max_samples")
+    @classmethod
+    def _positive_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {split: n for split, n in value.items() if n <= 0}
+        if bad:
+            raise ValueError(f"every cap must be > 0, got {bad}")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _non_empty_columns(cls, value: dict[str, str]) -> dict[str, str]:
+        empty = [role for role, column in value.items() if not column.strip()]
+        if empty:
+            raise ValueError(f"column names must not be empty (roles {empty})")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_splits(self) -> "DataConfig":
+        if self.train_split == self.validation_split:
+            raise ValueError(
+                f"train_split and validation_split are both {self.train_split!r}; "
+                "name different splits (a missing validation split is carved from train)"
+            )
+        return self

@@ -1,0 +1,54 @@
+"""Whether a model ships, and where."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from llm_pipeline.config.base import Section
+
+
+class DeployPolicyConfig(Section):
+    """The gate: compare the new model with the one the endpoint serves now."""
+
+    metric: str = Field(default="rougeLsum", description="Metric that decides.")
+    min_improvement: float = Field(
+        default=0.0, description="Deploy only if the metric beats the served model by this much."
+    )
+    floors: dict[str, float] = Field(
+        default_factory=dict,
+        description='Minimum value per metric, e.g. `{"rouge1": 30}`; any miss blocks deploy.',
+    )
+    override: Literal["auto", "always", "never"] = Field(
+        default="auto", description="`always`/`never` force the decision (the reason says so)."
+    )
+
+
+class DeployConfig(Section):
+    """Model registry and endpoint."""
+
+    target: Literal["local", "vertex"] = Field(
+        default="local",
+        description="`local`: a registry folder and a local endpoint; `vertex`: Vertex AI "
+        "Model Registry and Endpoints.",
+    )
+    model_display_name: str = Field(
+        default="summarizer", description="Registered model name (versions go under it)."
+    )
+    endpoint_display_name: str | None = Field(
+        default=None, description="Endpoint name; defaults to `<model_display_name>-endpoint`."
+    )
+    registry_dir: str = Field(
+        default="runs/registry",
+        description="Local registry folder (target `local`), relative to the working directory.",
+    )
+    serving_image: str = Field(
+        default="us-docker.pkg.dev/{project}/llm-pipeline/serve:0.1.0",
+        description="Prediction container image (containers/serve.Dockerfile).",
+    )
+    machine_type: str = Field(default="n1-standard-8", description="Serving machine type.")
+    accelerator_type: str | None = Field(
+        default=None, description="Serving accelerator, e.g. NVIDIA_TESLA_T4; `null` for CPU."
+    )
+    accelerator_count: int = Field(default=0, ge=0, description="Accelerators per replica.")
+    min_replica_count: int = Field(default=1, ge=1, description="Minimum serving replicas.")
+    max_replica_count: int = Field(default=1, ge=1, description="Maximum serving replicas.")

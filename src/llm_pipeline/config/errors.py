@@ -1,0 +1,119 @@
+"""Turn validation failures into one message per problem, each with its JSON path."""
+
+import difflib
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from llm_pipeline.errors import UserError
+
+
+class ConfigError(UserError):
+    """A config that cannot be used; `problems` lists every reason, each with its path."""
+
+    def __init__(self, problems: Sequence[str], *, source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = f" in {self.source}" if self.source else ""
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''}{where}:"
+        return "\n".join([head, *(f"  - {problem}" for problem in self.problems)])
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `X`, `X | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _submodel(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The section model that owns the keys at `loc` (for "did you mean" suggestions)."""
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        model = _submodel(model.model_fields[part].annotation)
+    return model
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+_TYPES = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "dict_type": "an object",
+    "list_type": "a list",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
+    """One line for one pydantic error: `path: what is wrong, got X`."""
+    loc = error["loc"]
+    kind = error["type"]
+    ctx = error.get("ctx", {})
+    path = _path(loc)
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        owner = _model_at(root, loc[:-1])
+        known = list(owner.model_fields) if owner else []
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        if close:
+            return f"{path}: unknown key; did you mean {close[0]!r}?"
+        where = _path(loc[:-1]) or "the top level"
+        return f"{path}: unknown key (keys allowed in {where}: {', '.join(known)})"
+    if kind == "missing":
+        return f"{path}: required, but not given"
+    if kind in _BOUNDS:
+        symbol, name = _BOUNDS[kind]
+        return f"{path}: must be {symbol} {ctx[name]}, got {_got(error['input'])}"
+    if kind in _TYPES:
+        return f"{path}: must be {_TYPES[kind]}, got {_got(error['input'])}"
+    if kind == "literal_error":
+        return f"{path}: must be one of {ctx['expected']}, got {_got(error['input'])}"
+    if kind == "string_pattern_mismatch":
+        return f"{path}: must match {ctx['pattern']}, got {_got(error['input'])}"
+    if kind == "value_error":
+        message = str(ctx.get("error", error["msg"]))
+        return f"{path}: {message}" if path else message
+    message = error["msg"]
+    return f"{path}: {message}, got {_got(error['input'])}" if path else message
+
+
+def problems_from(exc: ValidationError, root: type[BaseModel]) -> list[str]:
+    """Every problem in a ValidationError, in a stable order."""
+    return [describe(error, root) for error in exc.errors()]

@@ -1,0 +1,36 @@
+"""How the fine-tuned model is scored."""
+
+from pydantic import Field
+
+from llm_pipeline.config.base import Section
+
+
+class EvaluateConfig(Section):
+    """Generation and ROUGE settings. Unset generation fields fall back to the model's
+    generation config."""
+
+    max_samples: int | None = Field(
+        default=None, gt=0, description="Cap on evaluated examples; `null` scores the whole split."
+    )
+    batch_size: int = Field(default=16, ge=1, description="Documents generated per batch.")
+    max_new_tokens: int | None = Field(default=None, gt=0, description="Longest summary in tokens.")
+    min_new_tokens: int | None = Field(
+        default=None, ge=0, description="Shortest summary in tokens."
+    )
+    num_beams: int | None = Field(default=None, ge=1, description="Beam width; 1 is greedy.")
+    length_penalty: float | None = Field(
+        default=None, description="Beam length penalty (>1 favours longer summaries)."
+    )
+    no_repeat_ngram_size: int | None = Field(
+        default=None, ge=0, description="Forbid repeating n-grams of this size."
+    )
+    use_stemmer: bool = Field(
+        default=True, description="Porter-stem tokens before matching (as published scores do)."
+    )
+    bootstrap_samples: int = Field(
+        default=1000, ge=0, description="Resamples for the 95% confidence intervals; 0 skips."
+    )
+    lead_k: int = Field(
+        default=3, ge=0, description="Also score the first k sentences as a baseline; 0 skips."
+    )
+    seed: int = Field(default=42, description="Seed for the bootstrap.")

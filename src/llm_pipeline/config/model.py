@@ -1,0 +1,78 @@
+"""Which network is fine-tuned, and where its weights and tokenizer come from."""
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from llm_pipeline.config.base import Section
+
+
+class EncoderDecoderSource(Section):
+    """Two encoder checkpoints that warm-start a seq2seq model.
+
+    `EncoderDecoderModel.from_encoder_decoder_pretrained` adds cross-attention to the
+    decoder copy; this is how a real pretrained network is fine-tuned offline here.
+    """
+
+    encoder: str = Field(description="Checkpoint (hub id, folder, `gs://`) of the encoder.")
+    decoder: str = Field(description="Checkpoint of the decoder (often the same as encoder).")
+    tie_encoder_decoder: bool = Field(
+        default=False, description="Share encoder and decoder weights (halves the parameters)."
+    )
+
+
+class ModelConfig(Section):
+    """The model to fine-tune. Exactly one of `source`, `architecture`, `encoder_decoder`."""
+
+    source: str | None = Field(
+        default=None,
+        description="A pretrained checkpoint: hub id (`t5-small`), local folder, `gs://` folder, "
+        "or `package:<python_package>/<folder>` for weights shipped inside an installed package.",
+    )
+    architecture: dict[str, Any] | None = Field(
+        default=None,
+        description='An architecture config (`{"model_type": "t5", "d_model": 64, ...}`) '
+        "to initialise a model with random weights; needs `tokenizer`.",
+    )
+    encoder_decoder: EncoderDecoderSource | None = Field(
+        default=None, description="Warm-start a seq2seq model from two encoder checkpoints."
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer location; defaults to `source` (or the encoder).",
+    )
+    revision: str | None = Field(default=None, description="Hub revision of `source` to pin.")
+    trust_remote_code: bool = Field(
+        default=False, description="Allow model code from the hub to run. Off unless needed."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> "ModelConfig":
+        given = [
+            name
+            for name in ("source", "architecture", "encoder_decoder")
+            if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "set exactly one of source, architecture, encoder_decoder"
+                + (f" (got {', '.join(given)})" if given else " (got none)")
+            )
+        if self.architecture is not None:
+            if "model_type" not in self.architecture:
+                raise ValueError('architecture needs a `model_type` (e.g. "t5")')
+            if self.tokenizer is None:
+                raise ValueError(
+                    "architecture initialises random weights and has no tokenizer: set tokenizer"
+                )
+        return self
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where the tokenizer loads from: explicit, else the checkpoint it belongs to."""
+        if self.tokenizer is not None:
+            return self.tokenizer
+        if self.source is not None:
+            return self.source
+        assert self.encoder_decoder is not None  # guaranteed by _exactly_one_source
+        return self.encoder_decoder.encoder

@@ -1,0 +1,74 @@
+"""The whole config: one model composed of the sections, plus cross-section rules."""
+
+import difflib
+
+from pydantic import Field, field_validator, model_validator
+
+from llm_pipeline.config.base import Section
+from llm_pipeline.config.cluster import ClusterConfig
+from llm_pipeline.config.data import DataConfig
+from llm_pipeline.config.deploy import DeployConfig, DeployPolicyConfig
+from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.config.model import ModelConfig
+from llm_pipeline.config.train import TrainConfig
+from llm_pipeline.config.vertex import VertexConfig
+from llm_pipeline.tasks import TASKS
+
+
+class PipelineConfig(Section):
+    """Everything one pipeline run needs."""
+
+    task: str = Field(
+        default="summarization",
+        description="What the model learns: `summarization` (more tasks drop in later).",
+    )
+    name: str = Field(
+        default="llm-pipeline",
+        pattern=r"^[a-z][a-z0-9-]{0,127}$",
+        description="Pipeline name (lowercase letters, digits, hyphens), shown in Vertex.",
+    )
+    description: str = Field(default="", description="Free text shown with the pipeline.")
+    data: DataConfig = Field(description="Dataset source, columns and preprocessing.")
+    model: ModelConfig = Field(description="Model and tokenizer to fine-tune.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training settings.")
+    evaluate: EvaluateConfig = Field(
+        default_factory=EvaluateConfig, description="Generation and scoring."
+    )
+    deploy_policy: DeployPolicyConfig = Field(
+        default_factory=DeployPolicyConfig, description="When a new model ships."
+    )
+    deploy: DeployConfig = Field(default_factory=DeployConfig, description="Registry, endpoint.")
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig, description="Training processes and machines."
+    )
+    vertex: VertexConfig = Field(
+        default_factory=VertexConfig, description="Google Cloud project settings."
+    )
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in TASKS:
+            close = difflib.get_close_matches(value, TASKS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"unknown task {value!r}{hint}; choose one of: {', '.join(sorted(TASKS))}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _columns_match_task(self) -> "PipelineConfig":
+        roles = set(TASKS[self.task].roles)
+        given = set(self.data.columns)
+        if given != roles:
+            missing, extra = sorted(roles - given), sorted(given - roles)
+            parts = []
+            if missing:
+                parts.append(f"missing {missing}")
+            if extra:
+                parts.append(f"not used by the task {extra}")
+            raise ValueError(
+                f"data.columns must map exactly the roles of task {self.task!r} "
+                f"({sorted(roles)}): {'; '.join(parts)}"
+            )
+        return self

@@ -1,0 +1,95 @@
+"""How the model is trained: optimisation, precision, DeepSpeed ZeRO and checkpoints."""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from llm_pipeline.config.base import Section
+
+Offload = Literal["none", "cpu", "nvme"]
+
+
+class TrainConfig(Section):
+    """Training settings; the DeepSpeed config is generated from these."""
+
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the training split.")
+    max_steps: int | None = Field(
+        default=None, gt=0, description="Optimizer steps to run; overrides `epochs` when set."
+    )
+    per_device_batch_size: int = Field(
+        default=8, ge=1, description="Examples per process (per GPU) in each micro-batch."
+    )
+    per_device_eval_batch_size: int | None = Field(
+        default=None, ge=1, description="Eval micro-batch; defaults to per_device_batch_size."
+    )
+    gradient_accumulation_steps: int = Field(
+        default=1, ge=1, description="Micro-batches summed before each optimizer step."
+    )
+    learning_rate: float = Field(default=3e-4, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup", "polynomial"] = (
+        Field(default="linear", description="Learning-rate schedule after warmup.")
+    )
+    warmup_ratio: float = Field(
+        default=0.0, ge=0, lt=1, description="Share of the steps spent warming up."
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Warmup steps; wins over warmup_ratio.")
+    max_grad_norm: float = Field(
+        default=1.0, ge=0, description="Gradient clipping norm; 0 turns clipping off."
+    )
+    label_smoothing: float = Field(default=0.0, ge=0, lt=1, description="Label smoothing factor.")
+    seed: int = Field(default=42, description="Seed for weights init, dropout and data order.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        default="auto",
+        description="`auto` is bf16 on GPUs that support it and fp32 on CPU. T5 overflows in "
+        "fp16; use it only for models known to be safe.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in backward to save memory."
+    )
+    use_deepspeed: bool = Field(
+        default=True, description="Train under DeepSpeed; false runs the plain HF Trainer."
+    )
+    zero_stage: Literal[1, 2, 3] = Field(default=3, description="DeepSpeed ZeRO stage.")
+    offload_optimizer: Offload = Field(
+        default="none", description="Where optimizer states live: GPU (`none`), `cpu` or `nvme`."
+    )
+    offload_param: Offload = Field(
+        default="none", description="Where ZeRO-3 parameters live when idle: `none`, `cpu`, `nvme`."
+    )
+    nvme_path: str | None = Field(default=None, description="Local NVMe folder for `nvme` offload.")
+    deepspeed_config: str | None = Field(
+        default=None,
+        description="Your own DeepSpeed JSON (path relative to the config file, or `gs://`); "
+        "used whole instead of the generated one.",
+    )
+    group_by_length: bool = Field(
+        default=True, description="Batch examples of similar length to cut padding."
+    )
+    logging_steps: int = Field(default=10, ge=1, description="Steps between loss logs.")
+    eval_steps: int | None = Field(
+        default=None, ge=1, description="Steps between evaluations; `null` evaluates per epoch."
+    )
+    save_steps: int = Field(
+        default=500, ge=1, description="Steps between checkpoints: the most work a restart loses."
+    )
+    save_total_limit: int = Field(
+        default=2, ge=1, description="Complete checkpoints kept; older ones are deleted."
+    )
+    checkpoint_dir: str | None = Field(
+        default=None,
+        description="Checkpoint folder (local or `gs://`); on Vertex `AIP_CHECKPOINT_DIR` wins.",
+    )
+    collective_timeout_s: int = Field(
+        default=1800,
+        ge=10,
+        description="A collective (all-reduce, barrier) that waits longer fails the step.",
+    )
+
+    @model_validator(mode="after")
+    def _offload_rules(self) -> "TrainConfig":
+        if "nvme" in (self.offload_optimizer, self.offload_param) and not self.nvme_path:
+            raise ValueError("nvme offload needs nvme_path (a local NVMe folder)")
+        if self.offload_param != "none" and self.zero_stage != 3:
+            raise ValueError(f"offload_param needs zero_stage 3, got zero_stage {self.zero_stage}")
+        return self

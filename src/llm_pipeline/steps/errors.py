@@ -1,0 +1,45 @@
+"""Turn a user's mistake inside a step into one clear line and a failed step."""
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from llm_pipeline.errors import UserError
+
+#: Written beside a failed step's outputs so `pipeline.py` can repeat it in its summary.
+ERROR_FILE = "error.txt"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _task_dir(kwargs: dict[str, Any]) -> Path | None:
+    for value in kwargs.values():
+        path = getattr(value, "path", None)
+        if isinstance(path, str) and path:
+            return Path(path).parent
+    return None
+
+
+def reports_user_errors(step: Callable[P, R]) -> Callable[P, R]:
+    """Exit the step with status 1 and the message, not a traceback, on a UserError."""
+
+    @functools.wraps(step)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return step(*args, **kwargs)
+        except UserError as exc:
+            message = f"{step.__name__.removeprefix('run_')} failed: {exc}"
+            print(f"ERROR: {message}", file=sys.stderr, flush=True)
+            folder = _task_dir(kwargs)
+            if folder is not None:
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / ERROR_FILE).write_text(message + "\n")
+                except OSError:
+                    pass  # the message is already on stderr; a read-only folder loses nothing
+            raise SystemExit(1) from None
+
+    return wrapper

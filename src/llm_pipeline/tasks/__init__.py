@@ -1,0 +1,17 @@
+"""Task registry: the config's `task` key picks one of these."""
+
+from llm_pipeline.tasks.base import Task
+from llm_pipeline.tasks.summarization import Summarization
+
+TASKS: dict[str, type[Task]] = {Summarization.name: Summarization}
+
+
+def get_task(name: str) -> Task:
+    """The task called `name`; raises KeyError naming the known tasks."""
+    try:
+        return TASKS[name]()
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}") from None
+
+
+__all__ = ["TASKS", "Task", "get_task"]

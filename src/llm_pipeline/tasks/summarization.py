@@ -1,0 +1,18 @@
+"""Summarization: a document in, a short summary out."""
+
+from typing import Any, ClassVar
+
+from llm_pipeline.tasks.base import Task
+
+
+class Summarization(Task):
+    """Abstractive summarization with a seq2seq model (T5, BART, encoder-decoder)."""
+
+    name: ClassVar[str] = "summarization"
+    roles: ClassVar[tuple[str, ...]] = ("document", "summary")
+    target_role: ClassVar[str] = "summary"
+
+    def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
+        # T5 checkpoints were pre-trained with task prefixes ("summarize: "); other models
+        # take the document as it is, so the prefix comes from the config, default empty.
+        return [prefix + str(text) for text in batch["document"]]

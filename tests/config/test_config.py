@@ -1,0 +1,352 @@
+"""Config loading: shipped configs validate; every bad config gets its own clear message."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_pipeline.config import ConfigError, PipelineConfig, load_config, parse_override
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs").glob("*.json"))
+
+MINIMAL: dict[str, Any] = {
+    "data": {"dataset": "abisee/cnn_dailymail", "columns": {"document": "a", "summary": "h"}},
+    "model": {"source": "google-t5/t5-small"},
+}
+
+
+def with_change(path: str, value: Any) -> dict[str, Any]:
+    """MINIMAL plus one change at a dotted path (value `...` deletes the key)."""
+    raw = copy.deepcopy(MINIMAL)
+    *parents, leaf = path.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is ...:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return raw
+
+
+def problems(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw=raw)
+    return caught.value.problems
+
+
+def test_every_shipped_config_validates() -> None:
+    names = {path.name for path in CONFIGS}
+    assert {
+        "local.json",
+        "small1vm1gpu.json",
+        "small2vm16gpu.json",
+        "xxl2vm16gpu.json",
+        "xxl8vm16gpu.json",
+    } <= names
+    for path in CONFIGS:
+        loaded = load_config(path)
+        assert isinstance(loaded.config, PipelineConfig), path
+
+
+def test_configs_readme_lists_every_config() -> None:
+    readme = (REPO / "configs" / "README.md").read_text()
+    for path in CONFIGS:
+        assert f"`{path.name}`" in readme, f"configs/README.md does not describe {path.name}"
+
+
+def test_vertex_configs_ask_for_the_cluster_their_names_say() -> None:
+    shapes = {
+        "small1vm1gpu.json": (1, 1),
+        "small2vm16gpu.json": (2, 16),
+        "xxl2vm16gpu.json": (2, 16),
+        "xxl8vm16gpu.json": (8, 16),
+    }
+    for name, (nodes, gpus) in shapes.items():
+        cluster = load_config(REPO / "configs" / name).config.cluster
+        assert (cluster.node_count, cluster.accelerator_count) == (nodes, gpus), name
+    xxl = load_config(REPO / "configs" / "xxl8vm16gpu.json").config
+    assert xxl.model.source == "google/t5-v1_1-xxl"
+    assert xxl.train.zero_stage == 3
+    assert xxl.cluster.machine_type == "a2-megagpu-16g"
+
+
+def test_minimal_config_takes_defaults() -> None:
+    config = load_config(raw=copy.deepcopy(MINIMAL)).config
+    assert config.task == "summarization"
+    assert config.train.zero_stage == 3
+    assert config.train.precision == "auto"
+    assert config.cluster.node_count == 1
+
+
+BAD_CONFIGS = [
+    # (description, raw config, expected message fragment)
+    ("unknown top-level key", with_change("taks", "x"), "taks: unknown key; did you mean 'task'?"),
+    (
+        "unknown nested key",
+        with_change("train.learnin_rate", 0.1),
+        "train.learnin_rate: unknown key; did you mean 'learning_rate'?",
+    ),
+    (
+        "unknown key with nothing close",
+        with_change("train.zzz", 1),
+        "train.zzz: unknown key (keys allowed in train: epochs,",
+    ),
+    ("wrong type", with_change("train.epochs", "3"), "train.epochs: must be a number, got '3'"),
+    (
+        "out of range",
+        with_change("train.learning_rate", -1),
+        "train.learning_rate: must be > 0.0, got -1",
+    ),
+    ("missing section", with_change("data", ...), "data: required, but not given"),
+    ("missing nested field", with_change("data.dataset", ...), "data.dataset: required"),
+    (
+        "two model sources",
+        with_change("model.architecture", {"model_type": "t5"}),
+        "model: set exactly one of source, architecture, encoder_decoder "
+        "(got source, architecture)",
+    ),
+    ("no model source", with_change("model.source", ...), "(got none)"),
+    (
+        "architecture without tokenizer",
+        {**MINIMAL, "model": {"architecture": {"model_type": "t5"}}},
+        "model: architecture initialises random weights and has no tokenizer: set tokenizer",
+    ),
+    (
+        "nvme offload without a path",
+        with_change("train.offload_optimizer", "nvme"),
+        "train: nvme offload needs nvme_path",
+    ),
+    (
+        "parameter offload below ZeRO-3",
+        {**MINIMAL, "train": {"offload_param": "cpu", "zero_stage": 2}},
+        "train: offload_param needs zero_stage 3, got zero_stage 2",
+    ),
+    (
+        "value not in the allowed set",
+        with_change("train.precision", "fp8"),
+        "train.precision: must be one of 'auto', 'bf16', 'fp16' or 'fp32', got 'fp8'",
+    ),
+    (
+        "unknown task",
+        with_change("task", "summarisation"),
+        "task: unknown task 'summarisation' (did you mean 'summarization'?)",
+    ),
+    (
+        "columns that do not match the task",
+        with_change("data.columns", {"document": "a", "headline": "h"}),
+        "data.columns must map exactly the roles of task 'summarization'",
+    ),
+    (
+        "flat key clashing with its section",
+        {**with_change("train.epochs", 2), "epochs": 3},
+        "epochs: flat key maps to train.epochs, which is also set (3 vs 2); keep one",
+    ),
+    (
+        "same split for train and validation",
+        with_change("data.validation_split", "train"),
+        "data: train_split and validation_split are both 'train'",
+    ),
+    (
+        "pipeline name Vertex refuses",
+        with_change("name", "My Pipeline"),
+        "name: must match ^[a-z][a-z0-9-]{0,127}$, got 'My Pipeline'",
+    ),
+    (
+        "non-positive sample cap",
+        with_change("data.max_samples", {"train": 0}),
+        "data.max_samples: every cap must be > 0, got {'train': 0}",
+    ),
+    (
+        "section of the wrong type",
+        with_change("cluster", "a2-highgpu-1g"),
+        "cluster: must be an object, got 'a2-highgpu-1g'",
+    ),
+    (
+        "job timeout without unit",
+        with_change("cluster.timeout", "3600"),
+        "cluster.timeout: must match",
+    ),
+    (
+        "local dataset that does not exist",
+        with_change("data.dataset", "./no/such/folder"),
+        "data.dataset: '/",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [case[1:] for case in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS]
+)
+def test_bad_config_gets_its_own_message(raw: dict[str, Any], expected: str) -> None:
+    found = problems(raw)
+    assert any(expected in problem for problem in found), found
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    raw = with_change("train.learning_rate", -1)
+    raw["train"]["epochs"] = "3"
+    raw["taks"] = "x"
+    raw["cluster"] = {"node_count": 0}
+    found = problems(raw)
+    assert len(found) == 4, found
+    assert {problem.split(":")[0] for problem in found} == {
+        "train.learning_rate",
+        "train.epochs",
+        "taks",
+        "cluster.node_count",
+    }
+
+
+def test_missing_deepspeed_json_names_the_path_rule(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(with_change("train.deepspeed_config", "ds/zero3.json")))
+    found = problems_from_file(path)
+    assert found == [
+        f"train.deepspeed_config: '{tmp_path / 'ds/zero3.json'}' not found (relative paths "
+        "are taken from the config file's folder, or the working directory for --set)"
+    ]
+
+
+def problems_from_file(path: Path, overrides: tuple[str, ...] = ()) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    return caught.value.problems
+
+
+def test_relative_paths_are_taken_from_the_config_folder(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "ds.json").write_text("{}")
+    raw = with_change("data.dataset", "data")
+    raw["train"] = {"deepspeed_config": "ds.json"}
+    path = tmp_path / "configs" / "c.json"
+    path.parent.mkdir()
+    raw["data"]["dataset"] = "../data"
+    raw["train"]["deepspeed_config"] = "../ds.json"
+    path.write_text(json.dumps(raw))
+    config = load_config(path).config
+    assert config.data.dataset == str(tmp_path / "data")
+    assert config.train.deepspeed_config == str(tmp_path / "ds.json")
+    # Hub ids and URLs are left alone.
+    assert config.model.source == "google-t5/t5-small"
+
+
+def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{\n  "data": {"dataset": "x",}\n}')
+    found = problems_from_file(path)
+    assert found[0].startswith("not valid JSON at line 2, column")
+
+
+def test_top_level_must_be_an_object(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text("[1, 2]")
+    assert problems_from_file(path) == ["the top level must be a JSON object, got list"]
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    found = problems_from_file(tmp_path / "nope.json")
+    assert found == [f"config file '{tmp_path / 'nope.json'}' not found"]
+
+
+def test_overrides_parse_json_where_they_parse() -> None:
+    assert parse_override("train.epochs=3") == ("train.epochs", 3)
+    assert parse_override("train.learning_rate=1e-4") == ("train.learning_rate", 1e-4)
+    assert parse_override("data.prefix=summarize: ") == ("data.prefix", "summarize: ")
+    assert parse_override('data.max_samples={"train": 10}') == (
+        "data.max_samples",
+        {"train": 10},
+    )
+    assert parse_override("data.test_split=null") == ("data.test_split", None)
+
+
+def test_overrides_apply_and_are_validated(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(MINIMAL))
+    config = load_config(path, ["train.epochs=2", "cluster.processes=2"]).config
+    assert (config.train.epochs, config.cluster.processes) == (2, 2)
+    assert problems_from_file(path, ("train.epochs=-1",)) == ["train.epochs: must be > 0.0, got -1"]
+    assert "expected KEY=VALUE" in problems_from_file(path, ("train.epochs",))[0]
+
+
+def test_flat_keys_are_mapped_with_one_notice() -> None:
+    raw = {
+        "dataset": "abisee/cnn_dailymail",
+        "dataset_subset": "3.0.0",
+        "document_column": "article",
+        "summary_column": "highlights",
+        "model_checkpoint": "google-t5/t5-small",
+        "node_count": 2,
+        "machine_type": "a2-megagpu-16g",
+        "gpu_type": "NVIDIA_TESLA_A100",
+        "gpu_count": 16,
+        "batch_size": 8,
+        "epochs": 2,
+        "model_display_name": "t5",
+        "deploy_machine_type": "n1-standard-4",
+        "deploy_gpu_type": "NVIDIA_TESLA_T4",
+        "deploy_gpu_count": 1,
+        "cluster_prefix": "t5-run",
+        "zone": "us-central1-a",
+    }
+    loaded = load_config(raw=raw)
+    config = loaded.config
+    assert config.data.subset == "3.0.0"
+    assert config.data.columns == {"document": "article", "summary": "highlights"}
+    assert config.model.source == "google-t5/t5-small"
+    assert (config.cluster.node_count, config.cluster.accelerator_count) == (2, 16)
+    assert config.cluster.name_prefix == "t5-run"
+    assert config.train.per_device_batch_size == 8
+    assert config.deploy.accelerator_type == "NVIDIA_TESLA_T4"
+    assert config.vertex.region == "us-central1"
+    assert len(loaded.notices) == 1
+    assert "zone → vertex.region" in loaded.notices[0]
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "pipeline.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (with_change("train.learning_rate", -1), "train.learning_rate: must be > 0.0, got -1"),
+        (with_change("taks", 1), "taks: unknown key; did you mean 'task'?"),
+        (with_change("model.source", ...), "model: set exactly one of"),
+    ],
+)
+def test_cli_exits_2_with_the_message_and_no_traceback(
+    tmp_path: Path, raw: dict[str, Any], expected: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    result = run_cli("--config", str(path), "--dry-run")
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_bad_override_exits_2() -> None:
+    result = run_cli("--config", "configs/local.json", "--set", "train.zero_stage=4", "--dry-run")
+    assert result.returncode == 2
+    assert "train.zero_stage: must be one of 1, 2 or 3, got 4" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_dry_run_prints_resolved_config_and_steps() -> None:
+    result = run_cli("--config", "configs/local.json", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout.split("\nWould run")[0])
+    assert resolved["cluster"]["processes"] == 2
+    assert "download → preprocess" in result.stdout
