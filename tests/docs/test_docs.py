@@ -1,0 +1,20 @@
+"""The docs that are generated must match the code they describe."""
+
+from pathlib import Path
+
+from llm_pipeline.docs import with_reference
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_config_reference_is_current() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert with_reference(readme) == readme, "README config reference is stale: run `make docs`"
+
+
+def test_readme_names_the_two_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme
+    makefile = (REPO / "Makefile").read_text()
+    assert "\ndemo:" in makefile and "\ntest:" in makefile
+    assert "make test" in (REPO / ".ci" / "run").read_text()
