@@ -18,3 +18,12 @@ def test_readme_names_the_two_commands() -> None:
     makefile = (REPO / "Makefile").read_text()
     assert "\ndemo:" in makefile and "\ntest:" in makefile
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_compiled_components_are_current(tmp_path: Path) -> None:
+    from llm_pipeline.runner.compile import compile_components
+
+    for fresh in compile_components(tmp_path):
+        shipped = REPO / "components" / fresh.name
+        assert shipped.exists(), f"components/{fresh.name} missing: run `make docs`"
+        assert shipped.read_text() == fresh.read_text(), f"{shipped} is stale: run `make docs`"

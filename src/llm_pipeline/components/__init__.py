@@ -7,4 +7,7 @@ from llm_pipeline.components.download import download
 from llm_pipeline.components.image import DEFAULT_IMAGE, with_image
 from llm_pipeline.components.preprocess import preprocess
 
-__all__ = ["DEFAULT_IMAGE", "download", "preprocess", "with_image"]
+#: The pipeline's steps, in the order they run.
+STEPS = ("download", "preprocess")
+
+__all__ = ["DEFAULT_IMAGE", "STEPS", "download", "preprocess", "with_image"]

@@ -12,3 +12,17 @@ def compile_pipeline(pipeline: Any, path: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(pipeline_func=pipeline, package_path=str(target))
     return target
+
+
+def compile_components(folder: str | Path) -> list[Path]:
+    """Write every component's spec to `folder`, for `kfp.components.load_component_from_*`."""
+    from llm_pipeline import components
+
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in components.STEPS:
+        path = target / f"{name}.yaml"
+        compiler.Compiler().compile(getattr(components, name), package_path=str(path))
+        written.append(path)
+    return written
