@@ -10,6 +10,7 @@ CORE = [
     "kfp>=2.17,<2.18",
     "pydantic>=2.7,<3",
     "fsspec>=2024.6",
+    "huggingface-hub>=0.24",
     "datasets>=3.0",
     "transformers>=5.0,<6",
     "accelerate>=1.0",

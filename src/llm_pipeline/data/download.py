@@ -1,0 +1,212 @@
+"""The download step: a dataset source → a `DatasetDict` on disk in the task's shape.
+
+What later steps can rely on in the output folder (read it with `datasets.load_from_disk`):
+
+- splits named `train`, `validation` and, when the source has one, `test`, whatever the
+  source calls them (`data.train_split`, `data.validation_split`, `data.test_split`);
+- `validation` is the source's own, or a seeded share of train (`data.validation_fraction`,
+  `data.seed`) carved out when the source has none: the same seed gives the same rows;
+- only the task's columns, named by role (summarization: `document`, `summary`);
+- no empty split; `data.max_samples` caps applied (first rows, after the carve);
+- `download.json`: the source, where each split came from, row counts and the config.
+
+The test split: `data.test_split: null` means none. A source without the default `test`
+split simply has none (common for single files), and evaluate scores `validation`
+instead; a split named on purpose (any other name) that is missing is an error, since it
+is most likely a typo.
+
+The folder appears only when everything succeeded (`storage.atomic_output_dir`).
+"""
+
+import json
+import logging
+import math
+import tempfile
+from pathlib import Path
+
+import datasets
+import numpy as np
+
+from llm_pipeline.config import DataConfig
+from llm_pipeline.data.errors import DataError
+from llm_pipeline.data.sources import Source, load_source
+from llm_pipeline.storage import atomic_output_dir
+from llm_pipeline.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+#: Canonical split names in the output, in order.
+SPLITS = ("train", "validation", "test")
+#: The record of what was downloaded, written beside the splits.
+INFO_FILE = "download.json"
+
+
+def download_dataset(config: DataConfig, task: Task, output_dir: str | Path) -> dict[str, int]:
+    """Load `config.dataset`, shape it for `task`, save it to `output_dir`; rows per split.
+
+    Raises DataError, naming the config key, file, split or column at fault, when the
+    data cannot be used; `output_dir` is then left untouched.
+    """
+    columns = _role_columns(config, task)
+    _check_caps(config.max_samples)
+    with tempfile.TemporaryDirectory(prefix="llm-pipeline-download-") as scratch:
+        source = load_source(config, Path(scratch))
+        splits, origins = _pick_splits(source, config)
+        splits = {
+            name: _to_roles(data, columns, name, origins[name], source)
+            for name, data in splits.items()
+        }
+        if "validation" not in splits:
+            splits, origins = _carve_validation(splits, origins, config, source)
+        splits = _capped(splits, config.max_samples)
+        rows = _save(splits, origins, config, output_dir)
+    logger.info("saved %s to %s", ", ".join(f"{k}: {v} rows" for k, v in rows.items()), output_dir)
+    return rows
+
+
+def _role_columns(config: DataConfig, task: Task) -> dict[str, str]:
+    """`{role: source column}` for every role the task needs."""
+    missing = [role for role in task.roles if role not in config.columns]
+    if missing:
+        raise DataError(
+            f"data.columns: no source column given for {', '.join(map(repr, missing))} "
+            f"(task {task.name!r} needs {', '.join(task.roles)})"
+        )
+    columns = {role: config.columns[role] for role in task.roles}
+    by_column: dict[str, list[str]] = {}
+    for role, column in columns.items():
+        by_column.setdefault(column, []).append(role)
+    shared = {column: roles for column, roles in by_column.items() if len(roles) > 1}
+    if shared:
+        column, roles = next(iter(shared.items()))
+        raise DataError(f"data.columns: {' and '.join(roles)} both name column {column!r}")
+    return columns
+
+
+def _pick_splits(
+    source: Source, config: DataConfig
+) -> tuple[dict[str, datasets.Dataset], dict[str, str]]:
+    """The source's splits under canonical names, and the source name of each."""
+    available = source.splits
+    there = ", ".join(sorted(available))
+    if config.train_split not in available:
+        raise DataError(
+            f"data.train_split: split {config.train_split!r} not in {source.where} "
+            f"(splits there: {there})"
+        )
+    wanted = {"train": config.train_split, "validation": config.validation_split}
+    if config.test_split is not None:
+        wanted["test"] = config.test_split
+    picked, origins = {}, {}
+    for name, split in wanted.items():
+        if split in available:
+            picked[name], origins[name] = available[split], split
+        elif name == "validation":
+            logger.info("%s has no split %r: carving validation from train", source.where, split)
+        elif split == DataConfig.model_fields["test_split"].default:
+            logger.warning(
+                "%s has no split %r: no test split; evaluate will score validation "
+                "(splits there: %s)",
+                source.where,
+                split,
+                there,
+            )
+        else:
+            raise DataError(
+                f"data.test_split: split {split!r} not in {source.where} (splits there: "
+                f"{there}); set data.test_split to null to evaluate on validation"
+            )
+    return picked, origins
+
+
+def _to_roles(
+    data: datasets.Dataset, columns: dict[str, str], name: str, split: str, source: Source
+) -> datasets.Dataset:
+    """Keep the task's columns only, renamed to their roles; refuse an empty split.
+
+    `name` is the output's name for the split, `split` the source's.
+    """
+    if data.num_rows == 0:
+        raise DataError(f"data.dataset: split {split!r} of {source.where} has no rows")
+    for role, column in columns.items():
+        if column not in data.column_names:
+            # Test splits often differ (DialogSum's has summary1..3); say how to skip one.
+            hint = "; set data.test_split to null to leave it out" if name == "test" else ""
+            raise DataError(
+                f"data.columns.{role}: column {column!r} not in split {split!r} of "
+                f"{source.where} (columns there: {', '.join(data.column_names)}){hint}"
+            )
+    renames = {column: role for role, column in columns.items() if column != role}
+    return data.select_columns(list(columns.values())).rename_columns(renames)
+
+
+def _carve_validation(
+    splits: dict[str, datasets.Dataset], origins: dict[str, str], config: DataConfig, source: Source
+) -> tuple[dict[str, datasets.Dataset], dict[str, str]]:
+    """A seeded random share of train becomes validation; the rest stays train."""
+    train = splits["train"]
+    size = math.ceil(train.num_rows * config.validation_fraction)
+    if size >= train.num_rows:
+        raise DataError(
+            f"data.validation_fraction: split {config.train_split!r} of {source.where} has "
+            f"{train.num_rows} row(s), too few to carve a validation split from and still "
+            "train; add rows or a validation split to the source"
+        )
+    order = np.random.default_rng(config.seed).permutation(train.num_rows)
+    # keep_in_memory: the index mappings would otherwise be cached beside the source's
+    # files, which may be a user's read-only folder. Train keeps the source's order.
+    carved = {
+        **splits,
+        "train": train.select(np.sort(order[size:]), keep_in_memory=True),
+        "validation": train.select(order[:size], keep_in_memory=True),
+    }
+    how = f"validation_fraction {config.validation_fraction}, seed {config.seed}"
+    return carved, {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
+
+
+def _check_caps(caps: dict[str, int]) -> None:
+    """Refuse caps on splits the output cannot have, before any data is read."""
+    unknown = sorted(set(caps) - set(SPLITS))
+    if unknown:
+        raise DataError(
+            f"data.max_samples: unknown split {', '.join(map(repr, unknown))}; caps use the "
+            f"output's split names: {', '.join(SPLITS)}"
+        )
+
+
+def _capped(
+    splits: dict[str, datasets.Dataset], caps: dict[str, int]
+) -> dict[str, datasets.Dataset]:
+    """Each split cut to its first `caps[name]` rows."""
+    return {
+        name: data.select(range(min(caps[name], data.num_rows))) if name in caps else data
+        for name, data in splits.items()
+    }
+
+
+def _save(
+    splits: dict[str, datasets.Dataset],
+    origins: dict[str, str],
+    config: DataConfig,
+    output_dir: str | Path,
+) -> dict[str, int]:
+    """Write the splits and `download.json` to `output_dir` in one step; rows per split."""
+    rows = {name: splits[name].num_rows for name in SPLITS if name in splits}
+    with atomic_output_dir(output_dir) as staging:
+        datasets.DatasetDict({name: splits[name] for name in rows}).save_to_disk(str(staging))
+        _write_info(staging / INFO_FILE, config, origins, rows)
+    return rows
+
+
+def _write_info(
+    path: Path, config: DataConfig, origins: dict[str, str], rows: dict[str, int]
+) -> None:
+    """Record what this folder holds and the config that made it."""
+    info = {
+        "dataset": config.dataset,
+        "subset": config.subset,
+        "revision": config.revision,
+        "splits": {name: {"from": origins[name], "rows": count} for name, count in rows.items()},
+        "config": config.model_dump(mode="json"),
+    }
+    path.write_text(json.dumps(info, indent=2) + "\n")

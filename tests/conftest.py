@@ -1,0 +1,54 @@
+"""Fixtures shared across the test tree: real servers on loopback."""
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# gcsfs picks its filesystem class when first imported; its experimental class probes
+# buckets over gRPC, which the emulator does not speak. Set before any test imports it.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def loopback_port() -> int:
+    """A free port on 127.0.0.1: a server to start, or a closed port to fail against."""
+    return free_loopback_port()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[str]:
+    """A real Cloud Storage JSON API on loopback (gcp-storage-emulator); yields its URL.
+
+    `STORAGE_EMULATOR_HOST` points gcsfs (and google-cloud-storage) at it for the session.
+    """
+    server_module = pytest.importorskip("gcp_storage_emulator.server")
+    port = free_loopback_port()
+    url = f"http://127.0.0.1:{port}"
+    server = server_module.create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STORAGE_EMULATOR_HOST", url)
+        try:
+            yield url
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: str) -> str:
+    """A new, empty bucket on the emulator; returns its name."""
+    import fsspec
+
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    fsspec.filesystem("gs").mkdir(bucket)
+    return bucket

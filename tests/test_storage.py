@@ -1,0 +1,108 @@
+"""Paths through fsspec (local, gs:// on the emulator, /gcs/) and outputs that appear whole."""
+
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from llm_pipeline.storage import (
+    GCS_MOUNT,
+    atomic_output_dir,
+    is_remote,
+    local_copy,
+    open_uri,
+    to_uri,
+)
+
+
+def test_remote_and_local_uris():
+    assert is_remote("gs://bucket/data")
+    assert is_remote("s3://bucket/data")
+    assert not is_remote("/data/train.jsonl")
+    assert not is_remote("relative/train.jsonl")
+    assert not is_remote("file:///data/train.jsonl")
+    assert to_uri("file:///data/train.jsonl") == "/data/train.jsonl"
+
+
+@pytest.mark.skipif(GCS_MOUNT.is_dir(), reason="a real /gcs mount is present")
+def test_vertex_mount_paths_read_as_gcs_uris_off_vertex():
+    assert to_uri("/gcs/bucket/runs/dataset") == "gs://bucket/runs/dataset"
+    assert is_remote("/gcs/bucket/runs/dataset")
+    assert to_uri("/gcsx/bucket") == "/gcsx/bucket"
+
+
+def test_local_copy_of_a_local_path_is_the_path(tmp_path):
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    assert local_copy(tmp_path / "train.jsonl", tmp_path / "copies") == tmp_path / "train.jsonl"
+    assert not (tmp_path / "copies").exists()
+    with pytest.raises(FileNotFoundError):
+        local_copy(tmp_path / "missing.jsonl", tmp_path / "copies")
+
+
+def test_local_copy_of_gcs_folder_and_file(tmp_path, gcs_bucket):
+    gcs = fsspec.filesystem("gs")
+    gcs.pipe(f"{gcs_bucket}/saved/dataset_dict.json", b'{"splits": ["train"]}')
+    gcs.pipe(f"{gcs_bucket}/saved/train/state.json", b"{}")
+
+    folder = local_copy(f"gs://{gcs_bucket}/saved", tmp_path / "copies")
+    file = local_copy(f"gs://{gcs_bucket}/saved/train/state.json", tmp_path / "files")
+
+    assert folder == tmp_path / "copies" / "saved"
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == [
+        "dataset_dict.json",
+        "train/state.json",
+    ]
+    assert file.read_bytes() == b"{}"
+    with pytest.raises(FileNotFoundError):
+        local_copy(f"gs://{gcs_bucket}/nothing", tmp_path / "copies")
+
+
+def test_open_uri_writes_and_reads_gcs(gcs_bucket):
+    uri = f"gs://{gcs_bucket}/notes/{uuid.uuid4().hex}.txt"
+    with open_uri(uri, "w") as out:
+        out.write("written through fsspec")
+    with open_uri(uri, "r") as back:
+        assert back.read() == "written through fsspec"
+
+
+def siblings(path: Path) -> list[str]:
+    return sorted(entry.name for entry in path.parent.iterdir())
+
+
+def test_atomic_output_dir_appears_only_when_done(tmp_path):
+    final = tmp_path / "out" / "model"
+    with atomic_output_dir(final) as staging:
+        (staging / "weights.bin").write_bytes(b"w")
+        assert not final.exists()  # nothing to mistake for a finished output yet
+    assert (final / "weights.bin").read_bytes() == b"w"
+    assert siblings(final) == ["model"]
+
+
+def test_atomic_output_dir_leaves_nothing_on_failure(tmp_path):
+    final = tmp_path / "model"
+    with pytest.raises(RuntimeError), atomic_output_dir(final) as staging:
+        (staging / "half.bin").write_bytes(b"half")
+        raise RuntimeError("crashed mid-write")
+    assert siblings(final) == []
+
+
+def test_atomic_output_dir_replaces_on_success_and_keeps_on_failure(tmp_path):
+    final = tmp_path / "model"
+    final.mkdir()
+    (final / "old.bin").write_bytes(b"old")
+
+    with pytest.raises(RuntimeError), atomic_output_dir(final) as staging:
+        (staging / "new.bin").write_bytes(b"new")
+        raise RuntimeError("crashed mid-write")
+    assert sorted(p.name for p in final.iterdir()) == ["old.bin"]
+
+    with atomic_output_dir(final) as staging:
+        (staging / "new.bin").write_bytes(b"new")
+    assert sorted(p.name for p in final.iterdir()) == ["new.bin"]
+    assert siblings(final) == ["model"]
+
+
+def test_atomic_output_dir_refuses_object_store_paths():
+    with pytest.raises(ValueError, match="writes local folders"), atomic_output_dir("gs://b/x"):
+        pass
