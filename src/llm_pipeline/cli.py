@@ -14,6 +14,8 @@ from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
 
 DEFAULT_LOCAL_ROOT = Path("runs")
+#: Metrics printed per step in the run summary; all of them are in the step's metrics file.
+SHOWN_METRICS = 8
 
 EXAMPLES = """\
 examples:
@@ -86,8 +88,10 @@ def _print_summary(run: LocalRun) -> None:
         for name, where in step.outputs.items():
             print(f"           {name}: {where}")
         if step.metrics:
-            shown = ", ".join(f"{key}={value:g}" for key, value in sorted(step.metrics.items()))
-            print(f"           metrics: {shown}")
+            items = sorted(step.metrics.items())
+            shown = ", ".join(f"{key}={value:g}" for key, value in items[:SHOWN_METRICS])
+            more = len(items) - SHOWN_METRICS
+            print(f"           values: {shown}" + (f" (+{more} more)" if more > 0 else ""))
         if step.error:
             print(f"           {step.error}")
     print("Pipeline succeeded." if run.succeeded else "Pipeline failed.")

@@ -7,6 +7,7 @@ here, which is what makes the local and the Vertex pipelines the same code.
 import json
 import logging
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -106,6 +107,8 @@ def run_local(pipeline: Any, *, pipeline_root: Path, quiet: bool = False) -> Loc
     )
     if quiet:
         logging.getLogger().setLevel(logging.WARNING)
+    # The steps name the Vertex image; here they run in this very environment on purpose.
+    warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     failed_step = None
     try:
         pipeline()
