@@ -268,8 +268,11 @@ def test_overrides_parse_json_where_they_parse() -> None:
 def test_overrides_apply_and_are_validated(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(MINIMAL))
-    config = load_config(path, ["train.epochs=2", "cluster.processes=2"]).config
+    config = load_config(
+        path, ["train.epochs=2", "cluster.processes=2", "vertex.project=acme"]
+    ).config
     assert (config.train.epochs, config.cluster.processes) == (2, 2)
+    assert config.vertex.project == "acme"  # not a path: only path keys are resolved
     assert problems_from_file(path, ("train.epochs=-1",)) == ["train.epochs: must be > 0.0, got -1"]
     assert "expected KEY=VALUE" in problems_from_file(path, ("train.epochs",))[0]
 

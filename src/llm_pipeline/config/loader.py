@@ -145,7 +145,8 @@ def load_config(
             key, value = parse_override(text)
             dotted = FLAT_KEYS.get(key, key)
             set_path(tree, dotted, value)
-            _resolve_paths(tree, Path.cwd(), [dotted])
+            if dotted in PATH_OR_HUB_KEYS + PATH_KEYS:
+                _resolve_paths(tree, Path.cwd(), [dotted])
         except ValueError as exc:
             problems.append(str(exc))
     notices = []
