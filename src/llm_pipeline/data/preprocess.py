@@ -20,7 +20,7 @@ import logging
 import math
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,12 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.errors import DataError
+from llm_pipeline.data.preprocess_report import (
+    LengthStats,
+    PreprocessReport,
+    SplitStats,
+    log_report,
+)
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.storage import atomic_output_dir, to_uri
 from llm_pipeline.tasks import Task
@@ -48,75 +54,6 @@ BATCH_SIZE = 1000
 # Untruncated lengths, carried through the map passes and dropped before saving.
 _SOURCE_TOKENS = "_source_tokens"
 _TARGET_TOKENS = "_target_tokens"
-
-
-@dataclass(frozen=True)
-class LengthStats:
-    """Token lengths before truncation, special tokens included."""
-
-    p50: float
-    p95: float
-    p99: float
-    max: int
-
-    @classmethod
-    def of(cls, lengths: np.ndarray) -> "LengthStats":
-        p50, p95, p99 = np.percentile(lengths, [50, 95, 99])
-        return cls(p50=float(p50), p95=float(p95), p99=float(p99), max=int(lengths.max()))
-
-
-@dataclass(frozen=True)
-class SplitStats:
-    """What preprocessing did to one split."""
-
-    rows_in: int
-    rows_dropped: int
-    source_tokens: LengthStats
-    target_tokens: LengthStats
-    #: Share of the kept rows that were cut to the max length.
-    source_truncated: float
-    target_truncated: float
-
-    @property
-    def rows_out(self) -> int:
-        return self.rows_in - self.rows_dropped
-
-
-@dataclass(frozen=True)
-class PreprocessReport:
-    """The resolved max lengths, where they came from, and per-split statistics."""
-
-    max_source_length: int
-    max_target_length: int
-    #: `config`, or `tokenizer` (its model_max_length, capped at SOURCE_LENGTH_LIMIT).
-    max_source_length_from: str
-    #: `config`, or `computed` (percentile of training target lengths, capped).
-    max_target_length_from: str
-    splits: dict[str, SplitStats]
-
-    def metrics(self) -> dict[str, float]:
-        """Flat `<split>_<stat>` names for KFP's Metrics artifact."""
-        values: dict[str, float] = {
-            "max_source_length": float(self.max_source_length),
-            "max_target_length": float(self.max_target_length),
-        }
-        for split, stats in self.splits.items():
-            values[f"{split}_rows_in"] = float(stats.rows_in)
-            values[f"{split}_rows_dropped"] = float(stats.rows_dropped)
-            for side in ("source", "target"):
-                lengths: LengthStats = getattr(stats, f"{side}_tokens")
-                for name, value in asdict(lengths).items():
-                    values[f"{split}_{side}_tokens_{name}"] = float(value)
-                values[f"{split}_{side}_truncated_rate"] = float(
-                    getattr(stats, f"{side}_truncated")
-                )
-        return values
-
-    def to_dict(self) -> dict[str, Any]:
-        payload = asdict(self)
-        for split, stats in self.splits.items():
-            payload["splits"][split]["rows_out"] = stats.rows_out
-        return payload
 
 
 def preprocess_dataset(
@@ -174,7 +111,7 @@ def preprocess_dataset(
             payload = {"tokenizer": model.tokenizer_source, "prefix": data.prefix}
             payload |= report.to_dict()
             (staging / REPORT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
-    _log(report)
+    log_report(report)
     return report
 
 
@@ -405,17 +342,3 @@ def _split_stats(
         source_truncated=float(np.mean(sources > max_source)),
         target_truncated=float(np.mean(targets > max_target)),
     )
-
-
-def _log(report: PreprocessReport) -> None:
-    logger.info(
-        f"max_source_length {report.max_source_length} ({report.max_source_length_from}), "
-        f"max_target_length {report.max_target_length} ({report.max_target_length_from})"
-    )
-    for split, st in report.splits.items():
-        logger.log(
-            logging.WARNING if st.rows_dropped else logging.INFO,
-            f"{split}: {st.rows_out} rows kept, {st.rows_dropped} dropped (empty text); "
-            f"source p95 {st.source_tokens.p95:.0f} tokens, {st.source_truncated:.1%} cut; "
-            f"target p95 {st.target_tokens.p95:.0f} tokens, {st.target_truncated:.1%} cut",
-        )
