@@ -1,0 +1,210 @@
+"""Build the seq2seq network to fine-tune from a `ModelConfig`, in one of three ways.
+
+A pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation from an
+architecture config plus a named tokenizer, or an encoder-decoder warm-started from two encoder
+checkpoints. Weights load from safetensors only: a `pytorch_model.bin` is a pickle, and loading
+one runs whatever code it names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llm_pipeline.config import ModelConfig
+from llm_pipeline.models.sources import resolve_model_path
+from llm_pipeline.train.errors import TrainError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def load_model(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """The model `model` describes, its special-token ids matching `tokenizer`.
+
+    Raises TrainError naming the config key, the location tried and why it failed.
+    """
+    if model.architecture is not None:
+        return _from_architecture(model.architecture, tokenizer)
+    if model.encoder_decoder is not None:
+        pair = model.encoder_decoder
+        return _warm_started_encoder_decoder(
+            pair.encoder, pair.decoder, tokenizer, tie=pair.tie_encoder_decoder, model=model
+        )
+    assert model.source is not None  # ModelConfig guarantees exactly one source
+    return _pretrained(model.source, model=model)
+
+
+def hidden_size(model: ModelConfig) -> int | None:
+    """The model's hidden width, read from its config alone (no weights), or None if unknown.
+
+    DeepSpeed sizes its communication buckets from it; it is needed before the weights load,
+    because under ZeRO-3 they are partitioned as they load.
+    """
+    from transformers import AutoConfig
+
+    try:
+        if model.architecture is not None:
+            settings = dict(model.architecture)
+            config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+        else:
+            source = model.source if model.source is not None else model.tokenizer_source
+            if model.encoder_decoder is not None:
+                source = model.encoder_decoder.encoder
+            config = AutoConfig.from_pretrained(
+                resolve_model_path(source),
+                revision=model.revision if source == model.source else None,
+                trust_remote_code=model.trust_remote_code,
+            )
+    except Exception:
+        return None  # load_model reports the real problem, with what it tried
+    for name in ("hidden_size", "d_model", "n_embd"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    """pad / eos / decoder-start ids a seq2seq config needs, read from the tokenizer.
+
+    BERT-style tokenizers (MiniLM) have no eos or bos: their [SEP] ends every sequence the
+    tokenizer makes, so it is the eos, and [CLS] starts the decoder as in BERT2BERT.
+    """
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        raise TrainError(
+            f"tokenizer {tokenizer.name_or_path!r} has no pad token; seq2seq batches are "
+            "padded, so use a tokenizer that defines one"
+        )
+    eos = _first_id(tokenizer, "eos_token_id", "sep_token_id")
+    start = _first_id(tokenizer, "bos_token_id", "cls_token_id")
+    return {
+        "pad_token_id": pad,
+        "eos_token_id": eos if eos is not None else pad,
+        "decoder_start_token_id": start if start is not None else pad,
+    }
+
+
+def _first_id(tokenizer: PreTrainedTokenizerBase, *names: str) -> int | None:
+    for name in names:
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _from_architecture(
+    architecture: dict[str, Any], tokenizer: PreTrainedTokenizerBase
+) -> PreTrainedModel:
+    """Random weights in the shape `architecture` gives; the caller seeds torch first."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    settings = dict(architecture)
+    model_type = settings.pop("model_type")
+    ids = token_ids(tokenizer)
+    if model_type == "t5":
+        # T5 starts decoding from its pad token; that is how its config and generate expect it.
+        ids["decoder_start_token_id"] = ids["pad_token_id"]
+    # The architecture's own values win: a user who pins an id means it.
+    settings = {"vocab_size": len(tokenizer), **ids, **settings}
+    try:
+        config = AutoConfig.for_model(model_type, **settings)
+        return AutoModelForSeq2SeqLM.from_config(config)
+    except (ValueError, KeyError, TypeError) as err:
+        raise TrainError(
+            f"model.architecture: cannot build a seq2seq model of model_type {model_type!r}: "
+            f"{_first_line(err)}"
+        ) from err
+
+
+def _pretrained(source: str, *, model: ModelConfig) -> PreTrainedModel:
+    from transformers import AutoModelForSeq2SeqLM
+
+    path, where = _resolve("model.source", source)
+    try:
+        return AutoModelForSeq2SeqLM.from_pretrained(
+            path,
+            revision=model.revision if where.startswith("hub") else None,
+            trust_remote_code=model.trust_remote_code,
+            use_safetensors=True,
+        )
+    except Exception as err:
+        raise TrainError(_load_failure("model.source", source, where, err)) from err
+
+
+def _warm_started_encoder_decoder(
+    encoder: str,
+    decoder: str,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    tie: bool,
+    model: ModelConfig,
+) -> PreTrainedModel:
+    """Encoder and decoder from two checkpoints; the decoder gains fresh cross-attention."""
+    from transformers import EncoderDecoderModel
+
+    encoder_path, encoder_where = _resolve("model.encoder_decoder.encoder", encoder)
+    decoder_path, decoder_where = _resolve("model.encoder_decoder.decoder", decoder)
+    try:
+        built = EncoderDecoderModel.from_encoder_decoder_pretrained(
+            encoder_path,
+            decoder_path,
+            tie_encoder_decoder=tie,
+            encoder_use_safetensors=True,
+            decoder_use_safetensors=True,
+            encoder_trust_remote_code=model.trust_remote_code,
+            decoder_trust_remote_code=model.trust_remote_code,
+        )
+    except Exception as err:
+        raise TrainError(
+            "model.encoder_decoder: could not warm-start from "
+            f"encoder {encoder!r} ({encoder_where}) and decoder {decoder!r} ({decoder_where}): "
+            f"{_first_line(err)}"
+        ) from err
+    ids = token_ids(tokenizer)
+    # EncoderDecoderModel's own config carries no token ids; generate and the loss's
+    # label shifting read them from here.
+    for name, value in ids.items():
+        setattr(built.config, name, value)
+        setattr(built.generation_config, name, value)
+    built.config.vocab_size = built.config.decoder.vocab_size
+    if built.config.vocab_size < len(tokenizer):
+        raise TrainError(
+            f"model.encoder_decoder.decoder {decoder!r} has {built.config.vocab_size} "
+            f"token embeddings but the tokenizer has {len(tokenizer)} tokens; use the "
+            "decoder's own tokenizer"
+        )
+    return built
+
+
+def _resolve(key: str, source: str) -> tuple[str, str]:
+    """`from_pretrained`'s argument for `source`, and what it is in words for messages."""
+    try:
+        path = resolve_model_path(source)
+    except Exception as err:
+        raise TrainError(f"{key} {source!r}: {_first_line(err)}") from err
+    if path == source and not Path(path).is_dir():
+        return path, f"hub id {path!r}"
+    return path, f"folder {path}"
+
+
+def _load_failure(key: str, source: str, where: str, err: BaseException) -> str:
+    reason = _first_line(err)
+    hint = ""
+    if where.startswith("hub") and ("offline" in reason.lower() or "connect" in reason.lower()):
+        hint = (
+            "; this machine cannot reach the Hugging Face hub and the model is not cached: "
+            "use a local folder, a gs:// folder or `package:<python_package>/<folder>`"
+        )
+    elif "safetensors" in reason.lower():
+        hint = (
+            "; only safetensors weights are loaded (a .bin checkpoint is a pickle that can run "
+            "code): convert it with `model.save_pretrained(folder)`"
+        )
+    return f"{key} {source!r}: could not load a seq2seq model from {where}: {reason}{hint}"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

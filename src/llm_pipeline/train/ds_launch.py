@@ -1,0 +1,184 @@
+"""Multi-node runs under DeepSpeed's own launcher: per-job SSH keys, sshd on every node.
+
+DeepSpeed's launcher runs on the primary only and starts every rank over ssh, so each node
+must run an sshd that accepts the job's key, and the primary must know each node's host key.
+The nodes agree through a folder they all see as a local path (Vertex's /gcs/ mount):
+
+1. the primary makes the job's keys there and writes `ready.json` with a fresh nonce;
+2. every other node installs those keys, starts sshd and answers `ack-<node>.json` with the
+   nonce (a stale folder from an earlier attempt carries an old nonce and is not trusted);
+3. the primary writes the hostfile and runs `deepspeed --hostfile`; when it ends it writes
+   `done.json` and the other nodes stop their sshd.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from llm_pipeline.storage import is_remote, to_uri
+from llm_pipeline.train import ssh
+from llm_pipeline.train.cluster import ClusterInfo
+from llm_pipeline.train.errors import TrainError
+from llm_pipeline.train.launch import (
+    DEFAULT_RDZV_TIMEOUT_S,
+    deepspeed_command,
+    deepspeed_env_file,
+    deepspeed_hostfile,
+)
+from llm_pipeline.train.spec import WorkerSpec
+
+SSHD = "/usr/sbin/sshd"
+_POLL_S = 1.0
+
+Runner = Callable[..., None]
+
+
+def launch_with_deepspeed(
+    spec: WorkerSpec, info: ClusterInfo, *, env: Mapping[str, str], run: Runner
+) -> None:
+    """This node's part in a DeepSpeed-launched job; returns when the job is over."""
+    if not Path(SSHD).is_file():
+        raise TrainError(
+            "cluster.launcher 'deepspeed' needs sshd on every node (install openssh-server "
+            "and pdsh in the training image), or use cluster.launcher 'torchrun'"
+        )
+    folder = _rendezvous_folder(spec, env)
+    if info.is_primary:
+        _primary(spec, info, folder, env=env, run=run)
+    else:
+        _worker_node(info, folder)
+
+
+def _rendezvous_folder(spec: WorkerSpec, env: Mapping[str, str]) -> Path:
+    """A folder every node sees as a local path: under the checkpoint root, per job."""
+    root = spec.checkpoint_root
+    if is_remote(root):
+        if not (root.startswith("gs://") and Path("/gcs").is_dir()):
+            raise TrainError(
+                f"cluster.launcher 'deepspeed': the nodes exchange ssh keys through the "
+                f"checkpoint folder, which must be a path every node mounts; {root!r} is not "
+                "(on Vertex, gs:// folders are mounted under /gcs/)"
+            )
+        root = "/gcs/" + root[len("gs://") :]
+    job = env.get("CLOUD_ML_JOB_ID") or "job"
+    return Path(to_uri(root)) / f"ssh-{job}"
+
+
+def _primary(
+    spec: WorkerSpec,
+    info: ClusterInfo,
+    folder: Path,
+    *,
+    env: Mapping[str, str],
+    run: Runner,
+) -> None:
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier attempt's keys are never reused
+    ssh.generate_job_keys(folder)
+    nonce = uuid.uuid4().hex
+    spec_path = folder / "spec.json"
+    spec.write(spec_path)
+    _write_json(folder / "ready.json", {"nonce": nonce})
+    sshd = _start_sshd(folder, info, nonce)
+    code = 1
+    try:
+        _wait_for(
+            lambda: all(
+                _read_json(folder / f"ack-{node}.json").get("nonce") == nonce
+                for node in range(1, info.node_count)
+            ),
+            what="every node's sshd",
+        )
+        work = Path(spec.work_dir)
+        hostfile = work / "hostfile"
+        hostfile.write_text(deepspeed_hostfile(info.hosts, slots=info.procs_per_node))
+        env_file = work / ".deepspeed_env"
+        env_file.write_text(deepspeed_env_file(env))
+        command = deepspeed_command(
+            info,
+            hostfile=str(hostfile),
+            script_args=["--spec", str(spec_path)],
+            module="llm_pipeline.train.worker",
+        )
+        run(command, spec=spec, info=info, env={**env, "DS_ENV_FILE": str(env_file)})
+        code = 0
+    finally:
+        _write_json(folder / "done.json", {"nonce": nonce, "exit_code": code})
+        _stop(sshd)
+
+
+def _worker_node(info: ClusterInfo, folder: Path) -> None:
+    """Serve ssh for the primary's launcher until it says the job is done."""
+    installed: str | None = None
+    sshd: subprocess.Popen[bytes] | None = None
+    deadline = time.monotonic() + DEFAULT_RDZV_TIMEOUT_S
+    try:
+        while True:
+            nonce = _read_json(folder / "ready.json").get("nonce")
+            done = _read_json(folder / "done.json")
+            if installed and done.get("nonce") == installed:
+                if done.get("exit_code") != 0:
+                    raise TrainError(
+                        f"the primary's DeepSpeed launcher failed (exit code "
+                        f"{done.get('exit_code')}); its log has the failing rank's error"
+                    )
+                return
+            if nonce and nonce != installed and ssh.job_keys_ready(folder):
+                _stop(sshd)
+                sshd = _start_sshd(folder, info, nonce)
+                installed = nonce
+                _write_json(folder / f"ack-{info.node_rank}.json", {"nonce": nonce})
+            if installed is None and time.monotonic() > deadline:
+                raise TrainError(
+                    f"no ssh keys from the primary in {folder} after "
+                    f"{DEFAULT_RDZV_TIMEOUT_S} s; is node 0 running?"
+                )
+            time.sleep(_POLL_S)
+    finally:
+        _stop(sshd)
+
+
+def _start_sshd(folder: Path, info: ClusterInfo, nonce: str) -> subprocess.Popen[bytes]:
+    local = Path.home() / ".llm-pipeline-ssh" / nonce[:12]
+    files = ssh.prepare_node(
+        folder,
+        local,
+        hosts=info.hosts,
+        client_config=Path.home() / ".ssh" / "config",
+    )
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # Debian's sshd insists on it
+    return subprocess.Popen(ssh.sshd_command(files.sshd_config, sshd=SSHD))
+
+
+def _stop(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_for(condition: Callable[[], bool], *, what: str) -> None:
+    deadline = time.monotonic() + DEFAULT_RDZV_TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TrainError(f"gave up waiting for {what} after {DEFAULT_RDZV_TIMEOUT_S} s")
+        time.sleep(_POLL_S)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    temporary.write_text(json.dumps(value), encoding="utf-8")
+    temporary.replace(path)

@@ -1,0 +1,138 @@
+"""Turn a failed launch into one message that shows the rank that failed first, and why.
+
+torchrun writes each rank's uncaught exception to `<log dir>/.../<local rank>/error.json`
+(the worker's `@record`) and, with `--tee`, its stderr to `stderr.log` beside it. A rank that
+died without an exception (SIGKILL, a segfault, the OOM killer) has only the stderr tail and
+the exit code torchrun reports under "Root Cause".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_pipeline.train.errors import is_out_of_memory, out_of_memory_message
+
+_TAIL_LINES = 25
+# One entry of torchrun's failure summary: "rank : 1 (local_rank: 1)\n exitcode : -9 (pid: ..".
+_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*exitcode\s*:\s*(-?\d+)")
+# Signals torchrun itself sends to the surviving ranks once one has failed.
+_STOP_SIGNALS = frozenset({2, 15})
+_TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "DistStoreError", "watchdog")
+
+
+@dataclass(frozen=True)
+class RankError:
+    """One rank's recorded exception."""
+
+    local_rank: int
+    message: str
+    timestamp: float
+
+
+def recorded_errors(log_dir: Path) -> list[RankError]:
+    """Exceptions the ranks recorded, earliest first (the first is usually the cause)."""
+    errors = []
+    for path in log_dir.rglob("error.json"):
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        body = payload.get("message", {})
+        if isinstance(body, str):
+            message, stamp = body, 0.0
+        else:
+            message = str(body.get("message", ""))
+            extra = body.get("extraInfo", {})
+            stamp = float(extra.get("timestamp", 0) or 0)
+            callstack = str(extra.get("py_callstack", ""))
+            if callstack:
+                message = f"{message}\n{_tail(callstack, 12)}"
+        errors.append(RankError(_local_rank_of(path), message.strip(), stamp))
+    return sorted(errors, key=lambda e: e.timestamp)
+
+
+def stderr_tail(log_dir: Path, local_rank: int) -> str:
+    """The last lines rank `local_rank` wrote to stderr, if torchrun kept them."""
+    tails = [
+        _tail(path.read_text(encoding="utf-8", errors="replace"), _TAIL_LINES)
+        for path in sorted(log_dir.rglob("stderr.log"))
+        if _local_rank_of(path) == local_rank
+    ]
+    return tails[-1] if tails else ""
+
+
+def failure_message(
+    *,
+    log_dir: Path,
+    launcher_output: str,
+    exit_code: int,
+    node_rank: int,
+    procs_per_node: int,
+    collective_timeout_s: int,
+) -> str:
+    """What to show when the launcher exited with `exit_code` != 0.
+
+    Blame, in order: a rank killed by a signal (its peers' errors are only symptoms, such as
+    "connection closed"); else the earliest exception a rank recorded; else the rank torchrun
+    names as the root cause, with its stderr tail.
+    """
+    exits = [(int(local), int(code)) for _, local, code in _EXIT.findall(launcher_output)]
+    killed = [(local, code) for local, code in exits if code < 0 and -code not in _STOP_SIGNALS]
+    recorded = recorded_errors(log_dir)
+    if killed:
+        local_rank, code = killed[0]
+        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
+        how = f"was killed by {_describe_exit(code)}; its last output"
+    elif recorded:
+        local_rank, detail, how = recorded[0].local_rank, recorded[0].message, "raised"
+    elif exits:
+        local_rank, code = exits[-1]  # torchrun lists the root cause last
+        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
+        how = f"exited with {_describe_exit(code)}; its last output"
+    else:
+        return (
+            f"training launcher failed on node {node_rank} with exit code {exit_code} before "
+            f"any rank reported an error; its last output:\n{_tail(launcher_output, _TAIL_LINES)}"
+        )
+    rank = node_rank * procs_per_node + local_rank
+    if is_out_of_memory(detail):
+        return out_of_memory_message(f"rank {rank} on node {node_rank}: {detail}")
+    message = f"training failed: rank {rank} (node {node_rank}, local rank {local_rank}) {how}:\n"
+    message += detail
+    if any(marker in detail for marker in _TIMEOUT_MARKERS):
+        message += (
+            f"\nA collective waited longer than train.collective_timeout_s "
+            f"({collective_timeout_s} s): another rank died or stopped responding; its node's "
+            "log shows why."
+        )
+    return message
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        name = _SIGNAL_NAMES.get(-code, "")
+        return f"signal {-code}" + (f" ({name})" if name else "")
+    return f"exit code {code}"
+
+
+_SIGNAL_NAMES = {
+    9: "SIGKILL: killed from outside, often by the kernel when host memory runs out",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    11: "SIGSEGV",
+}
+
+
+def _local_rank_of(path: Path) -> int:
+    # torchrun's layout: <log dir>/<run id>/attempt_<n>/<local rank>/<file>
+    try:
+        return int(path.parent.name)
+    except ValueError:
+        return -1
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,126 @@
+"""What the finetune step leaves behind: the model folder, its settings, the run's result.
+
+Only the primary process (global rank 0) writes; the gather of a ZeRO-3 model is a
+collective, so every rank calls `save_final_model`. The model folder appears whole or not at
+all (`atomic_output_dir`): a run that dies while saving leaves the previous output, if any.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from transformers import PreTrainedTokenizerBase, TrainerCallback
+
+from llm_pipeline.steps.artifacts import RESOLVED_CONFIG_FILE
+from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri
+from llm_pipeline.train.errors import TrainError
+from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.trainer import FinetuneTrainer
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuse object-store URIs early: a folder there cannot appear atomically."""
+    if is_remote(output_dir):
+        raise TrainError(
+            f"output folder {output_dir!r}: must be a local path (on Vertex, the artifact's "
+            "/gcs/ path); object stores have no atomic folder rename"
+        )
+
+
+def save_final_model(
+    trainer: FinetuneTrainer,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: WorkerSpec,
+    *,
+    resolved: dict[str, Any],
+) -> None:
+    """Consolidated safetensors, config, generation config, tokenizer and resolved settings.
+
+    Under ZeRO-3 the weights are gathered from every rank into one 16-bit state dict
+    (`stage3_gather_16bit_weights_on_model_save`), so the folder loads without DeepSpeed.
+    """
+    state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
+    if dist.get_rank() == 0:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        with atomic_output_dir(spec.output_dir) as folder:
+            model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+            _inputs_the_model_takes(tokenizer, model)
+            tokenizer.save_pretrained(folder)
+            payload = {
+                "model": spec.model.model_dump(mode="json"),
+                "train": spec.train.model_dump(mode="json"),
+                "resolved": resolved,
+            }
+            text = json.dumps(payload, indent=2, default=str) + "\n"
+            (Path(folder) / RESOLVED_CONFIG_FILE).write_text(text, encoding="utf-8")
+    dist.barrier()
+
+
+def _inputs_the_model_takes(tokenizer: PreTrainedTokenizerBase, model: Any) -> None:
+    """Drop tokenizer outputs the model's forward has no argument for (BERT's token_type_ids
+    for a T5), so `model.generate(**tokenizer(text))` works on the saved folder as it is."""
+    accepted = inspect.signature(model.forward).parameters
+    names = [name for name in tokenizer.model_input_names if name in accepted]
+    if names != list(tokenizer.model_input_names):
+        tokenizer.model_input_names = names
+        tokenizer.init_kwargs["model_input_names"] = names  # what save_pretrained writes
+
+
+def write_result(spec: WorkerSpec, result: dict[str, Any]) -> None:
+    """The primary's report to the launcher on this node (metrics, steps, where things are)."""
+    if dist.get_rank() == 0:
+        temporary = spec.result_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        temporary.replace(spec.result_path)
+
+
+def tensorboard_callbacks(spec: WorkerSpec) -> list[TrainerCallback]:
+    """TensorBoard event files from the primary, written locally and mirrored where asked.
+
+    torch's SummaryWriter writes local files only, so a `gs://` folder (the step's own, or
+    Vertex's AIP_TENSORBOARD_LOG_DIR) gets the files copied after each checkpoint and at the
+    end.
+    """
+    wanted = [spec.tensorboard_dir, spec.tensorboard_mirror]
+    if dist.get_rank() != 0 or not any(wanted):
+        return []
+    from transformers.integrations import TensorBoardCallback
+
+    local_dir = (
+        spec.tensorboard_dir
+        if spec.tensorboard_dir and not is_remote(spec.tensorboard_dir)
+        else None
+    )
+    local = Path(to_uri(local_dir)) if local_dir else Path(spec.work_dir) / "tensorboard"
+    local.mkdir(parents=True, exist_ok=True)
+    board = TensorBoardCallback()
+    # Set, not passed as a writer: the callback closes its writer when training ends and
+    # opens a new one for the final evaluation, in `logging_dir` (else under output_dir).
+    board.logging_dir = str(local)
+    mirrors = [d for d in wanted if d and d != local_dir]
+    return [board, *(_UploadFolder(local, mirror) for mirror in mirrors)]
+
+
+class _UploadFolder(TrainerCallback):
+    """Copies the local event files to the remote folder after each checkpoint and at the end."""
+
+    def __init__(self, local: Path, remote: str) -> None:
+        self.local, self.remote = local, remote
+
+    def _sync(self) -> None:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(self.remote)
+        for file in self.local.rglob("*"):
+            if file.is_file():
+                fs.put_file(str(file), f"{root.rstrip('/')}/{file.relative_to(self.local)}")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._sync()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._sync()

@@ -1,0 +1,54 @@
+"""What the launcher hands every training process: one JSON file, typed on both ends.
+
+The typed configs travel as their own JSON (validated again on load), not as argv flags, so a
+worker sees exactly the settings the step was given and nothing is lost in quoting.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_pipeline.config import ModelConfig, TrainConfig
+
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a training process needs; written by `run_finetune`, read by the worker."""
+
+    dataset_dir: str
+    output_dir: str
+    model: ModelConfig
+    train: TrainConfig
+    checkpoint_root: str
+    tensorboard_dir: str | None
+    # Where event files are also copied (Vertex's AIP_TENSORBOARD_LOG_DIR), or None.
+    tensorboard_mirror: str | None
+    # A folder on this node, private to this run: staging, the result file.
+    work_dir: str
+    node_count: int
+    procs_per_node: int
+
+    @property
+    def result_path(self) -> Path:
+        """Where the primary process writes the run's result for the launcher to read."""
+        return Path(self.work_dir) / RESULT_FILE
+
+    def write(self, path: str | Path) -> None:
+        payload = asdict(self)
+        payload["model"] = self.model.model_dump(mode="json")
+        payload["train"] = self.train.model_dump(mode="json")
+        Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: str | Path) -> WorkerSpec:
+        payload: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+        # strict=False: JSON has no tuples and no distinction the strict models need here;
+        # the values were validated when the step parsed the user's config.
+        payload["model"] = ModelConfig.model_validate(payload["model"], strict=False)
+        payload["train"] = TrainConfig.model_validate(payload["train"], strict=False)
+        return cls(**payload)

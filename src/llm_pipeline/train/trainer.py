@@ -1,0 +1,230 @@
+"""The Hugging Face pieces of the finetune step: DeepSpeed config, arguments, the Trainer.
+
+`Seq2SeqTrainer` owns the loop. What this adds: DeepSpeed settings from `TrainConfig` (or the
+user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which checkpoints are
+complete, the Trainer does not), a reproducible length-grouped order, and counts of the
+samples and tokens each rank trained on, for throughput figures that hold for resumed runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from datasets import Dataset
+from transformers import (
+    DataCollatorForSeq2Seq,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
+
+from llm_pipeline.config import TrainConfig
+from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
+from llm_pipeline.train.errors import TrainError
+from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
+
+Sampling = Literal["group_by_length", "random", "sequential"]
+# The loss ignores label positions holding this value; padding labels with it keeps padded
+# positions out of the loss and out of the token counts.
+LABEL_PAD = -100
+_BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
+def deepspeed_settings(
+    train: TrainConfig, *, precision: str, world_size: int, hidden_size: int | None
+) -> dict[str, Any] | None:
+    """The DeepSpeed config for this run, or None when `train.use_deepspeed` is off.
+
+    A user's JSON is used whole, except that "auto" batch sizes become numbers: filled by the
+    Trainer on the CPU they come out wrong (it miscounts the world size there).
+    """
+    if not train.use_deepspeed:
+        return None
+    micro, accumulation = train.per_device_batch_size, train.gradient_accumulation_steps
+    if train.deepspeed_config is None:
+        return build_deepspeed_config(
+            zero_stage=train.zero_stage,
+            offload_optimizer=train.offload_optimizer,
+            offload_param=train.offload_param,
+            nvme_path=train.nvme_path,
+            precision=precision,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            world_size=world_size,
+            gradient_clipping=train.max_grad_norm,
+            hidden_size=hidden_size,
+        )
+    try:
+        config = load_user_deepspeed_config(train.deepspeed_config)
+    except ValueError as err:
+        raise TrainError(f"train.deepspeed_config: {err}") from err
+    explicit = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro * accumulation * world_size,
+    }
+    for key in _BATCH_KEYS:
+        if config.get(key, "auto") == "auto":
+            config[key] = explicit[key]
+    return config
+
+
+def training_arguments(
+    train: TrainConfig,
+    *,
+    output_dir: str,
+    precision: str,
+    deepspeed: dict[str, Any] | None,
+    save_on_each_node: bool,
+    show_progress: bool,
+    has_eval: bool,
+) -> Seq2SeqTrainingArguments:
+    """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
+
+    Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded afterwards
+    are partitioned as they load instead of materialised whole on every rank.
+    """
+    on_cpu = not torch.cuda.is_available()
+    eval_strategy = ("steps" if train.eval_steps else "epoch") if has_eval else "no"
+    return Seq2SeqTrainingArguments(
+        output_dir=output_dir,
+        num_train_epochs=train.epochs,
+        max_steps=train.max_steps or -1,
+        per_device_train_batch_size=train.per_device_batch_size,
+        per_device_eval_batch_size=train.per_device_eval_batch_size or train.per_device_batch_size,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        learning_rate=train.learning_rate,
+        weight_decay=train.weight_decay,
+        lr_scheduler_type=train.lr_scheduler,
+        # An integer is a step count, a float below 1 a share of the steps.
+        warmup_steps=train.warmup_steps or train.warmup_ratio,
+        max_grad_norm=train.max_grad_norm,
+        # Smoothing is applied in token_mean_loss, which replaces the Trainer's own smoother.
+        seed=train.seed,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        activation_checkpointing=train.gradient_checkpointing,
+        deepspeed=deepspeed,
+        use_cpu=on_cpu,
+        ddp_backend="gloo" if on_cpu else None,
+        ddp_timeout=train.collective_timeout_s,
+        # Every parameter of a seq2seq model takes part in each step; the search costs time.
+        ddp_find_unused_parameters=False,
+        eval_strategy=eval_strategy,
+        eval_steps=train.eval_steps,
+        logging_strategy="steps",
+        logging_steps=train.logging_steps,
+        save_strategy="steps",
+        save_steps=train.save_steps,
+        # Rotation is CompleteCheckpoints' job: the Trainer would count partial folders.
+        save_total_limit=None,
+        save_on_each_node=save_on_each_node,
+        log_on_each_node=False,
+        disable_tqdm=not show_progress,
+        report_to="none",
+        predict_with_generate=False,
+        label_names=["labels"],
+    )
+
+
+def token_mean_loss(label_smoothing: float) -> Callable[..., torch.Tensor]:
+    """Cross-entropy summed over label tokens, divided by the label tokens of the whole step.
+
+    The Trainer counts the step's label tokens over every micro-batch and rank
+    (`num_items_in_batch`) and multiplies each rank's loss by the process count, assuming the
+    model divided by that count. T5 and EncoderDecoderModel return a per-batch mean instead, so
+    without this the loss and gradients come out N times too large on N processes and ranks
+    are weighted equally rather than by their tokens. With it, N processes compute exactly
+    the gradient one process would on the same global batch.
+    """
+
+    def loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[1]
+        total = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(),
+            labels.flatten().to(logits.device),
+            ignore_index=LABEL_PAD,
+            reduction="sum",
+            label_smoothing=label_smoothing,
+        )
+        count = (
+            num_items_in_batch if num_items_in_batch is not None else (labels != LABEL_PAD).sum()
+        )
+        return total / count
+
+    return loss
+
+
+class FinetuneTrainer(Seq2SeqTrainer):
+    """A Seq2SeqTrainer that counts what it trains on and orders examples reproducibly."""
+
+    def __init__(self, *args: Any, sampling: Sampling = "group_by_length", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sampling = sampling
+        # Tensors on the device: reading a count back every micro-batch would stall the GPU.
+        self._samples = torch.zeros((), dtype=torch.long)
+        self._tokens = torch.zeros((), dtype=torch.long)
+
+    def training_step(
+        self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+    ) -> torch.Tensor:
+        ids, mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
+        device = ids.device
+        self._samples = self._samples.to(device) + ids.shape[0]
+        self._tokens = self._tokens.to(device) + mask.sum() + (labels != LABEL_PAD).sum()
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def trained_counts(self) -> tuple[int, int]:
+        """(samples, tokens) this process trained on in this run."""
+        return int(self._samples.item()), int(self._tokens.item())
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
+        dataset: Any = train_dataset if train_dataset is not None else self.train_dataset
+        if self.sampling == "sequential":
+            return torch.utils.data.SequentialSampler(dataset)
+        if self.sampling == "random":
+            return super()._get_train_sampler(train_dataset)
+        args = self.args
+        return EpochSeededLengthGroupedSampler(
+            lengths=[len(ids) for ids in dataset["input_ids"]],
+            batch_size=args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * args.world_size,
+            seed=args.seed,
+        )
+
+
+def build_trainer(
+    *,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    args: Seq2SeqTrainingArguments,
+    train_dataset: Dataset,
+    eval_dataset: Dataset | None,
+    callbacks: list[TrainerCallback],
+    sampling: Sampling,
+    label_smoothing: float = 0.0,
+) -> FinetuneTrainer:
+    """The Trainer, batches padded per batch (inputs with the pad id, labels with -100)."""
+    collator = DataCollatorForSeq2Seq(
+        tokenizer,
+        model=model,
+        label_pad_token_id=LABEL_PAD,
+        # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
+        pad_to_multiple_of=8 if torch.cuda.is_available() else None,
+    )
+    return FinetuneTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        compute_loss_func=token_mean_loss(label_smoothing),
+        sampling=sampling,
+    )

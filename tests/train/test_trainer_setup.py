@@ -1,0 +1,97 @@
+"""The Hugging Face pieces built from TrainConfig: DeepSpeed settings, order, loss, spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.train.errors import TrainError
+from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
+from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.trainer import deepspeed_settings, token_mean_loss
+
+
+def test_no_deepspeed_config_when_deepspeed_is_off() -> None:
+    train = TrainConfig(use_deepspeed=False)
+    assert deepspeed_settings(train, precision="fp32", world_size=2, hidden_size=32) is None
+
+
+def test_generated_config_has_explicit_batch_sizes() -> None:
+    train = TrainConfig(per_device_batch_size=4, gradient_accumulation_steps=2)
+    config = deepspeed_settings(train, precision="fp32", world_size=3, hidden_size=32)
+    assert config is not None
+    assert config["train_micro_batch_size_per_gpu"] == 4
+    assert config["train_batch_size"] == 4 * 2 * 3
+    assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+
+
+def test_a_users_json_is_taken_whole_with_auto_batch_sizes_filled(tmp_path: Path) -> None:
+    user = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "train_batch_size": "auto",
+        "zero_optimization": {"stage": 3, "overlap_comm": False},
+        "custom": 1,
+    }
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(user))
+    train = TrainConfig(per_device_batch_size=2, deepspeed_config=str(path))
+    config = deepspeed_settings(train, precision="fp32", world_size=4, hidden_size=None)
+    assert config is not None
+    assert config["custom"] == 1 and config["zero_optimization"]["overlap_comm"] is False
+    assert config["train_micro_batch_size_per_gpu"] == 2 and config["train_batch_size"] == 8
+    assert config["gradient_accumulation_steps"] == 1
+
+
+def test_an_unreadable_users_json_is_a_train_error(tmp_path: Path) -> None:
+    train = TrainConfig(deepspeed_config=str(tmp_path / "missing.json"))
+    with pytest.raises(TrainError, match=r"train\.deepspeed_config: .*missing\.json"):
+        deepspeed_settings(train, precision="fp32", world_size=1, hidden_size=None)
+
+
+def test_length_grouped_order_depends_only_on_seed_and_epoch() -> None:
+    lengths = [(i * 37) % 50 + 1 for i in range(200)]
+
+    def order(epoch: int, seed: int = 3) -> list[int]:
+        sampler = EpochSeededLengthGroupedSampler(lengths=lengths, batch_size=8, seed=seed)
+        torch.manual_seed(epoch * 1000 + 1)  # the global RNG must not matter
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert order(0) == order(0) and sorted(order(0)) == list(range(200))
+    assert order(0) != order(1) and order(0) != order(0, seed=4)
+    first = order(0)[:8]
+    # Grouped: one batch's lengths are close together compared with the whole range.
+    assert max(lengths[i] for i in first) - min(lengths[i] for i in first) < 25
+
+
+def test_token_mean_loss_divides_by_the_steps_tokens_not_the_batchs() -> None:
+    logits = torch.zeros(2, 3, 5)
+    labels = torch.tensor([[1, 2, -100], [3, -100, -100]])
+    loss = token_mean_loss(0.0)
+    per_token = torch.log(torch.tensor(5.0))
+    assert loss({"logits": logits}, labels) == pytest.approx(per_token.item())
+    # With 6 label tokens over the whole step (other micro-batches, other ranks), this batch's
+    # 3 tokens contribute half.
+    halved = loss({"logits": logits}, labels, num_items_in_batch=torch.tensor(6))
+    assert halved == pytest.approx(per_token.item() / 2)
+
+
+def test_worker_spec_round_trips_through_json(tmp_path: Path) -> None:
+    spec = WorkerSpec(
+        dataset_dir="gs://b/data",
+        output_dir="/gcs/b/model",
+        model=ModelConfig(architecture={"model_type": "t5", "d_model": 32}, tokenizer="tok"),
+        train=TrainConfig(max_steps=3, precision="fp32"),
+        checkpoint_root="gs://b/ckpt",
+        tensorboard_dir=None,
+        tensorboard_mirror="gs://b/tb",
+        work_dir=str(tmp_path),
+        node_count=2,
+        procs_per_node=8,
+    )
+    spec.write(tmp_path / "spec.json")
+    assert WorkerSpec.read(tmp_path / "spec.json") == spec
