@@ -1,6 +1,15 @@
-"""Scoring for the evaluate step: ROUGE as rouge-score defines it, sentences, baselines."""
+"""Scoring for the evaluate step: ROUGE as rouge-score defines it, sentences, baselines.
+
+Also the step itself (`evaluate_model`), generation and the HTML report; the names that need
+torch load on first use, so importing the ROUGE functions stays light.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.evaluation.baselines import lead_k
+from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import (
     ROUGE_TYPES,
     RougeResult,
@@ -10,13 +19,46 @@ from llm_pipeline.evaluation.rouge import (
 )
 from llm_pipeline.evaluation.sentences import iter_sentences, split_sentences
 
+if TYPE_CHECKING:
+    from llm_pipeline.evaluation.evaluate import EvaluationResult, evaluate_model
+    from llm_pipeline.evaluation.generate import (
+        Generated,
+        generate_sharded,
+        generate_summaries,
+        load_seq2seq,
+    )
+
+# Names whose modules import torch: loaded on first access (PEP 562).
+_LAZY = {
+    "EvaluationResult": "llm_pipeline.evaluation.evaluate",
+    "evaluate_model": "llm_pipeline.evaluation.evaluate",
+    "Generated": "llm_pipeline.evaluation.generate",
+    "generate_sharded": "llm_pipeline.evaluation.generate",
+    "generate_summaries": "llm_pipeline.evaluation.generate",
+    "load_seq2seq": "llm_pipeline.evaluation.generate",
+}
+
 __all__ = [
     "ROUGE_TYPES",
+    "EvaluationError",
+    "EvaluationResult",
+    "Generated",
     "RougeResult",
     "bootstrap_interval",
     "compute_rouge",
+    "evaluate_model",
+    "generate_sharded",
+    "generate_summaries",
     "iter_sentences",
     "lead_k",
+    "load_seq2seq",
+    "render_report",
     "rougelsum_text",
     "split_sentences",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

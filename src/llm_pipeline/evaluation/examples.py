@@ -1,0 +1,98 @@
+"""The evaluation split of the preprocess step's output, checked for what scoring needs.
+
+Every problem found here is the user's to fix (a missing split or column, no rows, no
+references), so each raises EvaluationError naming the dataset, the split and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.storage import to_uri
+
+__all__ = ["EvaluationExamples", "load_examples"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluationExamples:
+    """The rows to summarize: raw documents and references, and the model's input ids."""
+
+    split: str
+    documents: list[str]
+    references: list[str]
+    input_ids: list[list[int]]
+
+
+def load_examples(
+    dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
+) -> EvaluationExamples:
+    """The evaluation rows of the preprocess step's output, checked for what scoring needs."""
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(to_uri(str(dataset_dir)))
+    except FileNotFoundError as exc:
+        raise EvaluationError(
+            f"{dataset_dir}: not a dataset saved by the preprocess step ({exc})"
+        ) from None
+    except IndexError:
+        # `datasets` saves a split without rows as zero data files, then cannot load it.
+        empty = _saved_without_rows(Path(to_uri(str(dataset_dir))))
+        if not empty:
+            raise
+        raise EvaluationError(
+            f"split {empty[0]!r} of {dataset_dir} is empty: nothing to evaluate"
+        ) from None
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise EvaluationError(
+            f"{dataset_dir}: holds a single Dataset; evaluate expects the preprocess step's "
+            "DatasetDict (splits train, validation and optionally test)"
+        )
+    name = split or ("test" if "test" in loaded else "validation")
+    if name not in loaded:
+        raise EvaluationError(
+            f"{dataset_dir}: no split {name!r} to evaluate (it has {list(loaded)})"
+        )
+    table = loaded[name]
+    needed = {"input_ids": "run the preprocess step first", "document": "", "summary": ""}
+    for column, hint in needed.items():
+        if column not in table.column_names:
+            what = "references missing: " if column == "summary" else ""
+            raise EvaluationError(
+                f"{what}split {name!r} of {dataset_dir} has no {column!r} column (it has "
+                f"{table.column_names}){'; ' + hint if hint else ''}"
+            )
+    if max_samples is not None and max_samples < len(table):
+        table = table.select(range(max_samples))
+    if len(table) == 0:
+        raise EvaluationError(f"split {name!r} of {dataset_dir} is empty: nothing to evaluate")
+    references = [str(text or "").strip() for text in table["summary"]]
+    blank = sum(not text for text in references)
+    if blank == len(references):
+        raise EvaluationError(
+            f"references missing: every 'summary' in split {name!r} of {dataset_dir} is empty"
+        )
+    if blank:
+        logger.warning("%d of %d references are empty; they score 0", blank, len(references))
+    return EvaluationExamples(
+        split=name,
+        documents=[str(text or "") for text in table["document"]],
+        references=references,
+        input_ids=[list(ids) for ids in table["input_ids"]],
+    )
+
+
+def _saved_without_rows(folder: Path) -> list[str]:
+    """Splits of a saved DatasetDict whose state lists no data files."""
+    empty = []
+    for state in sorted(folder.glob("*/state.json")):
+        if not json.loads(state.read_text()).get("_data_files"):
+            empty.append(state.parent.name)
+    return empty

@@ -1,0 +1,215 @@
+"""The evaluate step's HTML report: one self-contained page a person can open anywhere.
+
+KFP and Vertex show an `HTML` artifact in a sandboxed frame, often offline, so the page has
+no external assets and no scripts: inline CSS, inline SVG, and `<details>` for long text.
+Every piece of dataset or model text is escaped, since documents and generated summaries
+can contain anything, markup included.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
+
+__all__ = ["render_report"]
+
+#: Examples shown at each end of the ranking.
+EXAMPLES_EACH = 20
+#: Characters of a document shown before the expander.
+DOCUMENT_PREVIEW = 300
+#: The score examples are ranked by; rougeLsum is what summarization papers lead with.
+RANK_BY = "rougeLsum"
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;
+max-width:1100px;padding:0 16px;color:#1f2328;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;
+border-bottom:1px solid #d0d7de;padding-bottom:4px}
+.facts{color:#57606a;margin:0 0 8px}.facts span{margin-right:18px}
+table{border-collapse:collapse}th,td{padding:5px 12px;border-bottom:1px solid #d0d7de;
+text-align:right}th:first-child,td:first-child{text-align:left}thead th{background:#f6f8fa}
+.ci{color:#57606a;font-size:12px}.up{color:#1a7f37}.down{color:#cf222e}
+.ex{border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:10px 0}
+.ex h3{font-size:13px;margin:0 0 6px;color:#57606a;font-weight:600}
+.ex dl{display:grid;grid-template-columns:90px 1fr;gap:4px 10px;margin:0}
+.ex dt{font-weight:600}.ex dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
+details summary{cursor:pointer}svg text{font:11px system-ui,sans-serif;fill:#1f2328}
+"""
+
+
+def render_report(
+    *,
+    model: RougeResult,
+    documents: Sequence[str],
+    references: Sequence[str],
+    predictions: Sequence[str],
+    baseline: RougeResult | None = None,
+    baseline_name: str = "lead-3",
+    facts: Mapping[str, str] | None = None,
+    title: str = "Summarization evaluation",
+) -> str:
+    """The report page: scores beside the baseline, summary lengths, best and worst examples.
+
+    `facts` are short "name: value" items shown under the title (model, split, samples...).
+    """
+    n = model.n_examples
+    if not len(documents) == len(references) == len(predictions) == n:
+        raise ValueError(
+            f"report inputs differ in length: {n} scores, {len(documents)} documents, "
+            f"{len(references)} references, {len(predictions)} predictions"
+        )
+    best, worst = _best_and_worst(model.per_example[RANK_BY])
+    sections = [
+        f"<h1>{_e(title)}</h1>",
+        _facts(facts or {}),
+        "<h2>Scores</h2>",
+        _scores_table(model, baseline, baseline_name),
+        "<h2>Summary lengths (words)</h2>",
+        _length_histogram(predictions, references),
+        f"<h2>Best {len(best)} examples by {RANK_BY}</h2>",
+        *(_example(i, model, documents, references, predictions) for i in best),
+    ]
+    if worst:  # fewer examples than two full lists: every one is already shown above
+        sections.append(f"<h2>Worst {len(worst)} examples by {RANK_BY}</h2>")
+        sections += [_example(i, model, documents, references, predictions) for i in worst]
+    body = "\n".join(sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _facts(facts: Mapping[str, str]) -> str:
+    items = "".join(f"<span><b>{_e(k)}:</b> {_e(v)}</span>" for k, v in facts.items())
+    return f'<p class="facts">{items}</p>'
+
+
+def _best_and_worst(scores: np.ndarray) -> tuple[list[int], list[int]]:
+    """Indices of the highest scores (best first) and the lowest (worst first), disjoint."""
+    # Stable sorts: ties are shown in dataset order, so the page is the same on every run.
+    descending = [int(i) for i in np.argsort(-scores, kind="stable")]
+    best = descending[:EXAMPLES_EACH]
+    ascending = [int(i) for i in np.argsort(scores, kind="stable")]
+    taken = set(best)
+    worst = [i for i in ascending if i not in taken][:EXAMPLES_EACH]
+    return best, worst
+
+
+def _score_cell(result: RougeResult, name: str) -> str:
+    score = f"{result.scores[name]:.2f}"
+    if result.n_resamples <= 1:  # no bootstrap was run: there is no interval to show
+        return f"<td>{score}</td>"
+    low, high = result.intervals[name]
+    return f'<td>{score} <span class="ci">[{low:.2f}, {high:.2f}]</span></td>'
+
+
+def _scores_table(model: RougeResult, baseline: RougeResult | None, baseline_name: str) -> str:
+    level = round(100 * model.confidence)
+    head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
+    if baseline is not None:
+        head += f"<th>{_e(baseline_name)}</th><th>model − {_e(baseline_name)}</th>"
+    rows = []
+    for name in ROUGE_TYPES:
+        cells = f"<td>{_e(name)}</td>{_score_cell(model, name)}"
+        if baseline is not None:
+            delta = model.scores[name] - baseline.scores[name]
+            tone = "up" if delta > 0 else "down" if delta < 0 else ""
+            cells += f'{_score_cell(baseline, name)}<td class="{tone}">{delta:+.2f}</td>'
+        rows.append(f"<tr>{cells}</tr>")
+    note = (
+        f'<p class="ci">ROUGE F1 ×100 (rouge-score definitions); intervals: percentile '
+        f"bootstrap of the mean, {model.n_resamples} resamples.</p>"
+    )
+    return (
+        f'<table id="scores"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{note}"
+    )
+
+
+def _length_histogram(predictions: Sequence[str], references: Sequence[str]) -> str:
+    """Side-by-side bars of generated and reference lengths in words, as inline SVG."""
+    generated = np.array([len(t.split()) for t in predictions])
+    wanted = np.array([len(t.split()) for t in references])
+    top = max(int(generated.max(initial=0)), int(wanted.max(initial=0)), 1)
+    step = math.ceil((top + 1) / 20)  # at most 20 bins, each a whole number of words
+    bins = math.ceil((top + 1) / step)
+    edges = np.arange(0, step * bins + 1, step)
+    series = [
+        ("generated", "#0969da", np.histogram(generated, edges)[0]),
+        ("reference", "#fb8f44", np.histogram(wanted, edges)[0]),
+    ]
+    peak = max(int(counts.max()) for _, _, counts in series) or 1
+    width, height, left, bottom, top_pad = 760, 260, 44, 36, 24
+    plot_w, plot_h = width - left - 12, height - bottom - top_pad
+    slot = plot_w / bins
+    bar = slot * 0.4
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="histogram of generated and reference summary lengths">',
+        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
+        f'y2="{top_pad + plot_h}" stroke="#57606a"/>',
+        f'<text x="{left - 6}" y="{top_pad + 4}" text-anchor="end">{peak}</text>',
+        f'<text x="{left - 6}" y="{top_pad + plot_h}" text-anchor="end">0</text>',
+    ]
+    for s, (name, colour, counts) in enumerate(series):
+        for b, count in enumerate(counts):
+            h = plot_h * int(count) / peak
+            x = left + b * slot + slot * 0.1 + s * bar
+            label = f"{name}: {count} with {edges[b]}–{edges[b + 1] - 1} words"
+            parts.append(
+                f'<rect x="{x:.1f}" y="{top_pad + plot_h - h:.1f}" width="{bar:.1f}" '
+                f'height="{h:.1f}" fill="{colour}"><title>{_e(label)}</title></rect>'
+            )
+        parts.append(
+            f'<rect x="{left + plot_w - 170 + s * 90}" y="4" width="10" height="10" '
+            f'fill="{colour}"/><text x="{left + plot_w - 156 + s * 90}" y="13">{name}</text>'
+        )
+    for b in range(0, bins + 1, max(1, bins // 10)):
+        parts.append(
+            f'<text x="{left + b * slot:.1f}" y="{top_pad + plot_h + 14}" '
+            f'text-anchor="middle">{edges[b]}</text>'
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+        "words per summary</text></svg>"
+    )
+    return "".join(parts)
+
+
+def _example(
+    i: int,
+    model: RougeResult,
+    documents: Sequence[str],
+    references: Sequence[str],
+    predictions: Sequence[str],
+) -> str:
+    scores = " · ".join(f"{name} {model.per_example[name][i]:.1f}" for name in ROUGE_TYPES)
+    return (
+        f'<div class="ex"><h3>#{i} — {scores}</h3><dl>'
+        f"<dt>document</dt><dd>{_document(documents[i])}</dd>"
+        f"<dt>reference</dt><dd>{_e(references[i])}</dd>"
+        f"<dt>prediction</dt><dd>{_e(predictions[i])}</dd></dl></div>"
+    )
+
+
+def _document(text: str) -> str:
+    if len(text) <= DOCUMENT_PREVIEW:
+        return _e(text)
+    # Cut at a space so the preview does not end inside a word.
+    cut = text.rfind(" ", 0, DOCUMENT_PREVIEW)
+    cut = cut if cut > DOCUMENT_PREVIEW // 2 else DOCUMENT_PREVIEW
+    return (
+        f"<details><summary>{_e(text[:cut])} … ({len(text):,} characters; show all)</summary>"
+        f"{_e(text)}</details>"
+    )

@@ -1,0 +1,241 @@
+"""The evaluate step end to end: outputs users read, and the mistakes it must explain."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+
+from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.evaluation import ROUGE_TYPES, compute_rouge, lead_k
+from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.evaluation.evaluate import (
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    REPORT_FILE,
+    EvaluationResult,
+    evaluate_model,
+    main,
+)
+from llm_pipeline.evaluation.generate import generate_summaries, load_seq2seq
+
+from . import generate_fixtures as fixtures
+
+# Shared fixtures (pytest finds them by name in this module's namespace).
+tiny_t5_dir = fixtures.tiny_t5_dir
+eval_dataset_dir = fixtures.eval_dataset_dir
+
+FAST = {"bootstrap_samples": 200, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def evaluated(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> EvaluationResult:
+    return evaluate_model(
+        model_dir=tiny_t5_dir,
+        dataset_dir=eval_dataset_dir,
+        config=EvaluateConfig(**FAST),
+        output_dir=tmp_path_factory.mktemp("evaluate") / "out",
+    )
+
+
+def _save(tmp_path: Path, **splits: datasets.Dataset) -> Path:
+    folder = tmp_path / "dataset"
+    datasets.DatasetDict(splits).save_to_disk(str(folder))
+    return folder
+
+
+def _validation(eval_dataset_dir: Path) -> datasets.Dataset:
+    return datasets.load_from_disk(str(eval_dataset_dir))["validation"]
+
+
+def test_metrics_hold_every_score_its_interval_and_the_lead3_baseline(
+    evaluated: EvaluationResult,
+) -> None:
+    metrics = evaluated.metrics
+    for prefix in ("", "lead3_"):
+        for name in ROUGE_TYPES:
+            low, score, high = (metrics[f"{prefix}{name}{s}"] for s in ("_low", "", "_high"))
+            assert 0 <= low <= score <= high <= 100, (prefix, name)
+    assert metrics["samples"] == fixtures.EVAL_ROWS
+    assert 1 <= metrics["gen_len"] <= fixtures.MAX_TARGET_TOKENS
+    assert metrics["seconds"] >= metrics["generation_seconds"] > 0
+    written = json.loads((evaluated.output_dir / METRICS_FILE).read_text())
+    assert written == pytest.approx(metrics)
+
+
+def test_scores_match_rouge_of_the_model_and_of_lead3(
+    evaluated: EvaluationResult, tiny_t5_dir: Path, eval_dataset_dir: Path
+) -> None:
+    split = _validation(eval_dataset_dir)
+    model, tokenizer = load_seq2seq(tiny_t5_dir)
+    texts = generate_summaries(
+        model, tokenizer, split["input_ids"], config=EvaluateConfig(**FAST)
+    ).texts
+    expected = compute_rouge(texts, split["summary"], n_resamples=200, seed=1)
+    leads = compute_rouge([lead_k(d, 3) for d in split["document"]], split["summary"], seed=1)
+    metrics = evaluated.metrics
+    for name in ROUGE_TYPES:
+        assert metrics[name] == pytest.approx(expected.scores[name])
+        assert metrics[f"lead3_{name}"] == pytest.approx(leads.scores[name])
+
+
+def test_predictions_file_lists_each_example_in_dataset_order(
+    evaluated: EvaluationResult, eval_dataset_dir: Path
+) -> None:
+    split = _validation(eval_dataset_dir)
+    path = evaluated.predictions_path
+    assert path.name == PREDICTIONS_FILE
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [row["document"] for row in rows] == split["document"]
+    assert [row["reference"] for row in rows] == split["summary"]
+    assert all(isinstance(row["prediction"], str) and row["prediction"] for row in rows)
+    metrics = evaluated.metrics
+    for name in ROUGE_TYPES:
+        assert np.mean([row[name] for row in rows]) == pytest.approx(metrics[name])
+    assert np.mean([row["gen_len"] for row in rows]) == pytest.approx(metrics["gen_len"])
+
+
+def test_report_is_written_beside_the_predictions(evaluated: EvaluationResult) -> None:
+    page = evaluated.report_path.read_text(encoding="utf-8")
+    assert evaluated.report_path.name == REPORT_FILE
+    assert '<table id="scores">' in page
+    assert "lead-3" in page
+
+
+def test_test_split_is_preferred_and_max_samples_caps_it(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    validation = _validation(eval_dataset_dir)
+    folder = _save(tmp_path, validation=validation, test=validation.select(range(10, 30)))
+    config = EvaluateConfig(max_samples=6, bootstrap_samples=0, lead_k=0)
+    result = evaluate_model(
+        model_dir=tiny_t5_dir, dataset_dir=folder, config=config, output_dir=tmp_path / "out"
+    )
+    assert result.split == "test"
+    rows = [json.loads(line) for line in result.predictions_path.read_text().splitlines()]
+    assert [row["document"] for row in rows] == validation["document"][10:16]
+    # bootstrap_samples 0 and lead_k 0 skip the intervals and the baseline.
+    assert set(result.metrics) == {
+        *ROUGE_TYPES,
+        *("gen_len", "samples", "seconds", "generation_seconds"),
+    }
+    assert result.baseline is None
+
+
+def _assert_refused(
+    match: str, *, model_dir: Path, dataset_dir: Path, output_dir: Path, split: str | None = None
+) -> None:
+    with pytest.raises(EvaluationError, match=match):
+        evaluate_model(
+            model_dir=model_dir,
+            dataset_dir=dataset_dir,
+            config=EvaluateConfig(),
+            output_dir=output_dir,
+            split=split,
+        )
+    assert not output_dir.exists(), "a failed evaluation must not leave an output folder"
+
+
+def test_refuses_an_encoder_only_model(eval_dataset_dir: Path, tmp_path: Path) -> None:
+    bert = fixtures.minilm_tokenizer_dir()  # the MiniLM package folder: a BERT encoder
+    _assert_refused(
+        "BertModel model .*not a seq2seq checkpoint",
+        model_dir=bert,
+        dataset_dir=eval_dataset_dir,
+        output_dir=tmp_path / "out",
+    )
+
+
+def test_refuses_a_folder_without_config(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_t5_dir, folder)
+    (folder / "config.json").unlink()
+    _assert_refused(
+        "no config.json", model_dir=folder, dataset_dir=eval_dataset_dir, output_dir=tmp_path / "o"
+    )
+
+
+def test_refuses_zero_shards_and_says_how_to_consolidate(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(tiny_t5_dir / name, folder / name)
+    (folder / "global_step100").mkdir()
+    (folder / "latest").write_text("global_step100")
+    _assert_refused(
+        "ZeRO shards.*zero_to_fp32",
+        model_dir=folder,
+        dataset_dir=eval_dataset_dir,
+        output_dir=tmp_path / "out",
+    )
+
+
+@pytest.mark.parametrize("shards", [None, 1], ids=["default-save", "one-empty-shard"])
+def test_refuses_an_empty_split(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path, shards: int | None
+) -> None:
+    empty = _validation(eval_dataset_dir).select([])
+    folder = tmp_path / "dataset"
+    num_shards = None if shards is None else {"validation": shards}
+    datasets.DatasetDict({"validation": empty}).save_to_disk(str(folder), num_shards=num_shards)
+    _assert_refused(
+        "split 'validation' .* is empty",
+        model_dir=tiny_t5_dir,
+        dataset_dir=folder,
+        output_dir=tmp_path / "out",
+    )
+
+
+def test_refuses_a_split_without_references(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    validation = _validation(eval_dataset_dir).select(range(4))
+    folder = _save(tmp_path, validation=validation.remove_columns("summary"))
+    _assert_refused(
+        "references missing: .*no 'summary' column",
+        model_dir=tiny_t5_dir,
+        dataset_dir=folder,
+        output_dir=tmp_path / "out",
+    )
+    blank = validation.map(lambda row: {"summary": "  "})
+    folder = _save(tmp_path / "blank", validation=blank)
+    _assert_refused(
+        "references missing: every 'summary' .* is empty",
+        model_dir=tiny_t5_dir,
+        dataset_dir=folder,
+        output_dir=tmp_path / "out",
+    )
+
+
+def test_refuses_a_missing_split_naming_those_there(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    _assert_refused(
+        r"no split 'dev' .*\['train', 'validation'\]",
+        model_dir=tiny_t5_dir,
+        dataset_dir=eval_dataset_dir,
+        output_dir=tmp_path / "out",
+        split="dev",
+    )
+
+
+def test_command_line_reports_a_user_error_without_a_traceback(
+    eval_dataset_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--model", str(tmp_path / "nowhere"), "--dataset", str(eval_dataset_dir)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "ERROR: evaluate failed: model folder" in err and "no such folder" in err
+    assert "Traceback" not in err
