@@ -10,7 +10,7 @@ from datasets import load_from_disk
 
 from llm_pipeline.config import load_config
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.runner import run_local
+from llm_pipeline.runner import LocalRun, run_local
 
 REPO = Path(__file__).resolve().parents[2]
 DIALOGSUM = REPO.parent / "shared" / "data" / "dialogsum"
@@ -23,17 +23,34 @@ SMALL = [
     'data.max_samples={"train": 64, "validation": 16}',
     "data.max_source_length=128",
     "data.max_target_length=32",
+    "evaluate.max_samples=16",
+    "evaluate.max_new_tokens=16",
 ]
 
 
-@pytest.mark.slow
-def test_download_then_preprocess_writes_artifacts(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> LocalRun:
+    """configs/local.json end to end (MiniLM encoder-decoder, ZeRO-3 on 2 CPU processes)."""
     config = load_config(REPO / "configs" / "local.json", SMALL).config
-    run = run_local(build_pipeline(config), pipeline_root=tmp_path, quiet=True)
+    root = tmp_path_factory.mktemp("runs")
+    return run_local(build_pipeline(config), pipeline_root=root, quiet=True)
 
-    assert run.succeeded, run.steps
-    steps = {step.name: step for step in run.steps}
-    assert [step.name for step in run.steps][:2] == ["download", "preprocess"]
+
+@pytest.mark.slow
+def test_every_step_succeeds_in_order(local_run: LocalRun) -> None:
+    assert local_run.succeeded, local_run.steps
+    assert [step.name for step in local_run.steps] == [
+        "download",
+        "preprocess",
+        "finetune",
+        "evaluate",
+    ]
+    assert local_run.run_dir is not None and local_run.run_dir.is_dir()
+
+
+@pytest.mark.slow
+def test_download_then_preprocess_writes_artifacts(local_run: LocalRun) -> None:
+    steps = {step.name: step for step in local_run.steps}
 
     raw = load_from_disk(steps["download"].outputs["dataset"])
     assert {split: raw[split].num_rows for split in raw} == {"train": 64, "validation": 16}
@@ -48,6 +65,39 @@ def test_download_then_preprocess_writes_artifacts(tmp_path: Path) -> None:
     resolved = json.loads((tokenized_dir / "llm_pipeline_config.json").read_text())
     assert resolved["data"]["max_source_length"] == 128
     assert any(name.startswith("train_") for name in steps["preprocess"].metrics)
+
+
+@pytest.mark.slow
+def test_finetune_writes_a_model_that_reloads(local_run: LocalRun) -> None:
+    from transformers import AutoTokenizer, EncoderDecoderModel
+
+    steps = {step.name: step for step in local_run.steps}
+    model_dir = Path(steps["finetune"].outputs["trained_model"])
+    assert {"config.json", "model.safetensors", "generation_config.json"} <= {
+        path.name for path in model_dir.iterdir()
+    }
+    model = EncoderDecoderModel.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    inputs = tokenizer(["#Person1#: Hello, how are you?"], return_tensors="pt")
+    generated = model.generate(**inputs, max_new_tokens=5)
+    assert generated.shape[0] == 1
+    metrics = steps["finetune"].metrics
+    assert metrics["global_step"] == 4  # 64 rows / (8 per process x 2 processes)
+    assert metrics["train_loss"] > 0 and metrics["eval_loss"] > 0
+
+
+@pytest.mark.slow
+def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
+    steps = {step.name: step for step in local_run.steps}
+    metrics = steps["evaluate"].metrics
+    for name in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        assert 0 <= metrics[f"{name}_low"] <= metrics[name] <= metrics[f"{name}_high"] <= 100
+    assert metrics["samples"] == 16
+    assert metrics["lead3_rouge1"] > 10  # the baseline, scored through the same path
+    report = Path(steps["evaluate"].outputs["report"]).read_text()
+    assert "<table" in report and "rougeLsum" in report
+    predictions = Path(steps["evaluate"].outputs["predictions"]) / "predictions.jsonl"
+    assert len(predictions.read_text().splitlines()) == 16
 
 
 @pytest.mark.slow

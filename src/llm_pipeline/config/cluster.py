@@ -40,6 +40,12 @@ class ClusterConfig(Section):
     timeout: str = Field(
         default="604800s", pattern=r"^\d+s$", description="Job time limit, e.g. `86400s`."
     )
+    base_output_directory: str | None = Field(
+        default=None,
+        description="`gs://` folder of the Vertex training job; Vertex sets "
+        "AIP_CHECKPOINT_DIR, AIP_MODEL_DIR and AIP_TENSORBOARD_LOG_DIR under it. Default: "
+        "`<vertex.pipeline_root>/<name>/finetune` when the pipeline root is known.",
+    )
     name_prefix: str = Field(
         default="llm-finetune", description="Prefix of the training job's display name."
     )

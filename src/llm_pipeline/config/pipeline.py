@@ -72,3 +72,16 @@ class PipelineConfig(Section):
                 f"({sorted(roles)}): {'; '.join(parts)}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _tensorboard_needs_an_output_folder(self) -> "PipelineConfig":
+        if (
+            self.vertex.tensorboard
+            and not self.cluster.base_output_directory
+            and not self.vertex.pipeline_root
+        ):
+            raise ValueError(
+                "vertex.tensorboard needs a folder for the training job's logs: set "
+                "vertex.pipeline_root or cluster.base_output_directory"
+            )
+        return self

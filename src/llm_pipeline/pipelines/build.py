@@ -1,18 +1,34 @@
 """The pipeline graph, built from a validated config.
 
 The config is baked into the graph as constant inputs, so a compiled spec is a complete,
-reviewable record of what will run; the same graph runs locally and on Vertex AI.
+reviewable record of what will run; the same components run locally and on Vertex AI.
 """
 
 from collections.abc import Callable
 from typing import Any, Literal
 
 from kfp import dsl
+from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline import components
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.pipelines.vertex import custom_training_job
 
 Target = Literal["local", "vertex"]
+
+
+def _finetune_op(config: PipelineConfig, *, target: Target, image: str) -> Any:
+    """Locally, the component itself; on Vertex, the component as a GPU custom job."""
+    step: PythonComponent = components.with_image(components.finetune, image)
+    if target == "local":
+        return step
+    return custom_training_job(step, config)
+
+
+def _evaluate_on_a_gpu(task: Any, config: PipelineConfig) -> None:
+    """Generation is the slow part of evaluation: give it one of the training GPU type."""
+    if config.cluster.accelerator_type:
+        task.set_accelerator_type(config.cluster.accelerator_type).set_accelerator_limit(1)
 
 
 def build_pipeline(config: PipelineConfig, *, target: Target = "local") -> Callable[..., Any]:
@@ -20,8 +36,13 @@ def build_pipeline(config: PipelineConfig, *, target: Target = "local") -> Calla
     image = config.vertex.image_uri()
     download = components.with_image(components.download, image)
     preprocess = components.with_image(components.preprocess, image)
+    finetune = _finetune_op(config, target=target, image=image)
+    evaluate = components.with_image(components.evaluate, image)
     # Sections travel as JSON text: KFP's dict parameters cannot carry null or integers.
-    sections = {name: getattr(config, name).model_dump_json() for name in ("data", "model")}
+    sections = {
+        name: getattr(config, name).model_dump_json()
+        for name in ("data", "model", "train", "cluster", "evaluate")
+    }
     caching = config.vertex.enable_caching if target == "vertex" else False
 
     @dsl.pipeline(name=config.name, description=config.description or None)
@@ -35,5 +56,21 @@ def build_pipeline(config: PipelineConfig, *, target: Target = "local") -> Calla
             dataset=fetched.outputs["dataset"],
         )
         tokenized.set_display_name("preprocess").set_caching_options(caching)
+        trained = finetune(
+            task=config.task,
+            model=sections["model"],
+            train=sections["train"],
+            cluster=sections["cluster"],
+            dataset=tokenized.outputs["tokenized"],
+        )
+        trained.set_display_name("finetune").set_caching_options(caching)
+        scored = evaluate(
+            evaluate=sections["evaluate"],
+            model=trained.outputs["trained_model"],
+            dataset=tokenized.outputs["tokenized"],
+        )
+        scored.set_display_name("evaluate").set_caching_options(caching)
+        if target == "vertex":
+            _evaluate_on_a_gpu(scored, config)
 
     return pipeline

@@ -1,0 +1,50 @@
+"""KFP component: generate summaries with the fine-tuned model and score them with ROUGE."""
+
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+
+from llm_pipeline.components.image import component
+
+
+@component
+def evaluate(
+    evaluate: str,
+    model: Input[Model],
+    dataset: Input[Dataset],
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    predictions: Output[Dataset],
+):
+    """Score the model on the test split (validation when there is none) with ROUGE.
+
+    Summaries are generated in batches sorted by length (greedy or beam search as
+    configured, falling back to the model's generation config), then scored with
+    rouge-score's definitions (stemming on by default, rougeLsum one sentence per line)
+    beside a lead-k baseline scored the same way. With several GPUs the split is sharded
+    across them and gathered in order.
+
+    Args:
+        evaluate: The config's `evaluate` section as JSON (`EvaluateConfig`): `max_samples`,
+            `batch_size`, `max_new_tokens`, `min_new_tokens`, `num_beams`, `length_penalty`,
+            `no_repeat_ngram_size`, `use_stemmer`, `bootstrap_samples` (95% intervals),
+            `lead_k`, `seed`.
+        model: Output of `finetune` (a Hugging Face seq2seq folder).
+        dataset: Output of `preprocess` (token ids and the raw text).
+
+    Outputs:
+        metrics: rouge1, rouge2, rougeL, rougeLsum (F1 ×100) with `_low`/`_high` interval
+            bounds, gen_len, samples, seconds, and the baseline's scores as `lead<k>_*`.
+        report: A self-contained HTML page: scores with intervals beside the baseline, a
+            length histogram, the 20 best and 20 worst examples.
+        predictions: A folder with predictions.jsonl (document, reference, prediction and
+            per-example scores), metrics.json and report.html.
+    """
+    from llm_pipeline.steps.evaluate import run_evaluate
+
+    run_evaluate(
+        evaluate=evaluate,
+        model=model,
+        dataset=dataset,
+        metrics=metrics,
+        report=report,
+        predictions=predictions,
+    )
