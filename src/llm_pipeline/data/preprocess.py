@@ -36,8 +36,9 @@ from llm_pipeline.data.preprocess_report import (
     SplitStats,
     log_report,
 )
+from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.storage import atomic_output_dir, to_uri
+from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -117,17 +118,7 @@ def preprocess_dataset(
 
 def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:
     """The download step's DatasetDict, checked for the task's columns."""
-    try:
-        loaded = datasets.load_from_disk(to_uri(dataset_dir))
-    except FileNotFoundError as exc:
-        raise DataError(
-            f"{dataset_dir}: not a dataset saved by the download step ({exc})"
-        ) from None
-    if not isinstance(loaded, datasets.DatasetDict):
-        raise DataError(
-            f"{dataset_dir}: holds a single Dataset; preprocess expects the download step's "
-            "DatasetDict with train and validation splits"
-        )
+    loaded = load_saved_dataset(dataset_dir, made_by="download", error=DataError)
     for split, table in loaded.items():
         missing = [role for role in task.roles if role not in table.column_names]
         if missing:

@@ -6,14 +6,11 @@ references), so each raises EvaluationError naming the dataset, the split and th
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from llm_pipeline.evaluation.errors import EvaluationError
-from llm_pipeline.storage import to_uri
 
 __all__ = ["EvaluationExamples", "load_examples"]
 
@@ -34,27 +31,9 @@ def load_examples(
     dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
 ) -> EvaluationExamples:
     """The evaluation rows of the preprocess step's output, checked for what scoring needs."""
-    import datasets
+    from llm_pipeline.data.saved import load_saved_dataset
 
-    try:
-        loaded = datasets.load_from_disk(to_uri(str(dataset_dir)))
-    except FileNotFoundError as exc:
-        raise EvaluationError(
-            f"{dataset_dir}: not a dataset saved by the preprocess step ({exc})"
-        ) from None
-    except IndexError:
-        # `datasets` saves a split without rows as zero data files, then cannot load it.
-        empty = _saved_without_rows(Path(to_uri(str(dataset_dir))))
-        if not empty:
-            raise
-        raise EvaluationError(
-            f"split {empty[0]!r} of {dataset_dir} is empty: nothing to evaluate"
-        ) from None
-    if not isinstance(loaded, datasets.DatasetDict):
-        raise EvaluationError(
-            f"{dataset_dir}: holds a single Dataset; evaluate expects the preprocess step's "
-            "DatasetDict (splits train, validation and optionally test)"
-        )
+    loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
     name = split or ("test" if "test" in loaded else "validation")
     if name not in loaded:
         raise EvaluationError(
@@ -87,12 +66,3 @@ def load_examples(
         references=references,
         input_ids=[list(ids) for ids in table["input_ids"]],
     )
-
-
-def _saved_without_rows(folder: Path) -> list[str]:
-    """Splits of a saved DatasetDict whose state lists no data files."""
-    empty = []
-    for state in sorted(folder.glob("*/state.json")):
-        if not json.loads(state.read_text()).get("_data_files"):
-            empty.append(state.parent.name)
-    return empty

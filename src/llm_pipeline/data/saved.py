@@ -1,0 +1,45 @@
+"""Reading a DatasetDict that an earlier step saved: the one way every step does it."""
+
+import json
+import os
+from pathlib import Path
+
+import datasets
+
+from llm_pipeline.errors import UserError
+from llm_pipeline.storage import to_uri
+
+
+def load_saved_dataset(
+    dataset_dir: str | os.PathLike[str], *, made_by: str, error: type[UserError]
+) -> datasets.DatasetDict:
+    """The DatasetDict in `dataset_dir`, or `error` saying why it cannot be used.
+
+    `made_by` names the step that should have written it, for the message.
+    """
+    folder = to_uri(str(dataset_dir))
+    try:
+        loaded = datasets.load_from_disk(folder)
+    except FileNotFoundError as exc:
+        raise error(f"{dataset_dir}: not a dataset saved by the {made_by} step ({exc})") from None
+    except IndexError:
+        # `datasets` saves a split without rows as zero data files, then cannot load it.
+        empty = _saved_without_rows(Path(folder))
+        if not empty:
+            raise
+        raise error(f"split {empty[0]!r} of {dataset_dir} is empty") from None
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise error(
+            f"{dataset_dir}: holds a single Dataset; expected the {made_by} step's "
+            "DatasetDict (splits train, validation and optionally test)"
+        )
+    return loaded
+
+
+def _saved_without_rows(folder: Path) -> list[str]:
+    """Splits of a saved DatasetDict whose state lists no data files."""
+    return [
+        state.parent.name
+        for state in sorted(folder.glob("*/state.json"))
+        if not json.loads(state.read_text()).get("_data_files")
+    ]
