@@ -25,6 +25,7 @@ SMALL = [
     "data.max_target_length=32",
     "evaluate.max_samples=16",
     "evaluate.max_new_tokens=16",
+    "train.epochs=1",
 ]
 
 

@@ -91,7 +91,7 @@ def test_local_graph_runs_the_component_itself() -> None:
     spec = build_pipeline(config, target="local").pipeline_spec
     executor = spec.deployment_spec["executors"]["exec-finetune"]["container"]
     assert "CustomJob" not in str(executor)
-    assert set(spec.root.dag.tasks) == {"download", "preprocess", "finetune"}
+    assert set(spec.root.dag.tasks) == {"download", "preprocess", "finetune", "evaluate"}
 
 
 def test_tensorboard_without_an_output_folder_is_refused() -> None:
