@@ -14,6 +14,8 @@ The nodes agree through a folder they all see as a local path (Vertex's /gcs/ mo
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shutil
 import subprocess
 import time
@@ -145,12 +147,13 @@ def _worker_node(info: ClusterInfo, folder: Path) -> None:
 
 
 def _start_sshd(folder: Path, info: ClusterInfo, nonce: str) -> subprocess.Popen[bytes]:
-    local = Path.home() / ".llm-pipeline-ssh" / nonce[:12]
+    # ssh and pdsh read ~/.ssh/config from the home in the password database, not $HOME,
+    # which images and schedulers often set elsewhere; sshd's StrictModes also wants the
+    # keys under that home rather than under a world-writable folder such as /tmp.
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    local = home / ".llm-pipeline-ssh" / nonce[:12]
     files = ssh.prepare_node(
-        folder,
-        local,
-        hosts=info.hosts,
-        client_config=Path.home() / ".ssh" / "config",
+        folder, local, hosts=info.hosts, client_config=home / ".ssh" / "config"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # Debian's sshd insists on it
     return subprocess.Popen(ssh.sshd_command(files.sshd_config, sshd=SSHD))

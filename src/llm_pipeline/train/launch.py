@@ -18,13 +18,15 @@ DEFAULT_RDZV_TIMEOUT_S = 1800
 
 # Variables that DeepSpeed's launcher should carry to the other nodes, by prefix. An ssh
 # session starts with a near-empty environment, so without these a remote rank would lose
-# PATH, the Vertex AIP_* locations, Hugging Face's offline switches and the NCCL settings.
+# PATH, the Vertex AIP_* locations, Hugging Face's offline switches and the NCCL and gloo
+# settings (NCCL_/GLOO_SOCKET_IFNAME).
 # Not CLUSTER_SPEC: the ranks get theirs from the launcher, and its JSON quotes cannot pass.
 DEFAULT_ENV_PREFIXES = (
     "AIP_",
     "CLOUD_ML_",
     "CUDA_",
     "GCSFS_",
+    "GLOO_",
     "GOOGLE_",
     "HF_",
     "LD_LIBRARY_PATH",

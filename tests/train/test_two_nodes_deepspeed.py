@@ -1,0 +1,177 @@
+"""Two nodes under DeepSpeed's own launcher, for real: per-job ssh keys, sshd, pdsh.
+
+Two network namespaces joined by a veth pair, one replica of the finetune step in each, with
+`cluster.launcher = "deepspeed"`. The primary makes the job's ssh keys in the shared
+checkpoint folder (what Vertex's /gcs/ mount is on a cluster), every node starts an sshd on
+port 2022 inside its namespace, and the primary runs `deepspeed --hostfile`, whose pdsh
+reaches both nodes' sshd over the veth link and starts one rank on each.
+
+ssh reads the client config from the user's home in the password database, not $HOME, so the
+run writes `~/.ssh/config` and `~/.llm-pipeline-ssh/` there; the test removes what it made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.train.checkpoints import MARKER
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).with_name("node_driver.py")
+SUBNET = "10.213.48"
+PORT = 29527
+# Both ends get the same name inside their namespaces, so one GLOO_SOCKET_IFNAME (carried to
+# every rank by DeepSpeed's launcher) fits both nodes, as one NCCL_SOCKET_IFNAME does on a
+# cluster of identical VMs.
+IFNAME = "lpds0"
+SSHD = Path("/usr/sbin/sshd")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def _missing_tools() -> list[str]:
+    missing = [tool for tool in ("pdsh", "ssh", "ssh-keygen", "ip") if not shutil.which(tool)]
+    if not SSHD.is_file():
+        missing.append(str(SSHD))
+    return missing
+
+
+@pytest.fixture
+def ssh_home() -> Iterator[Path]:
+    """The user's home as ssh sees it; whatever the run writes there is removed afterwards."""
+    missing = _missing_tools()
+    if missing:
+        pytest.skip(
+            f"DeepSpeed's multi-node launcher needs {', '.join(missing)} "
+            "(apt-get install openssh-server openssh-client pdsh iproute2)"
+        )
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    config = home / ".ssh" / "config"
+    if config.exists():
+        pytest.skip(f"{config} exists; the run would have to replace ssh settings of this host")
+    keys = home / ".llm-pipeline-ssh"
+    before = set(keys.iterdir()) if keys.is_dir() else set()
+    had_ssh_dir, had_keys_dir = config.parent.exists(), keys.exists()
+    try:
+        yield home
+    finally:
+        config.unlink(missing_ok=True)
+        if not had_ssh_dir:
+            shutil.rmtree(config.parent, ignore_errors=True)
+        for folder in set(keys.iterdir()) - before if keys.is_dir() else ():
+            shutil.rmtree(folder, ignore_errors=True)
+        if not had_keys_dir:
+            shutil.rmtree(keys, ignore_errors=True)
+
+
+@pytest.fixture
+def two_namespaces() -> Iterator[tuple[str, str]]:
+    """Namespaces `a` (10.213.48.1) and `b` (.2), each with a veth end named IFNAME."""
+    tag = uuid.uuid4().hex[:6]
+    names = (f"lpds-{tag}-a", f"lpds-{tag}-b")
+    try:
+        _ip("netns", "add", names[0])
+    except (OSError, subprocess.CalledProcessError) as err:
+        detail = getattr(err, "stderr", "") or err
+        pytest.skip(f"cannot create network namespaces here (needs root and iproute2): {detail}")
+    try:
+        _ip("netns", "add", names[1])
+        links = (f"da{tag}", f"db{tag}")
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for index, (name, link) in enumerate(zip(names, links, strict=True)):
+            _ip("link", "set", link, "netns", name)
+            _ip("-n", name, "link", "set", link, "name", IFNAME)
+            _ip("-n", name, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", IFNAME)
+            _ip("-n", name, "link", "set", IFNAME, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
+    ssh_home: Path,
+    two_namespaces: tuple[str, str],
+    dialogsum: Path,
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Callable[..., TrainConfig],
+) -> None:
+    cluster = {
+        "workerpool0": [f"{SUBNET}.1:{PORT}"],
+        "workerpool1": [f"{SUBNET}.2:{PORT}"],
+    }
+    tasks = [{"type": "workerpool0", "index": 0}, {"type": "workerpool1", "index": 0}]
+    job = f"ds-{uuid.uuid4().hex[:8]}"
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for node, (namespace, task) in enumerate(zip(two_namespaces, tasks, strict=True)):
+            args = {
+                "dataset_dir": str(dialogsum),
+                "output_dir": str(tmp_path / "model"),
+                "model": tiny_t5_model.model_dump(mode="json"),
+                "train": train_settings(max_steps=6, save_steps=3).model_dump(mode="json"),
+                "cluster": {"processes": 1, "launcher": "deepspeed"},
+                "result": str(tmp_path / f"result-{node}.json"),
+            }
+            args_file = tmp_path / f"args-{node}.json"
+            args_file.write_text(json.dumps(args))
+            env = dict(os.environ)
+            env.update(
+                CLUSTER_SPEC=json.dumps({"cluster": cluster, "task": task, "environment": "cloud"}),
+                CLOUD_ML_JOB_ID=job,
+                # One folder both nodes see, as Vertex's gs:// checkpoint folder under /gcs/:
+                # the nodes exchange the job's ssh keys through it.
+                AIP_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
+                GLOO_SOCKET_IFNAME=IFNAME,
+            )
+            command = ["ip", "netns", "exec", namespace, sys.executable, str(DRIVER)]
+            log = (tmp_path / f"node{node}.log").open("w")
+            processes.append(
+                subprocess.Popen(
+                    [*command, str(args_file)], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            )
+        codes = [p.wait(timeout=240) for p in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    logs = [(tmp_path / f"node{n}.log").read_text()[-4000:] for n in range(2)]
+    assert codes == [0, 0], logs
+
+    primary = json.loads((tmp_path / "result-0.json").read_text())
+    worker = json.loads((tmp_path / "result-1.json").read_text())
+    assert primary["is_primary"] and primary["node_count"] == 2
+    assert primary["metrics"]["world_size"] == 2 and primary["metrics"]["global_step"] == 6
+    assert primary["metrics"]["train_samples"] == 6 * 2 * 4
+    assert not worker["is_primary"] and worker["node_rank"] == 1 and worker["output_dir"] is None
+    # The model is written once, by the primary: the output folder, and no other outside the
+    # checkpoints (which hold rank 0's copy per checkpoint, as on one node).
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    written = [p.parent for p in tmp_path.rglob("model.safetensors")]
+    assert [p for p in written if "checkpoints" not in p.parts] == [tmp_path / "model"]
+    # Both ranks took part, one per node: each saved its own ZeRO shard of the checkpoint.
+    checkpoint = next((tmp_path / "checkpoints").glob("run-*/checkpoint-3"))
+    assert (checkpoint / MARKER).is_file()
+    shards = sorted(p.name for p in checkpoint.glob("global_step3/*optim_states.pt"))
+    assert shards == [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)]
+    # The launcher went through ssh: the worker node answered the primary's nonce.
+    done = json.loads((tmp_path / "checkpoints" / f"ssh-{job}" / "done.json").read_text())
+    assert done["exit_code"] == 0
