@@ -9,7 +9,9 @@ fixtures.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,39 @@ def tiny_t5_model() -> ModelConfig:
 def train_settings() -> Callable[..., TrainConfig]:
     """Build a TrainConfig for seconds-long CPU runs: `train_settings(max_steps=4)`."""
     return train_config
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_namespaces(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """Two network namespaces joined by a veth pair, at `<SUBNET>.1` and `<SUBNET>.2`.
+
+    SUBNET and IFNAME are constants of the requesting test module. Both veth ends are named
+    IFNAME inside their namespaces, so one GLOO_SOCKET_IFNAME fits every node, as one
+    NCCL_SOCKET_IFNAME does on a cluster. Skips where namespaces cannot be made.
+    """
+    subnet, ifname = request.module.SUBNET, request.module.IFNAME
+    tag = uuid.uuid4().hex[:6]
+    names = (f"lp-{tag}-a", f"lp-{tag}-b")
+    try:
+        _ip("netns", "add", names[0])
+    except (OSError, subprocess.CalledProcessError) as err:
+        detail = getattr(err, "stderr", "") or err
+        pytest.skip(f"cannot create network namespaces here (needs root and iproute2): {detail}")
+    try:
+        _ip("netns", "add", names[1])
+        links = (f"va{tag}", f"vb{tag}")
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for index, (name, link) in enumerate(zip(names, links, strict=True)):
+            _ip("link", "set", link, "netns", name)
+            _ip("-n", name, "link", "set", link, "name", ifname)
+            _ip("-n", name, "addr", "add", f"{subnet}.{index + 1}/24", "dev", ifname)
+            _ip("-n", name, "link", "set", ifname, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)

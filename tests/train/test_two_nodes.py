@@ -12,8 +12,7 @@ import json
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,35 +24,8 @@ pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("node_driver.py")
 SUBNET = "10.213.47"
+IFNAME = "lpnode0"
 PORT = 29517
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-@pytest.fixture
-def two_namespaces() -> Iterator[tuple[str, str]]:
-    """Namespaces `a` (10.213.47.1) and `b` (.2) joined by veth; skips where none can be made."""
-    tag = uuid.uuid4().hex[:6]
-    names = (f"lp-{tag}-a", f"lp-{tag}-b")
-    try:
-        _ip("netns", "add", names[0])
-    except (OSError, subprocess.CalledProcessError) as err:
-        detail = getattr(err, "stderr", "") or err
-        pytest.skip(f"cannot create network namespaces here (needs root and iproute2): {detail}")
-    try:
-        _ip("netns", "add", names[1])
-        _ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        for index, (name, link) in enumerate(zip(names, (f"va{tag}", f"vb{tag}"), strict=True)):
-            _ip("link", "set", link, "netns", name)
-            _ip("-n", name, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", link)
-            _ip("-n", name, "link", "set", link, "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def test_two_nodes_train_one_job_over_a_veth_link(
@@ -87,7 +59,7 @@ def test_two_nodes_train_one_job_over_a_veth_link(
             AIP_CHECKPOINT_DIR=str(tmp_path / f"node{node}-checkpoints"),
             # gloo binds to the address the host name resolves to, which is outside the
             # namespace; name the interface, as one does with NCCL_SOCKET_IFNAME on clusters.
-            GLOO_SOCKET_IFNAME=f"v{'ab'[node]}{namespace.split('-')[1]}",
+            GLOO_SOCKET_IFNAME=IFNAME,
         )
         command = ["ip", "netns", "exec", namespace, sys.executable, str(DRIVER), str(args_file)]
         log = (tmp_path / f"node{node}.log").open("w")

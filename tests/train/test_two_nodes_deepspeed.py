@@ -39,10 +39,6 @@ IFNAME = "lpds0"
 SSHD = Path("/usr/sbin/sshd")
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
 def _missing_tools() -> list[str]:
     missing = [tool for tool in ("pdsh", "ssh", "ssh-keygen", "ip") if not shutil.which(tool)]
     if not SSHD.is_file():
@@ -76,32 +72,6 @@ def ssh_home() -> Iterator[Path]:
             shutil.rmtree(folder, ignore_errors=True)
         if not had_keys_dir:
             shutil.rmtree(keys, ignore_errors=True)
-
-
-@pytest.fixture
-def two_namespaces() -> Iterator[tuple[str, str]]:
-    """Namespaces `a` (10.213.48.1) and `b` (.2), each with a veth end named IFNAME."""
-    tag = uuid.uuid4().hex[:6]
-    names = (f"lpds-{tag}-a", f"lpds-{tag}-b")
-    try:
-        _ip("netns", "add", names[0])
-    except (OSError, subprocess.CalledProcessError) as err:
-        detail = getattr(err, "stderr", "") or err
-        pytest.skip(f"cannot create network namespaces here (needs root and iproute2): {detail}")
-    try:
-        _ip("netns", "add", names[1])
-        links = (f"da{tag}", f"db{tag}")
-        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for index, (name, link) in enumerate(zip(names, links, strict=True)):
-            _ip("link", "set", link, "netns", name)
-            _ip("-n", name, "link", "set", link, "name", IFNAME)
-            _ip("-n", name, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", IFNAME)
-            _ip("-n", name, "link", "set", IFNAME, "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
