@@ -1,8 +1,8 @@
 """Whether a model ships, and where."""
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llm_pipeline.config.base import Section
 
@@ -20,6 +20,11 @@ class DeployPolicyConfig(Section):
     )
     override: Literal["auto", "always", "never"] = Field(
         default="auto", description="`always`/`never` force the decision (the reason says so)."
+    )
+    deploy_if_nothing_served: bool = Field(
+        default=True,
+        description="Deploy (floors permitting) when the endpoint serves nothing yet; "
+        "`false` leaves a first deploy to a person.",
     )
 
 
@@ -52,3 +57,35 @@ class DeployConfig(Section):
     accelerator_count: int = Field(default=0, ge=0, description="Accelerators per replica.")
     min_replica_count: int = Field(default=1, ge=1, description="Minimum serving replicas.")
     max_replica_count: int = Field(default=1, ge=1, description="Maximum serving replicas.")
+    traffic_percent: int = Field(
+        default=100,
+        ge=1,
+        le=100,
+        description="Traffic the new version takes once healthy: 100 moves all of it and "
+        "retires the previous version; less is a canary beside the previous version.",
+    )
+    health_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long the new version may take to load and answer its health route "
+        "(locally: the test server; on Vertex: the deployModel operation).",
+    )
+    probe_instances: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Evaluation documents sent as predictions before traffic moves.",
+    )
+
+    @model_validator(mode="after")
+    def _replicas_in_order(self) -> Self:
+        if self.max_replica_count < self.min_replica_count:
+            raise ValueError(
+                f"deploy.max_replica_count ({self.max_replica_count}) must be >= "
+                f"min_replica_count ({self.min_replica_count})"
+            )
+        return self
+
+    def endpoint_name(self) -> str:
+        """The endpoint's display name (`endpoint_display_name`, else `<model>-endpoint`)."""
+        return self.endpoint_display_name or f"{self.model_display_name}-endpoint"

@@ -1,0 +1,158 @@
+"""The registry interface both backends implement: model versions, endpoints, traffic.
+
+A *version* is one registered model (its files, metrics, labels and provenance). An
+*endpoint* serves one or more versions with a traffic split in percent; the version with
+the most traffic is the one it *serves*, and that is what the should-deploy gate compares a
+new model with — never the newest or the oldest registered version.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_pipeline.errors import UserError
+
+
+class RegistryError(UserError):
+    """The registry cannot do what was asked (a damaged file, an unknown version, ...)."""
+
+
+class DeployError(UserError):
+    """A new version did not come up healthy; traffic was left where it was."""
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One registered version of a model."""
+
+    model: str  #: the model's name (Vertex: display name of the parent model)
+    version: str  #: "1", "2", ... (Vertex: the version id)
+    uri: str  #: the model folder (local path; Vertex: the artifact URI on gs://)
+    metrics: dict[str, float] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    created: str = ""  #: ISO 8601, UTC
+    run: str | None = None  #: the pipeline run that made it
+    resource_name: str | None = None  #: Vertex: projects/P/locations/L/models/ID@VERSION
+    #: Environment the prediction server needs for this version (prefix, input limit).
+    serving_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        """`model@version`, as messages and the CLI name it."""
+        return f"{self.model}@{self.version}"
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A version on an endpoint and the share of traffic it takes."""
+
+    version: ModelVersion
+    traffic: int  #: percent, 0-100
+    deployed_id: str = ""  #: Vertex: the deployed model id; local: the version
+
+
+@dataclass(frozen=True)
+class EndpointState:
+    """What an endpoint serves now. `deployed` is empty for an endpoint that serves nothing
+    (or does not exist yet)."""
+
+    name: str
+    deployed: tuple[Deployed, ...] = ()
+    resource_name: str | None = None
+
+    @property
+    def serving(self) -> Deployed | None:
+        """The deployed version with the most traffic (ties: the newest registered)."""
+        live = [d for d in self.deployed if d.traffic > 0]
+        if not live:
+            return None
+        return max(live, key=lambda d: (d.traffic, d.version.created, d.version.version))
+
+
+@dataclass(frozen=True)
+class DeployOutcome:
+    """What a deploy changed."""
+
+    endpoint: EndpointState  #: after the change
+    version: ModelVersion  #: the version that now takes traffic
+    previous: ModelVersion | None  #: the version served before (None: nothing was)
+    retired: tuple[ModelVersion, ...] = ()  #: versions taken off the endpoint
+    prediction: str = ""  #: the answer to the probe request
+
+
+@dataclass(frozen=True)
+class RollbackOutcome:
+    """A rollback moved the endpoint from one version back to another."""
+
+    endpoint: EndpointState
+    moved_from: ModelVersion
+    moved_to: ModelVersion
+
+
+#: Brings a version up and checks it (health, then one prediction per probe instance);
+#: returns the first prediction, raises DeployError with the reason on failure.
+VersionCheck = Callable[[ModelVersion, Sequence[str]], str]
+
+
+class Registry(ABC):
+    """Model versions and endpoints; `LocalRegistry` and `VertexRegistry` implement it."""
+
+    @abstractmethod
+    def register(
+        self,
+        *,
+        model: str,
+        model_dir: str,
+        metrics: Mapping[str, float],
+        run: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        serving_env: Mapping[str, str] | None = None,
+    ) -> ModelVersion:
+        """Add `model_dir` as the next version of `model` (created on first use)."""
+
+    @abstractmethod
+    def models(self) -> list[str]:
+        """Names of the registered models."""
+
+    @abstractmethod
+    def versions(self, model: str) -> list[ModelVersion]:
+        """Every version of `model`, oldest first; empty for an unknown model."""
+
+    @abstractmethod
+    def endpoints(self) -> list[EndpointState]:
+        """Every endpoint and what it serves."""
+
+    @abstractmethod
+    def endpoint(self, name: str) -> EndpointState:
+        """The endpoint called `name`; an empty state when it does not exist yet."""
+
+    @abstractmethod
+    def deploy(
+        self,
+        version: ModelVersion,
+        endpoint: str,
+        *,
+        traffic_percent: int = 100,
+        probe: Sequence[str] = (),
+    ) -> DeployOutcome:
+        """Bring `version` up on `endpoint`, check it, then move `traffic_percent` to it.
+
+        The endpoint is created when missing. Traffic moves only after the version is up
+        and has answered every probe instance; at 100% the versions that served before are
+        retired, below 100% (a canary) the previously served version keeps the rest. On a
+        failed check, DeployError, and the endpoint serves exactly what it served before.
+        """
+
+    @abstractmethod
+    def rollback(self, endpoint: str) -> RollbackOutcome:
+        """Serve again, with all traffic, the version the endpoint served before its last
+        change. RegistryError when there is nothing to roll back to."""
+
+    def served_version(self, endpoint: str) -> ModelVersion | None:
+        """The version `endpoint` serves now (most traffic); None when it serves nothing."""
+        serving = self.endpoint(endpoint).serving
+        return serving.version if serving else None
