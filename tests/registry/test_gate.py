@@ -140,7 +140,7 @@ def test_a_served_version_without_the_metric_is_named() -> None:
 
 
 def test_a_floor_on_an_unknown_metric_is_named() -> None:
-    with pytest.raises(GateError, match="floors.*'bleu'"):
+    with pytest.raises(GateError, match=r"floors.*'bleu'"):
         decide({"rougeLsum": 30.0}, None, DeployPolicyConfig(floors={"bleu": 10.0}))
 
 

@@ -1,0 +1,196 @@
+"""Crash-safe files for the local registry: atomic writes, the registry lock, staging folders.
+
+The rules that keep a registry readable whatever happens to a writer (Ctrl-C, SIGKILL, a
+full disk):
+
+- a file is replaced whole: written to a hidden temp file beside it, flushed, fsynced,
+  `os.replace`d over the old one, and the folder fsynced, so a reader sees the old file or
+  the new one, never half of either;
+- a folder is filled under a hidden staging name and renamed into place once complete;
+- writers serialise on `fcntl.flock`, which the kernel drops when the holder dies, so a
+  killed writer never blocks the next one (the lock file's mere existence means nothing);
+- a staging folder stays flock-ed by its writer while it fills it, so the next writer can
+  tell a folder whose owner died (safe to delete) from one still being filled.
+
+Local filesystems only: flock is not reliable across machines on NFS or gcsfuse.
+"""
+
+import contextlib
+import fcntl
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from llm_pipeline.registry.base import RegistryError
+from llm_pipeline.storage import is_remote, local_copy, to_uri
+
+#: Seconds a writer waits for the registry lock before giving up. Writers hold it for
+#: milliseconds (model files are copied before it is taken), so a long wait means a stuck
+#: process, not a busy registry.
+LOCK_TIMEOUT_S = 120.0
+
+#: Marks the temp files `write_atomic` leaves behind when killed.
+TEMP_MARK = ".tmp-"
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush `folder`'s entries, so a rename or a new file in it survives a power cut."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text`; readers see the old content or the new, never a mix."""
+    temp = path.parent / f".{path.name}{TEMP_MARK}{uuid.uuid4().hex[:8]}"
+    try:
+        with open(temp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def is_temp_file(path: Path) -> bool:
+    """Whether `path` is a temp file a killed `write_atomic` left behind."""
+    return path.name.startswith(".") and TEMP_MARK in path.name
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, timeout_s: float | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing) for the `with` block.
+
+    Never nest two of these on the same file in one process: flock locks belong to open
+    files, so the inner one would wait for the outer one forever (here: until the timeout).
+    """
+    timeout = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _try_flock(fd):
+            if time.monotonic() >= deadline:
+                raise RegistryError(
+                    f"{path}: another process has held the registry lock for over "
+                    f"{timeout:.0f} s; is a registry command stuck?"
+                )
+            time.sleep(0.02)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def staging_folder(parent: Path, lock: Path) -> Iterator[Path]:
+    """Yield a new empty folder under `parent`, flock-ed by this process until the block ends.
+
+    It is created under the registry `lock`, so `remove_abandoned` (which runs under the
+    same lock) never sees it unlocked. Whatever is still there when the block ends (the
+    caller did not rename it away) is deleted.
+    """
+    with exclusive_lock(lock):
+        parent.mkdir(parents=True, exist_ok=True)
+        folder = parent / uuid.uuid4().hex
+        folder.mkdir()
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+
+
+def remove_abandoned(parent: Path) -> None:
+    """Delete the staging folders under `parent` whose writer died; call under the lock."""
+    if not parent.is_dir():
+        return
+    for entry in parent.iterdir():
+        if not entry.is_dir() or entry.is_symlink():
+            entry.unlink(missing_ok=True)
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue
+        try:
+            if _try_flock(fd):  # nobody holds it: its writer is gone
+                shutil.rmtree(entry, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def link_or_copy_tree(source: Path, target: Path) -> None:
+    """Copy the folder `source` to `target`, hard-linking files where the filesystem allows.
+
+    A hard link costs no space or time, and the copy keeps its files when `source` is
+    deleted; across filesystems (or where links are refused) files are copied instead.
+    Symlinks are followed, so `target` never depends on what they point at.
+    """
+    shutil.copytree(source, target, copy_function=_link_or_copy)
+
+
+def _link_or_copy(source: str, target: str) -> str:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+    return target
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file and folder under `folder` (itself included) to disk."""
+    for current, _folders, files in os.walk(folder):
+        for name in files:
+            fd = os.open(Path(current) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(current))
+
+
+def model_source(model_dir: str) -> Path | None:
+    """The local model folder to link from, checked; None for a remote one (downloaded)."""
+    if is_remote(model_dir):
+        return None
+    folder = Path(to_uri(model_dir)).expanduser()
+    if not folder.is_dir():
+        raise RegistryError(f"model_dir {model_dir}: no such folder")
+    if not any(folder.iterdir()):
+        raise RegistryError(f"model_dir {model_dir}: the folder is empty")
+    return folder
+
+
+def put_model(target: Path, source: Path | None, model_dir: str) -> None:
+    """Put the model files at `target`: linked or copied from `source`, else downloaded."""
+    if source is not None:
+        link_or_copy_tree(source, target)
+        return
+    try:
+        downloaded = local_copy(model_dir, target.parent / "download")
+    except FileNotFoundError:
+        raise RegistryError(f"model_dir {model_dir}: no such folder") from None
+    if not downloaded.is_dir():
+        raise RegistryError(f"model_dir {model_dir}: a file, not a folder")
+    os.rename(downloaded, target)
