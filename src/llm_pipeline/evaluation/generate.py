@@ -1,44 +1,41 @@
-"""Summaries from a fine-tuned seq2seq model folder, batched for speed, sharded across ranks.
+"""Summaries for the evaluate step, sharded across torchrun ranks.
 
-Why it is done this way:
+Loading and batched generation live in `llm_pipeline.models.generation` (the prediction
+server uses them too); they are re-exported here so evaluation code keeps one import. What
+is evaluation's own:
 
-* Inputs are sorted by length, longest first, before they are cut into batches: each batch
-  pads to a near-equal length, so little compute goes to padding, and the batch that needs
-  the most memory runs first, so an out-of-memory error shows in seconds rather than at the
-  end of a long run. Outputs are put back in input order.
-* Encoder inputs are padded on the right with an attention mask: an encoder reads the whole
-  source at once, so the side does not matter to it, and right is what the models were
-  trained with. (Left padding is for decoder-only models that continue a prompt; those are
-  refused here.)
-* `torch.inference_mode` (no autograd bookkeeping) and the KV cache.
-* bf16 on GPUs (T5 overflows in fp16), fp32 on CPUs (bf16 is slow there and changes results).
+* Model folder problems are reported as EvaluationError, so the step prints them.
 * Under torchrun with several processes, rank r takes every world_size-th input of the
   length-sorted order, so the ranks get equally heavy shares; rank 0 gathers and reorders.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.models import generation
+from llm_pipeline.models.generation import (
+    GENERATION_FIELDS,
+    Generated,
+    build_generation_config,
+    default_device,
+    generate_summaries,
+    longest_first,
+)
 
 if TYPE_CHECKING:
-    from transformers import (
-        GenerationConfig,
-        PreTrainedModel,
-        PreTrainedTokenizerBase,
-    )
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from llm_pipeline.config.evaluate import EvaluateConfig
 
 __all__ = [
+    "GENERATION_FIELDS",
     "Generated",
     "build_generation_config",
     "default_device",
@@ -47,37 +44,6 @@ __all__ = [
     "init_distributed",
     "load_seq2seq",
 ]
-
-#: EvaluateConfig fields that are generation settings; unset (None) ones keep the model's.
-GENERATION_FIELDS = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "num_beams",
-    "length_penalty",
-    "no_repeat_ngram_size",
-)
-_WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-_EXPECTED = "the finetune step's model folder (config.json, model.safetensors, tokenizer files)"
-
-
-@dataclass(frozen=True)
-class Generated:
-    """Summaries in input order, with the tokens each took (end-of-sequence included)."""
-
-    texts: list[str]
-    token_counts: list[int]
-
-
-def default_device() -> torch.device:
-    """This process's GPU (torchrun's LOCAL_RANK picks it) or the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 def init_distributed() -> tuple[int, int]:
@@ -102,113 +68,7 @@ def load_seq2seq(
 
     Raises EvaluationError for a folder that is not a consolidated seq2seq checkpoint.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderModel
-
-    folder = Path(model_dir)
-    model_type = _check_seq2seq(folder)
-    _check_weights(folder)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as exc:
-        raise EvaluationError(
-            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
-        ) from exc
-    device = device or default_device()
-    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    dtype = torch.bfloat16 if use_bf16 else torch.float32
-    loader = EncoderDecoderModel if model_type == "encoder-decoder" else AutoModelForSeq2SeqLM
-    model = loader.from_pretrained(folder, dtype=dtype)
-    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
-    cast(Any, model).to(device)
-    model.eval()
-    return model, tokenizer
-
-
-def _check_seq2seq(folder: Path) -> str:
-    """The folder's model_type, once it is known to be an encoder-decoder checkpoint."""
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES as SEQ2SEQ_TYPES,
-    )
-
-    if not (folder / "config.json").is_file():
-        what = "no such folder" if not folder.is_dir() else "no config.json"
-        raise EvaluationError(f"model folder {folder}: {what}; expected {_EXPECTED}")
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except (OSError, ValueError, KeyError) as exc:
-        raise EvaluationError(f"model folder {folder}: unreadable config.json ({exc})") from exc
-    model_type = str(config.model_type)
-    if model_type not in SEQ2SEQ_TYPES or not getattr(config, "is_encoder_decoder", False):
-        kind = ", ".join(getattr(config, "architectures", None) or []) or model_type
-        raise EvaluationError(
-            f"model folder {folder} holds a {kind} model (model_type {model_type!r}), not a "
-            "seq2seq checkpoint: summaries need an encoder-decoder model such as T5, BART or an "
-            "EncoderDecoderModel; give the finetune step's output folder"
-        )
-    return model_type
-
-
-def _check_weights(folder: Path) -> None:
-    if any((folder / name).is_file() for name in _WEIGHT_FILES):
-        return
-    if any(folder.glob("global_step*")) or (folder / "latest").is_file():
-        raise EvaluationError(
-            f"model folder {folder} holds DeepSpeed ZeRO shards, not consolidated weights: "
-            "evaluate the finetune step's final model folder, or consolidate this checkpoint "
-            "with its zero_to_fp32.py"
-        )
-    raise EvaluationError(f"model folder {folder}: no model weights; expected {_EXPECTED}")
-
-
-def build_generation_config(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: EvaluateConfig
-) -> GenerationConfig:
-    """The model's generation config with the settings `config` sets laid over it.
-
-    Search is always deterministic (no sampling): a score must not change between runs.
-    """
-    generation = copy.deepcopy(model.generation_config)
-    overrides = {
-        name: getattr(config, name)
-        for name in GENERATION_FIELDS
-        if getattr(config, name) is not None
-    }
-    generation.update(**overrides, do_sample=False, use_cache=True)
-    if generation.pad_token_id is None:
-        generation.pad_token_id = tokenizer.pad_token_id
-    return generation
-
-
-def generate_summaries(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    input_ids: Sequence[Sequence[int]],
-    *,
-    config: EvaluateConfig,
-) -> Generated:
-    """Generate a summary for every token-id sequence in this process, in input order."""
-    generation = build_generation_config(model, tokenizer, config)
-    pad_id = generation.pad_token_id if generation.pad_token_id is not None else 0
-    device = next(model.parameters()).device
-    texts = [""] * len(input_ids)
-    counts = [0] * len(input_ids)
-    order = _longest_first(input_ids)
-    with torch.inference_mode():
-        for start in range(0, len(order), config.batch_size):
-            rows = order[start : start + config.batch_size]
-            ids, mask = _pad_right([input_ids[i] for i in rows], pad_id, device)
-            # `generate` is mixed in per model class, so PreTrainedModel does not declare it.
-            out = cast(Any, model).generate(
-                input_ids=ids, attention_mask=mask, generation_config=generation
-            )
-            # Column 0 is the decoder start token; finished rows are padded after their EOS.
-            produced = (out[:, 1:] != pad_id).sum(dim=1).tolist()
-            decoded = tokenizer.batch_decode(out, skip_special_tokens=True)
-            for i, text, count in zip(rows, decoded, produced, strict=True):
-                texts[i] = text.strip()
-                counts[i] = int(count)
-    return Generated(texts=texts, token_counts=counts)
+    return generation.load_seq2seq(model_dir, device=device, error=EvaluationError)
 
 
 def generate_sharded(
@@ -227,7 +87,7 @@ def generate_sharded(
         return generate_summaries(model, tokenizer, input_ids, config=config)
     rank, world = dist.get_rank(), dist.get_world_size()
     # Strided over the length-sorted order: every rank gets long and short inputs alike.
-    mine = _longest_first(input_ids)[rank::world]
+    mine = longest_first(input_ids)[rank::world]
     local = generate_summaries(model, tokenizer, [input_ids[i] for i in mine], config=config)
     part = list(zip(mine, local.texts, local.token_counts, strict=True))
     parts: list[list[tuple[int, str, int]]] | None = (
@@ -242,21 +102,3 @@ def generate_sharded(
         texts[index] = text
         counts[index] = count
     return Generated(texts=texts, token_counts=counts)
-
-
-def _longest_first(input_ids: Sequence[Sequence[int]]) -> list[int]:
-    # sorted() is stable with reverse=True too: equal lengths keep their input order.
-    return sorted(range(len(input_ids)), key=lambda i: len(input_ids[i]), reverse=True)
-
-
-def _pad_right(
-    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids padded on the right to the longest row, and the matching attention mask."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return ids.to(device), mask.to(device)

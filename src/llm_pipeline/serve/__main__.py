@@ -1,0 +1,123 @@
+"""`python -m llm_pipeline.serve --model PATH [--port P] [--host H]`: run the prediction server.
+
+This is also the serving container's command: with no flags it reads Vertex AI's `AIP_*`
+variables. Exit codes: 0 after a shutdown that was asked for, 1 when the model cannot be
+loaded or the port cannot be opened (one line on stderr says why), 2 for bad settings.
+SIGTERM stops accepting connections, finishes the requests in flight, then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.settings import Settings, env_name, load_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; the environment (see settings.py) sets everything else."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_pipeline.serve",
+        description="Serve a fine-tuned seq2seq model folder over HTTP, following Vertex AI's "
+        "custom container contract (POST {instances, parameters} -> {predictions}). A page "
+        "at / summarizes pasted text.",
+    )
+    parser.add_argument(
+        "--model",
+        help=f"Model folder: local path or gs://bucket/folder (overrides {env_name('model_uri')}).",
+    )
+    parser.add_argument(
+        "--port", type=int, help=f"Port to listen on (overrides {env_name('port')}; default 8080)."
+    )
+    parser.add_argument(
+        "--host", default=None, help="Address to listen on (default 0.0.0.0, as containers need)."
+    )
+    parser.add_argument(
+        "--no-access-log", action="store_true", help="Do not log every request (benchmarks)."
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server until it is stopped; returns the exit code."""
+    import uvicorn
+
+    from llm_pipeline.serve.app import create_app
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(os.environ, model_uri=args.model, port=args.port, host=args.host)
+    except ServeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging()
+    failures: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop(message: str) -> None:
+        failures.append(message)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        if server is not None:
+            server.should_exit = True  # uvicorn's loop notices within 0.1 s
+
+    config = uvicorn.Config(
+        create_app(settings, on_load_failure=stop),
+        host=settings.host,
+        port=settings.port,
+        access_log=not args.no_access_log,
+        log_level="info",
+        timeout_graceful_shutdown=None,  # requests in flight always finish
+    )
+    server = uvicorn.Server(config)
+    _log_settings(settings)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # a second Ctrl-C forces the exit
+        return 130
+    except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
+        return exc.code if isinstance(exc.code, int) else 1
+    if failures or not server.started:
+        return 1
+    return 0
+
+
+class _OneLine(logging.Formatter):
+    """Other libraries' log records without their tracebacks (gcsfs logs one per retry)."""
+
+    def formatException(self, ei: Any) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = ""
+        return super().format(record).rstrip()
+
+
+def _configure_logging() -> None:
+    """The server's own lines at INFO; other libraries' warnings, one line each."""
+    own = logging.getLogger("llm_pipeline.serve")
+    if not own.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        own.addHandler(handler)
+    own.setLevel(logging.INFO)
+    own.propagate = False
+    root = logging.getLogger()
+    if not root.handlers:
+        others = logging.StreamHandler(sys.stderr)
+        others.setFormatter(_OneLine("%(levelname)s:     %(name)s: %(message)s"))
+        root.addHandler(others)
+
+
+def _log_settings(settings: Settings) -> None:
+    shown = settings.model_dump(exclude={"parameters"})
+    shown["parameters"] = settings.parameters.model_dump(exclude_none=True)
+    logging.getLogger("llm_pipeline.serve").info("settings: %s", shown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The FastAPI application: the model loads once, in the background, while health says 503.
+
+Vertex AI (and the deploy step) poll the health route until it answers 200, so the server
+listens at once and loads in a thread: health answers 503 while the model is copied down
+and loaded, 200 once it can generate. A model that cannot be loaded is reported in one
+line to `on_load_failure` (the command line prints it and exits 1) instead of leaving a
+server that never becomes healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llm_pipeline.errors import UserError
+from llm_pipeline.serve.batching import Batcher
+from llm_pipeline.serve.routes import build_router
+from llm_pipeline.serve.schemas import GenerationParameters
+from llm_pipeline.serve.settings import Settings
+from llm_pipeline.serve.summarizer import Summarizer, first_line
+
+logger = logging.getLogger("llm_pipeline.serve")
+
+#: Longest a shutdown waits for queued texts after the last request (they normally are done).
+_DRAIN_TIMEOUT_S = 600.0
+
+
+@dataclass
+class ServerState:
+    """What the routes share: settings, the model once loaded, and request counts."""
+
+    settings: Settings
+    summarizer: Summarizer | None = None
+    batcher: Batcher[GenerationParameters] | None = None
+    error: str | None = None
+    in_flight: int = 0
+    answered: int = 0
+    loaded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ready(self) -> bool:
+        """Whether predictions can be served."""
+        return self.loaded.is_set() and self.batcher is not None
+
+
+def create_app(
+    settings: Settings, *, on_load_failure: Callable[[str], None] | None = None
+) -> FastAPI:
+    """The server for `settings`; it starts loading the model when it starts up."""
+    state = ServerState(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        download_dir = Path(tempfile.mkdtemp(prefix="llm-pipeline-serve-"))
+        # A daemon thread: a shutdown during a long download must not wait for it.
+        loader = threading.Thread(
+            target=_load, args=(state, download_dir, on_load_failure), name="load", daemon=True
+        )
+        loader.start()
+        try:
+            yield
+        finally:
+            # uvicorn has waited for the requests in flight; their texts are done, and
+            # close() runs whatever is still queued before the worker stops.
+            if state.batcher is not None:
+                await asyncio.to_thread(state.batcher.close, _DRAIN_TIMEOUT_S)
+            shutil.rmtree(download_dir, ignore_errors=True)
+
+    app = FastAPI(
+        title="llm-pipeline prediction server",
+        lifespan=lifespan,
+        docs_url=None,  # the docs page loads its assets from a CDN; the server is offline
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.server = state
+    app.include_router(build_router(settings))
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+    return app
+
+
+def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], None] | None) -> None:
+    """Load the model and start the batcher; on failure record (and report) one line."""
+    settings = state.settings
+    try:
+        summarizer = Summarizer.load(settings, download_dir=download_dir)
+        warm_up = GenerationParameters(max_new_tokens=2, min_new_tokens=0, num_beams=1)
+        summarizer.summarize(warm_up, ["The model answers before health says so."])
+    except UserError as exc:
+        message = str(exc)
+    except Exception as exc:  # anything else still ends the server with a reason
+        message = f"could not load the model from {settings.model_uri}: {first_line(exc)}"
+    else:
+        batcher: Batcher[GenerationParameters] = Batcher(
+            summarizer.summarize,
+            max_batch_size=settings.max_batch_size,
+            max_wait_s=settings.max_wait_s,
+            coalesce=settings.batching and settings.max_batch_size > 1,
+        )
+        batcher.start()
+        state.summarizer, state.batcher = summarizer, batcher
+        state.loaded.set()
+        logger.info("model loaded: %s", summarizer.describe())
+        return
+    state.error = message
+    if on_failure is not None:
+        on_failure(message)
+    else:
+        logger.error("model not loaded: %s", message)
+
+
+def _routes_text(request: Request) -> str:
+    settings: Settings = request.app.state.server.settings
+    return f"GET /, GET {settings.health_route}, POST {settings.predict_route}, GET /stats"
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """404 and 405 (and any other HTTP error) as `{"error": ...}`, like every other refusal."""
+    assert isinstance(exc, StarletteHTTPException)
+    route = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        message = f"no route {route}; this server answers {_routes_text(request)}"
+    elif exc.status_code == 405:
+        message = f"method not allowed: {route}; this server answers {_routes_text(request)}"
+    else:
+        message = str(exc.detail)
+    return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("%s %s failed", request.method, request.url.path)
+    body: dict[str, Any] = {"error": f"internal error: {first_line(exc)}"}
+    return JSONResponse(body, status_code=500)

@@ -1,0 +1,153 @@
+"""The routes: health, predict (Vertex AI's contract), the page at `/`, and batching stats.
+
+The predict route reads and checks the body itself rather than through FastAPI's automatic
+validation: the size limit must apply while the body is read, before anything parses it, and
+every refusal has the same shape (`{"error": "where: what"}`, status 400 for any bad field)
+as Vertex AI's own prebuilt containers answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import ValidationError
+
+from llm_pipeline.serve.page import render_page
+from llm_pipeline.serve.schemas import PredictRequest, describe_errors, json_type
+from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
+
+if TYPE_CHECKING:
+    from llm_pipeline.serve.app import ServerState
+
+#: Problems listed in one refusal; the rest are counted.
+_SHOWN_PROBLEMS = 10
+
+
+class Refused(Exception):
+    """A request answered with a 4xx status and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def build_router(settings: Settings) -> APIRouter:
+    """The routes at the paths `settings` names."""
+    router = APIRouter()
+    router.add_api_route(settings.health_route, health, methods=["GET"])
+    router.add_api_route(settings.predict_route, predict, methods=["POST"])
+    router.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse)
+    router.add_api_route("/stats", stats, methods=["GET"])
+    return router
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.server
+    return state
+
+
+async def health(request: Request) -> JSONResponse:
+    """200 once the model answers; 503 while it loads (or after it failed to)."""
+    state = _state(request)
+    if state.ready:
+        return JSONResponse({"status": "ready"})
+    if state.error is not None:
+        return JSONResponse({"status": "failed", "error": state.error}, status_code=503)
+    return JSONResponse({"status": "loading"}, status_code=503)
+
+
+async def predict(request: Request) -> JSONResponse:
+    """`{"instances": [...], "parameters": {...}}` → `{"predictions": [...]}`."""
+    state = _state(request)
+    try:
+        body = await _read_json(request)
+        parsed = _validate(body, state.settings)
+    except Refused as refused:
+        return JSONResponse({"error": str(refused)}, status_code=refused.status)
+    if not state.ready or state.batcher is None:
+        message = state.error or "the model is still loading; retry when health answers 200"
+        return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "5"})
+    parameters = parsed.parameters.over(state.settings.parameters)
+    state.in_flight += 1
+    try:
+        predictions = await state.batcher.submit(parameters, parsed.instances)
+    finally:
+        state.in_flight -= 1
+    state.answered += 1
+    return JSONResponse({"predictions": predictions})
+
+
+async def page(request: Request) -> HTMLResponse:
+    """A page where a person pastes a text and reads its summary."""
+    return HTMLResponse(render_page(_state(request).settings))
+
+
+async def stats(request: Request) -> JSONResponse:
+    """Batching so far: generate calls and their sizes, requests in flight and answered."""
+    state = _state(request)
+    body: dict[str, Any] = {
+        "ready": state.ready,
+        "requests_in_flight": state.in_flight,
+        "requests_answered": state.answered,
+    }
+    if state.batcher is not None:
+        counts = state.batcher.stats()
+        body.update(
+            generate_calls=counts.calls,
+            texts_generated=counts.texts,
+            batch_sizes={str(size): n for size, n in counts.batch_sizes.items()},
+            texts_queued=counts.queued,
+        )
+    if state.summarizer is not None:
+        body["model"] = state.summarizer.describe()
+    return JSONResponse(body)
+
+
+async def _read_json(request: Request) -> Any:
+    """The body parsed as JSON, refused if it is not JSON or over Vertex's size limit."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        shown = media_type or "none"
+        raise Refused(415, f"Content-Type must be application/json, got {shown}")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise Refused(413, _too_large(f"{int(declared)} bytes"))
+    body = bytearray()
+    async for chunk in request.stream():  # a body without Content-Length is counted too
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise Refused(413, _too_large(f"over {MAX_BODY_BYTES} bytes"))
+    if not body.strip():
+        raise Refused(400, 'request body is empty; send {"instances": [...]}')
+    try:
+        return json.loads(body, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise Refused(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _validate(body: Any, settings: Settings) -> PredictRequest:
+    if not isinstance(body, dict):
+        raise Refused(
+            400, f'request body must be a JSON object {{"instances": [...]}}, got {json_type(body)}'
+        )
+    try:
+        return PredictRequest.model_validate(body, context=settings)
+    except ValidationError as exc:
+        problems = describe_errors(exc)
+        more = len(problems) - _SHOWN_PROBLEMS
+        shown = "; ".join(problems[:_SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+        raise Refused(400, shown) from None
+
+
+def _too_large(size: str) -> str:
+    return (
+        f"request body is {size}; the limit is {MAX_BODY_BYTES} bytes (1.5 MB, Vertex AI's "
+        "online prediction limit): send fewer or shorter instances per request"
+    )
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")

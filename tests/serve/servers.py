@@ -1,0 +1,98 @@
+"""Helpers for tests that start server processes and wait on them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+#: Longest wait for a server to load the tiny model (2 shared cores, torch imports included).
+START_TIMEOUT_S = 90.0
+#: The shared server answers on routes other than the defaults, as AIP_* variables may say.
+HEALTH, PREDICT = "/v1/ping", "/v1/models/summarizer:predict"
+LIMITS = {
+    "LLM_PIPELINE_SERVE_MAX_INSTANCES": "8",
+    "LLM_PIPELINE_SERVE_MAX_TEXT_CHARS": "2000",
+    "LLM_PIPELINE_SERVE_MAX_NEW_TOKENS_LIMIT": "32",
+    "LLM_PIPELINE_SERVE_NUM_BEAMS_LIMIT": "4",
+}
+
+
+@dataclass
+class Spawned:
+    """A server process started by a test, its output going to a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def output(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"the server did not exit within {timeout_s} s:\n{self.output()[-3000:]}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.wait(60)
+
+
+def spawn(args: Sequence[str], *, env: Mapping[str, str] | None, log_path: Path) -> Spawned:
+    """`python -m llm_pipeline.serve ARGS` with `env` over this process's environment."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llm_pipeline.serve", *args],
+            env={**os.environ, **(env or {})},
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+    return Spawned(process, log_path)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(condition: Any, *, timeout_s: float, what: str) -> None:
+    """Poll `condition()` until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Server:
+    """The session's shared server (see conftest.py): its URL, process and health history."""
+
+    url: str
+    spawned: Spawned
+    health_codes: list[int] = field(default_factory=list)
+
+    def post(self, body: Any, **kwargs: Any) -> httpx.Response:
+        return httpx.post(self.url + PREDICT, json=body, timeout=60, **kwargs)
+
+    def stats(self) -> dict[str, Any]:
+        return dict(httpx.get(self.url + "/stats", timeout=10).json())

