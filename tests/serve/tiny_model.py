@@ -75,11 +75,37 @@ def train_docstring_t5(
     seed: int = 0,
 ) -> Path:
     """Train a small T5 (2 layers of width 64 by default) to summarize docstrings; save it."""
+    return train_t5_on_pairs(
+        docstring_documents(),
+        output_dir,
+        max_source_tokens=MAX_SOURCE_TOKENS,
+        max_target_tokens=MAX_TARGET_TOKENS,
+        steps=steps,
+        d_model=d_model,
+        layers=layers,
+        lr=lr,
+        seed=seed,
+    )
+
+
+def train_t5_on_pairs(
+    pairs: list[tuple[str, str]],
+    output_dir: Path,
+    *,
+    max_source_tokens: int,
+    max_target_tokens: int,
+    steps: int,
+    d_model: int = 64,
+    layers: int = 2,
+    lr: float = 5e-3,
+    seed: int = 0,
+) -> Path:
+    """Train a small T5 with MiniLM's tokenizer on (document, summary) pairs with plain
+    PyTorch (seconds on a CPU); save it with the tokenizer. Shared by every test model."""
     import torch
     from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
-    pairs = docstring_documents()
     torch.manual_seed(seed)
     config = T5Config(
         vocab_size=len(tokenizer),
@@ -96,13 +122,13 @@ def train_docstring_t5(
     # BERT's [CLS] opens every tokenized text, so it is the natural decoder start.
     config.decoder_start_token_id = tokenizer.cls_token_id
     model = T5ForConditionalGeneration(config)
-    sources = tokenizer([doc for doc, _ in pairs], truncation=True, max_length=MAX_SOURCE_TOKENS)[
+    sources = tokenizer([doc for doc, _ in pairs], truncation=True, max_length=max_source_tokens)[
         "input_ids"
     ]
     targets = tokenizer(
         text_target=[summary for _, summary in pairs],
         truncation=True,
-        max_length=MAX_TARGET_TOKENS,
+        max_length=max_target_tokens,
     )["input_ids"]
     labels = [ids[1:] for ids in targets]  # [CLS] is the decoder start, not a label
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -117,7 +143,7 @@ def train_docstring_t5(
         optimizer.step()
         optimizer.zero_grad()
     model.eval()
-    model.generation_config.max_new_tokens = MAX_TARGET_TOKENS
+    model.generation_config.max_new_tokens = max_target_tokens
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
