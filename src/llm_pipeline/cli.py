@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_pipeline import registry_cli
 from llm_pipeline.config import ConfigError, LoadedConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.pipelines import build_pipeline
@@ -28,6 +29,12 @@ examples:
       write the pipeline spec for the Vertex Pipelines UI
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
+  python pipeline.py registry
+      list registered models, their versions and metrics, and what each endpoint serves
+  python pipeline.py rollback --endpoint dialogsum-minilm-endpoint
+      serve again the version the endpoint served before its last deploy
+  python pipeline.py serve --endpoint dialogsum-minilm-endpoint [--port 8080]
+      run the prediction server for what a local endpoint serves (page at /)
 """
 
 
@@ -79,10 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_summary(run: LocalRun) -> None:
+def print_summary(run: LocalRun) -> None:
+    """Each step's outcome, outputs and values, the gate's decision and what was shipped."""
     print()
     print(f"Run folder: {run.run_dir}" if run.run_dir else "Run folder: (none was created)")
     marks = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
+    steps = {step.name: step for step in run.steps}
     for step in run.steps:
         print(f"  [{marks[step.status]}] {step.name}")
         for name, where in step.outputs.items():
@@ -94,6 +103,14 @@ def _print_summary(run: LocalRun) -> None:
             print(f"           values: {shown}" + (f" (+{more} more)" if more > 0 else ""))
         if step.error:
             print(f"           {step.error}")
+    gate, shipped = steps.get("should-deploy"), steps.get("deploy")
+    if gate is not None and gate.status == "succeeded":
+        decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"
+        print(f"Gate: {decision}: {gate.outputs.get('reason', '')}")
+    if shipped is not None and shipped.status == "succeeded":
+        endpoint = shipped.outputs.get("endpoint", "")
+        print(f"Deployed {shipped.outputs.get('version', '')} to endpoint {endpoint}.")
+        print(f"Serve it: python pipeline.py serve --endpoint {endpoint}")
     print("Pipeline succeeded." if run.succeeded else "Pipeline failed.")
 
 
@@ -108,6 +125,9 @@ def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedCo
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in registry_cli.COMMANDS:
+        return registry_cli.main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.help_config:
@@ -130,5 +150,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nWould run locally under {args.pipeline_root}/: {' → '.join(steps)}")
         return 0
     run = run_local(pipeline, pipeline_root=args.pipeline_root, quiet=args.quiet)
-    _print_summary(run)
+    print_summary(run)
     return 0 if run.succeeded else 1

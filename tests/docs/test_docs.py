@@ -2,14 +2,15 @@
 
 from pathlib import Path
 
-from llm_pipeline.docs import with_reference
+from llm_pipeline.docs import with_generated
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_readme_config_reference_is_current() -> None:
+def test_readme_generated_tables_are_current() -> None:
+    """The config reference and the prediction server's settings match the code."""
     readme = (REPO / "README.md").read_text()
-    assert with_reference(readme) == readme, "README config reference is stale: run `make docs`"
+    assert with_generated(readme) == readme, "README's generated tables are stale: run `make docs`"
 
 
 def test_readme_names_the_two_commands() -> None:

@@ -29,10 +29,31 @@ SMALL = [
 ]
 
 
+ENDPOINT = "dialogsum-minilm-endpoint"
+
+
+def pipeline_cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python pipeline.py ARGS` as a user runs it, from the repository."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "pipeline.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory: pytest.TempPathFactory) -> LocalRun:
-    """configs/local.json end to end (MiniLM encoder-decoder, ZeRO-3 on 2 CPU processes)."""
-    config = load_config(REPO / "configs" / "local.json", SMALL).config
+def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("registry")
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
+    """configs/local.json end to end (MiniLM encoder-decoder, ZeRO-3 on 2 CPU processes),
+    shipping to a registry of its own."""
+    overrides = [*SMALL, f"deploy.registry_dir={registry_dir}"]
+    config = load_config(REPO / "configs" / "local.json", overrides).config
     root = tmp_path_factory.mktemp("runs")
     return run_local(build_pipeline(config), pipeline_root=root, quiet=True)
 
@@ -45,6 +66,8 @@ def test_every_step_succeeds_in_order(local_run: LocalRun) -> None:
         "preprocess",
         "finetune",
         "evaluate",
+        "should-deploy",
+        "deploy",
     ]
     assert local_run.run_dir is not None and local_run.run_dir.is_dir()
 
@@ -103,22 +126,15 @@ def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
 
 @pytest.mark.slow
 def test_cli_names_the_failing_step_and_its_reason(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "pipeline.py"),
-            "--config",
-            str(REPO / "configs" / "local.json"),
-            "--set",
-            "data.columns.document=no_such_column",
-            "--pipeline-root",
-            str(tmp_path),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
+    result = pipeline_cli(
+        "--config",
+        str(REPO / "configs" / "local.json"),
+        "--set",
+        "data.columns.document=no_such_column",
+        "--pipeline-root",
+        str(tmp_path),
+        "--quiet",
         timeout=300,
-        cwd=REPO,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     summary = result.stdout
@@ -126,3 +142,61 @@ def test_cli_names_the_failing_step_and_its_reason(tmp_path: Path) -> None:
     assert "no_such_column" in summary and "dialogue" in summary  # names what exists
     assert "[skip] preprocess" in summary
     assert "Pipeline failed." in summary
+
+
+@pytest.mark.slow
+def test_the_first_run_deploys_to_an_empty_endpoint(
+    local_run: LocalRun, registry_dir: Path
+) -> None:
+    from llm_pipeline.registry.local import LocalRegistry
+
+    steps = {step.name: step for step in local_run.steps}
+    gate = steps["should-deploy"]
+    assert gate.outputs["Output"] == "True"
+    assert "serves nothing yet" in gate.outputs["reason"]
+    assert steps["deploy"].outputs["version"] == "dialogsum-minilm@1"
+    served = LocalRegistry(registry_dir).served_version(ENDPOINT)
+    assert served is not None and served.ref == "dialogsum-minilm@1"
+    # The registered metrics are the evaluation's, and the files outlive the run folder.
+    assert served.metrics["rougeLsum"] == steps["evaluate"].metrics["rougeLsum"]
+    assert (Path(served.uri) / "model.safetensors").is_file()
+    assert not Path(served.uri).is_relative_to(local_run.run_dir)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
+    local_run: LocalRun, registry_dir: Path, tmp_path: Path
+) -> None:
+    """Through the CLI, as a user runs it: the gate compares with version 1, which the
+    endpoint serves, and says so; `override: always` ships version 2 (the same data and seed
+    train the same model, which `auto` would not ship); rollback restores version 1.
+    tests/runner/test_local_condition.py covers a gate that says no."""
+    result = pipeline_cli(
+        "--config",
+        str(REPO / "configs" / "local.json"),
+        *[arg for item in SMALL for arg in ("--set", item)],
+        "--set",
+        f"deploy.registry_dir={registry_dir}",
+        "--set",
+        "deploy_policy.override=always",
+        "--pipeline-root",
+        str(tmp_path),
+        "--quiet",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    summary = result.stdout
+    gate = next(line for line in summary.splitlines() if line.startswith("Gate: "))
+    assert gate.startswith("Gate: deploy: rougeLsum ")
+    assert "served by version dialogsum-minilm@1" in gate
+    assert gate.endswith("deploy_policy.override is 'always', deploying")
+    assert f"Deployed dialogsum-minilm@2 to endpoint {ENDPOINT}." in summary
+    assert f"Serve it: python pipeline.py serve --endpoint {ENDPOINT}" in summary
+
+    rollback = pipeline_cli(
+        "rollback", "--endpoint", ENDPOINT, "--registry-dir", str(registry_dir), timeout=120
+    )
+    assert rollback.returncode == 0, rollback.stderr
+    assert "rolled back from dialogsum-minilm@2 to dialogsum-minilm@1" in rollback.stdout
+    registry = pipeline_cli("registry", "--registry-dir", str(registry_dir), timeout=120)
+    assert f"endpoint {ENDPOINT}: serves dialogsum-minilm@1 " in registry.stdout

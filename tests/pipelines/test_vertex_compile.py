@@ -91,7 +91,38 @@ def test_local_graph_runs_the_component_itself() -> None:
     spec = build_pipeline(config, target="local").pipeline_spec
     executor = spec.deployment_spec["executors"]["exec-finetune"]["container"]
     assert "CustomJob" not in str(executor)
-    assert set(spec.root.dag.tasks) == {"download", "preprocess", "finetune", "evaluate"}
+    from llm_pipeline.runner import step_order
+
+    assert step_order(build_pipeline(config, target="local")) == [
+        "download",
+        "preprocess",
+        "finetune",
+        "evaluate",
+        "should-deploy",
+        "deploy",
+    ]
+
+
+@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
+def test_deploy_runs_only_when_the_gate_says_so(config_name: str, tmp_path: Path) -> None:
+    config = load_config(REPO / "configs" / config_name, ["vertex.project=acme"]).config
+    path = compile_pipeline(build_pipeline(config, target="vertex"), tmp_path / "p.yaml")
+    spec = yaml.safe_load(path.read_text())
+    root = spec["root"]["dag"]["tasks"]
+    gate = root["should-deploy"]
+    assert gate["dependentTasks"] == ["evaluate"]
+    assert gate["cachingOptions"] == {}  # never cached: it depends on what is served now
+    (branch,) = (task for name, task in root.items() if name.startswith("condition"))
+    assert branch["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--should-deploy-Output'] == true"
+    )
+    inner = spec["components"][branch["componentRef"]["name"]]["dag"]["tasks"]
+    assert set(inner) == {"deploy"}
+    assert inner["deploy"]["inputs"]["parameters"]["gate_served"]["componentInputParameter"] == (
+        "pipelinechannel--should-deploy-served_version"
+    )
+    deploy_section = inner["deploy"]["inputs"]["parameters"]["deploy"]
+    assert '"target":"vertex"' in deploy_section["runtimeValue"]["constant"].replace(" ", "")
 
 
 def test_tensorboard_without_an_output_folder_is_refused() -> None:

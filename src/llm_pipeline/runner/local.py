@@ -55,6 +55,12 @@ def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
                 metrics.update(metadata)
     for name, value in produced.get("parameterValues", {}).items():
         outputs[name] = repr(value)
+    # Text outputs declared with OutputPath(str) are files in the task folder, not entries
+    # of executor_output.json.
+    taken = {Path(uri).name for uri in outputs.values()}
+    for file in sorted(task_dir.iterdir()):
+        if file.is_file() and file.name not in taken | {output_file.name, ERROR_FILE}:
+            outputs[file.name] = file.read_text(encoding="utf-8", errors="replace").strip()
     return StepOutcome(name=task_dir.name, status="succeeded", outputs=outputs, metrics=metrics)
 
 
@@ -68,22 +74,36 @@ def _newest_run_dir(pipeline_root: Path, pipeline_name: str, before: set[Path]) 
 
 
 def step_order(pipeline: Any) -> list[str]:
-    """Task names in an order that respects dependencies (the order they run here)."""
-    tasks = pipeline.pipeline_spec.root.dag.tasks
+    """Task names in an order that respects dependencies (the order they run here).
+
+    Tasks inside a condition (`dsl.If`) take the condition's place, in their own order.
+    """
+    spec = pipeline.pipeline_spec
+    return _dag_order(spec.root.dag.tasks, spec.components)
+
+
+def _dag_order(tasks: Any, components: Any) -> list[str]:
     ordered: list[str] = []
     pending = dict(tasks)
     while pending:
         ready = sorted(
             name
-            for name, spec in pending.items()
-            if all(dep in ordered for dep in spec.dependent_tasks)
+            for name, task in pending.items()
+            if all(dep in ordered for dep in task.dependent_tasks)
         )
         if not ready:  # a cycle cannot compile; keep the rest in name order regardless
             ready = sorted(pending)
         for name in ready:
             ordered.append(name)
             del pending[name]
-    return ordered
+    flat: list[str] = []
+    for name in ordered:
+        component = components[tasks[name].component_ref.name]
+        if component.WhichOneof("implementation") == "dag":
+            flat.extend(_dag_order(component.dag.tasks, components))
+        else:
+            flat.append(name)
+    return flat
 
 
 def _failed_step(message: str) -> str | None:

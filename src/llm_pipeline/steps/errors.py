@@ -16,7 +16,9 @@ R = TypeVar("R")
 
 
 def _task_dir(kwargs: dict[str, Any]) -> Path | None:
-    for value in kwargs.values():
+    """The step's own folder: that of its last artifact argument. Steps take their inputs
+    first and their outputs last, and an input's folder belongs to the step that made it."""
+    for value in reversed(kwargs.values()):
         path = getattr(value, "path", None)
         if isinstance(path, str) and path:
             return Path(path).parent

@@ -1,0 +1,139 @@
+"""`pipeline.py registry | rollback | serve`: look at and act on the model registry.
+
+Locally the registry is `deploy.registry_dir` (from `--config`, else `runs/registry`, or
+`--registry-dir`); with a config whose `deploy.target` is `vertex`, Vertex AI's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
+from llm_pipeline.errors import UserError
+from llm_pipeline.registry import ModelVersion, Registry, open_registry
+
+COMMANDS = ("registry", "rollback", "serve")
+#: Metrics shown per version in `registry`; every metric is kept in the registry.
+LISTED_METRICS = ("rougeLsum", "rouge1", "rouge2", "rougeL")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipeline.py",
+        description="Model registry commands: list versions and endpoints, roll an endpoint "
+        "back, serve what an endpoint points at.",
+    )
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "--config", type=Path, help="Config whose deploy section names the registry."
+    )
+    where.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a config value, as for a run.",
+    )
+    where.add_argument(
+        "--registry-dir", type=Path, help="Local registry folder (default: deploy.registry_dir)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "registry", parents=[where], help="List models, versions, metrics and endpoints."
+    )
+    rollback = commands.add_parser(
+        "rollback", parents=[where], help="Serve again the version an endpoint served before."
+    )
+    rollback.add_argument("--endpoint", required=True, help="Endpoint name.")
+    serve = commands.add_parser(
+        "serve", parents=[where], help="Serve, on this machine, what a local endpoint serves."
+    )
+    serve.add_argument("--endpoint", required=True, help="Endpoint name.")
+    serve.add_argument("--host", default="127.0.0.1", help="Address to listen on.")
+    serve.add_argument("--port", type=int, default=8080, help="Port (default 8080).")
+    return parser
+
+
+def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig]:
+    deploy, vertex = DeployConfig(), VertexConfig()
+    if args.config is not None:
+        config = load_config(args.config, args.overrides).config
+        deploy, vertex = config.deploy, config.vertex
+    elif args.overrides:
+        raise ConfigError(["--set needs --config"])
+    if args.registry_dir is not None and deploy.target != "local":
+        raise ConfigError(["--registry-dir is for a local registry; the config's target is vertex"])
+    return open_registry(deploy, vertex, registry_dir=args.registry_dir), deploy
+
+
+def _metrics_text(version: ModelVersion) -> str:
+    shown = [f"{k} {version.metrics[k]:.2f}" for k in LISTED_METRICS if k in version.metrics]
+    return ", ".join(shown) or "no metrics"
+
+
+def list_registry(registry: Registry) -> None:
+    """Print every model's versions and every endpoint's traffic split."""
+    models = registry.models()
+    if not models:
+        print("No models registered yet.")
+    for model in models:
+        print(f"model {model}")
+        for version in registry.versions(model):
+            made = f", run {version.run}" if version.run else ""
+            print(f"  {version.ref:<28} {version.created[:19]}  {_metrics_text(version)}{made}")
+    endpoints = registry.endpoints()
+    if not endpoints:
+        print("No endpoints yet.")
+    for endpoint in endpoints:
+        serving = endpoint.serving
+        split = ", ".join(f"{d.version.ref} {d.traffic}%" for d in endpoint.deployed)
+        now = serving.version.ref if serving else "nothing"
+        print(f"endpoint {endpoint.name}: serves {now}" + (f" ({split})" if split else ""))
+
+
+def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -> int:
+    if deploy.target != "local":
+        raise UserError(
+            "serve runs a local endpoint's model on this machine; a Vertex endpoint is "
+            "already served by Vertex AI (call it with its predict URL)"
+        )
+    served = registry.served_version(args.endpoint)
+    if served is None:
+        names = ", ".join(e.name for e in registry.endpoints()) or "none"
+        raise UserError(f"endpoint {args.endpoint!r} serves nothing (endpoints: {names})")
+    from llm_pipeline.serve.__main__ import main as serve_main
+
+    print(f"Serving {served.ref} ({served.uri}) for endpoint {args.endpoint}", flush=True)
+    for key, value in served.serving_env.items():
+        os.environ.setdefault(key, value)  # what the version was registered with
+    argv = ["--model", served.uri, "--host", args.host, "--port", str(args.port)]
+    return serve_main(argv)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one registry command; returns the exit code (2 for a user's mistake)."""
+    args = build_parser().parse_args(argv)
+    try:
+        registry, deploy = _registry(args)
+        if args.command == "registry":
+            list_registry(registry)
+            return 0
+        if args.command == "rollback":
+            outcome = registry.rollback(args.endpoint)
+            print(
+                f"endpoint {args.endpoint}: rolled back from {outcome.moved_from.ref} "
+                f"to {outcome.moved_to.ref} (now 100% of traffic)"
+            )
+            return 0
+        return _serve(registry, deploy, args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

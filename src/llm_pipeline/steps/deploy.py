@@ -1,0 +1,171 @@
+"""The deploy component's body: register, bring up, check, move traffic, retire.
+
+Locally "bring up and check" is the real prediction server started on a free loopback port
+with the new version, asked for its health and for predictions on evaluation documents;
+on Vertex it is the endpoint itself (`VertexRegistry.deploy`). Either way traffic moves
+only after the new version has answered.
+"""
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.evaluation.examples import load_examples
+from llm_pipeline.registry import (
+    DeployError,
+    DeployOutcome,
+    ModelVersion,
+    VersionCheck,
+    open_registry,
+)
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.launch import start_server
+from llm_pipeline.serve.schemas import GenerationParameters
+from llm_pipeline.serve.settings import serving_env
+from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
+from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.storage import to_uri
+
+
+@reports_user_errors
+def run_deploy(
+    *,
+    deploy: str,
+    vertex: str,
+    data: str,
+    evaluate: str,
+    run: str,
+    gate_served: str,
+    model: Any,
+    metrics: Any,
+    dataset: Any,
+    report: Any,
+    deployment: MetricsSink,
+    version: str,
+    endpoint: str,
+) -> None:
+    """Ship the `model` artifact; `version` and `endpoint` are paths of the text outputs."""
+    # The server's health polls would each log a line at INFO.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    deploy_config = DeployConfig.from_component(deploy)
+    data_config = DataConfig.from_component(data)
+    env = serving_env(
+        prefix=data_config.prefix,
+        max_input_tokens=data_config.max_source_length,
+        parameters=generation_defaults(EvaluateConfig.from_component(evaluate)),
+    )
+    registry = open_registry(
+        deploy_config,
+        VertexConfig.from_component(vertex),
+        check=local_server_check(env, timeout_s=deploy_config.health_timeout_s),
+    )
+    endpoint_name = deploy_config.endpoint_name()
+    _still_serving(registry.served_version(endpoint_name), gate_served, endpoint_name)
+    probe = load_examples(dataset.path, None, deploy_config.probe_instances).documents
+    registered = registry.register(
+        model=deploy_config.model_display_name,
+        model_dir=model.path if deploy_config.target == "local" else model.uri,
+        metrics={k: float(v) for k, v in dict(metrics.metadata).items() if _is_number(v)},
+        run=run,
+        config={
+            "data": data_config.model_dump(mode="json"),
+            "deploy": deploy_config.model_dump(mode="json"),
+        },
+        serving_env=env,
+    )
+    print(f"deploy: registered {registered.ref} ({registered.uri})", flush=True)
+    outcome = registry.deploy(
+        registered, endpoint_name, traffic_percent=deploy_config.traffic_percent, probe=probe
+    )
+    summary = _summary(outcome, endpoint_name)
+    print(f"deploy: {summary}", flush=True)
+    log_metrics(
+        deployment, {"version": _as_number(registered.version), "traffic": _traffic(outcome)}
+    )
+    _write(report.path, _markdown(outcome, endpoint_name, probe))
+    _write(version, registered.ref)
+    _write(endpoint, endpoint_name)
+
+
+def generation_defaults(evaluate: EvaluateConfig) -> dict[str, Any]:
+    """The evaluation's generation settings that the server takes as its defaults: the
+    endpoint then summarizes as the model was scored (unset ones keep the model's own)."""
+    names = set(GenerationParameters.model_fields)
+    return evaluate.model_dump(include=names, exclude_none=True)
+
+
+def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck:
+    """A check that starts the real prediction server on the version and asks it."""
+
+    def check(version: ModelVersion, probe: Sequence[str]) -> str:
+        try:
+            with start_server(version.uri, env=env, timeout_s=timeout_s) as server:
+                answers = server.predict(list(probe)) if probe else []
+        except ServeError as exc:
+            raise DeployError(f"version {version.ref} failed its check: {exc}") from None
+        if probe and (len(answers) != len(probe) or not all(a.strip() for a in answers)):
+            raise DeployError(
+                f"version {version.ref} failed its check: {len(probe)} probe documents got "
+                f"{len(answers)} answers, {sum(not a.strip() for a in answers)} of them empty"
+            )
+        return answers[0] if answers else ""
+
+    return check
+
+
+def _still_serving(served: ModelVersion | None, gate_served: str, endpoint: str) -> None:
+    """Refuse to move traffic when the endpoint changed since the gate compared with it."""
+    now = served.ref if served else ""
+    if now != gate_served:
+        raise DeployError(
+            f"endpoint {endpoint} now serves {now or 'nothing'}, but the gate compared with "
+            f"{gate_served or 'nothing'}: another run deployed in between; not moving traffic "
+            "(rerun to compare with what is served now)"
+        )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_number(version: str) -> float | None:
+    try:
+        return float(version)
+    except ValueError:
+        return None
+
+
+def _traffic(outcome: DeployOutcome) -> int:
+    for deployed in outcome.endpoint.deployed:
+        if deployed.version.ref == outcome.version.ref:
+            return deployed.traffic
+    return 0
+
+
+def _summary(outcome: DeployOutcome, endpoint: str) -> str:
+    before = outcome.previous.ref if outcome.previous else "nothing"
+    retired = ", ".join(v.ref for v in outcome.retired) or "none"
+    return (
+        f"{endpoint} serves {outcome.version.ref} with {_traffic(outcome)}% of traffic "
+        f"(before: {before}; retired: {retired})"
+    )
+
+
+def _markdown(outcome: DeployOutcome, endpoint: str, probe: Sequence[str]) -> str:
+    rows = "\n".join(
+        f"| {d.version.ref} | {d.traffic}% | {d.version.uri} |" for d in outcome.endpoint.deployed
+    )
+    shown = probe[0][:300] + ("…" if probe and len(probe[0]) > 300 else "") if probe else ""
+    return (
+        f"# deploy: {outcome.version.ref} on `{endpoint}`\n\n{_summary(outcome, endpoint)}\n\n"
+        f"| version | traffic | files |\n|---|---|---|\n{rows}\n\n"
+        f"**Probe document:** {shown}\n\n**Prediction:** {outcome.prediction}\n"
+    )
+
+
+def _write(path: str, text: str) -> None:
+    target = Path(to_uri(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")

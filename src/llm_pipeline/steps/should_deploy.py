@@ -1,0 +1,75 @@
+"""The should_deploy component's body: the gate against what the endpoint serves now."""
+
+from pathlib import Path
+from typing import Any
+
+from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
+from llm_pipeline.registry import Decision, open_registry
+from llm_pipeline.registry.gate import decide
+from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
+from llm_pipeline.steps.errors import reports_user_errors
+
+
+@reports_user_errors
+def run_should_deploy(
+    *,
+    deploy: str,
+    policy: str,
+    vertex: str,
+    metrics: Any,
+    decision: MetricsSink,
+    report: Any,
+    reason: str,
+    served_version: str,
+) -> bool:
+    """Decide, record the decision as Metrics and Markdown, and return it.
+
+    `reason` and `served_version` are the paths of the step's text outputs: the sentence
+    that says why, and `model@version` of what the endpoint served (empty: nothing), which
+    the deploy step re-checks before it moves traffic.
+    """
+    deploy_config = DeployConfig.from_component(deploy)
+    policy_config = DeployPolicyConfig.from_component(policy)
+    registry = open_registry(deploy_config, VertexConfig.from_component(vertex))
+    endpoint = deploy_config.endpoint_name()
+    served = registry.served_version(endpoint)
+    new_metrics = {k: float(v) for k, v in dict(metrics.metadata).items() if _is_number(v)}
+    result = decide(new_metrics, served, policy_config)
+    print(f"should_deploy: {result.reason}", flush=True)
+    log_metrics(
+        decision,
+        {
+            "deploy": int(result.deploy),
+            f"new_{result.metric}": result.value,
+            f"served_{result.metric}": result.served_value,
+            "improvement": result.improvement,
+        },
+    )
+    Path(report.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(report.path).write_text(_markdown(result, endpoint), encoding="utf-8")
+    _write_text(reason, result.reason)
+    _write_text(served_version, served.ref if served else "")
+    return result.deploy
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _write_text(path: str, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _markdown(result: Decision, endpoint: str) -> str:
+    verdict = "**Deploy**" if result.deploy else "**Do not deploy**"
+    served = result.served.ref if result.served else "nothing"
+    served_value = "—" if result.served_value is None else f"{result.served_value:.4g}"
+    improvement = "—" if result.improvement is None else f"{result.improvement:+.4g}"
+    return (
+        f"# should_deploy: {verdict}\n\n{result.reason}\n\n"
+        f"| | {result.metric} |\n|---|---|\n"
+        f"| new model | {result.value:.4g} |\n"
+        f"| served by `{endpoint}` ({served}) | {served_value} |\n"
+        f"| improvement | {improvement} |\n"
+    )

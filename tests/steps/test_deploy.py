@@ -1,0 +1,145 @@
+"""The deploy step against a real local registry and the real prediction server.
+
+Traffic moves only after the new version answered a prediction from the evaluation data;
+a version that cannot serve, or an endpoint that changed since the gate, leaves the
+endpoint exactly as it was and fails the step with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from kfp.dsl import Markdown, Metrics
+
+from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.steps.deploy import run_deploy
+
+pytestmark = pytest.mark.slow
+
+ENDPOINT = "summarizer-endpoint"
+
+
+@pytest.fixture(scope="module")
+def evaluation_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A preprocess-shaped dataset: the probe document comes from its test split."""
+    import datasets
+
+    rows = {
+        "document": ["#Person1#: Shall we meet at noon? #Person2#: Yes, at the cafe."],
+        "summary": ["They meet at noon."],
+        "input_ids": [[101, 2000, 102]],
+    }
+    folder = tmp_path_factory.mktemp("tokenized")
+    split = datasets.Dataset.from_dict(rows)
+    datasets.DatasetDict({"train": split, "validation": split, "test": split}).save_to_disk(
+        str(folder)
+    )
+    return folder
+
+
+def deploy_step(
+    tmp_path: Path, registry_dir: Path, model_dir: Path, data: Path, *, gate_served: str = ""
+) -> Path:
+    """Run the step as the pipeline does; returns its task folder."""
+    task = tmp_path / f"deploy-{len(list(tmp_path.glob('deploy-*')))}"
+    metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
+    metrics.log_metric("rougeLsum", 31.5)
+    run_deploy(
+        deploy=DeployConfig(
+            registry_dir=str(registry_dir), model_display_name="summarizer", health_timeout_s=120
+        ).model_dump_json(),
+        vertex=VertexConfig().model_dump_json(),
+        data=DataConfig(dataset="unused", max_source_length=64).model_dump_json(),
+        evaluate=EvaluateConfig(
+            max_new_tokens=12, num_beams=2, bootstrap_samples=0
+        ).model_dump_json(),
+        run="run-under-test",
+        gate_served=gate_served,
+        model=SimpleNamespace(path=str(model_dir), uri=str(model_dir)),
+        metrics=metrics,
+        dataset=SimpleNamespace(path=str(data)),
+        report=Markdown(uri=str(task / "report")),
+        deployment=Metrics(uri=str(task / "deployment")),
+        version=str(task / "version"),
+        endpoint=str(task / "endpoint"),
+    )
+    return task
+
+
+def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
+    tmp_path: Path, tiny_model_dir: Path, evaluation_data: Path
+) -> None:
+    registry_dir = tmp_path / "registry"
+
+    task = deploy_step(tmp_path, registry_dir, tiny_model_dir, evaluation_data)
+
+    assert (task / "version").read_text() == "summarizer@1"
+    assert (task / "endpoint").read_text() == ENDPOINT
+    served = LocalRegistry(registry_dir).served_version(ENDPOINT)
+    assert served is not None and served.ref == "summarizer@1"
+    assert served.metrics == {"rougeLsum": 31.5} and served.run == "run-under-test"
+    assert served.serving_env["LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS"] == "64"
+    # The endpoint generates as the evaluation did.
+    assert json.loads(served.serving_env["LLM_PIPELINE_SERVE_PARAMETERS"]) == {
+        "max_new_tokens": 12,
+        "num_beams": 2,
+    }
+    report = (task / "report").read_text()
+    assert "Shall we meet at noon" in report  # the probe document and what the model said
+    prediction = report.split("**Prediction:**", 1)[1].strip()
+    assert prediction, report
+
+    # The second version replaces the first once healthy, and the first is retired.
+    task = deploy_step(
+        tmp_path, registry_dir, tiny_model_dir, evaluation_data, gate_served="summarizer@1"
+    )
+    endpoint = LocalRegistry(registry_dir).endpoint(ENDPOINT)
+    assert [(d.version.ref, d.traffic) for d in endpoint.deployed] == [("summarizer@2", 100)]
+    assert "before: summarizer@1" in (task / "report").read_text()
+
+
+def test_a_version_that_cannot_serve_leaves_traffic_where_it_was(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    evaluation_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    registry_dir = tmp_path / "registry"
+    deploy_step(tmp_path, registry_dir, tiny_model_dir, evaluation_data)
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+
+    with pytest.raises(SystemExit) as exited:
+        deploy_step(tmp_path, registry_dir, broken, evaluation_data, gate_served="summarizer@1")
+
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "version summarizer@2 failed its check" in err
+    endpoint = LocalRegistry(registry_dir).endpoint(ENDPOINT)
+    assert [(d.version.ref, d.traffic) for d in endpoint.deployed] == [("summarizer@1", 100)]
+
+
+def test_an_endpoint_that_changed_since_the_gate_is_left_alone(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    evaluation_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    registry_dir = tmp_path / "registry"
+    deploy_step(tmp_path, registry_dir, tiny_model_dir, evaluation_data)
+
+    # The gate of this run saw an empty endpoint; another run deployed summarizer@1 since.
+    with pytest.raises(SystemExit):
+        deploy_step(tmp_path, registry_dir, tiny_model_dir, evaluation_data, gate_served="")
+
+    err = capsys.readouterr().err
+    assert "now serves summarizer@1, but the gate compared with nothing" in err
+    registry = LocalRegistry(registry_dir)
+    assert [v.ref for v in registry.versions("summarizer")] == ["summarizer@1"]
+    assert registry.served_version(ENDPOINT).ref == "summarizer@1"  # type: ignore[union-attr]

@@ -1,0 +1,81 @@
+"""The should_deploy step against a real local registry: it compares with what is served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kfp.dsl import Markdown, Metrics
+
+from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
+from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.steps.should_deploy import run_should_deploy
+
+
+def model_folder(root: Path, name: str) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def run_gate(
+    tmp_path: Path, registry_dir: Path, rouge: float, **policy: object
+) -> tuple[bool, str]:
+    deploy = DeployConfig(registry_dir=str(registry_dir), model_display_name="summarizer")
+    metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
+    metrics.log_metric("rougeLsum", rouge)
+    metrics.log_metric("rouge1", rouge + 5)
+    task = tmp_path / "should-deploy"
+    decided = run_should_deploy(
+        deploy=deploy.model_dump_json(),
+        policy=DeployPolicyConfig(**policy).model_dump_json(),  # type: ignore[arg-type]
+        vertex=VertexConfig().model_dump_json(),
+        metrics=metrics,
+        decision=Metrics(uri=str(task / "decision")),
+        report=Markdown(uri=str(task / "report")),
+        reason=str(task / "reason"),
+        served_version=str(task / "served_version"),
+    )
+    return decided, (task / "reason").read_text()
+
+
+def test_compares_with_the_served_version_not_the_newest(tmp_path: Path) -> None:
+    registry_dir = tmp_path / "registry"
+    registry = LocalRegistry(registry_dir)
+    v1 = registry.register(
+        model="summarizer", model_dir=str(model_folder(tmp_path, "a")), metrics={"rougeLsum": 30.0}
+    )
+    registry.deploy(v1, "summarizer-endpoint")
+    # A newer version that lost its gate: registered, never deployed, and much better.
+    registry.register(
+        model="summarizer", model_dir=str(model_folder(tmp_path, "b")), metrics={"rougeLsum": 45.0}
+    )
+
+    decided, reason = run_gate(tmp_path, registry_dir, 31.0)
+
+    assert decided is True
+    assert reason == (
+        "rougeLsum 31 vs 30 served by version summarizer@1: +1 >= min_improvement 0, deploying"
+    )
+    assert (tmp_path / "should-deploy" / "served_version").read_text() == "summarizer@1"
+    report = (tmp_path / "should-deploy" / "report").read_text()
+    assert "Deploy" in report and "summarizer@1" in report
+
+
+def test_an_empty_registry_deploys_the_first_version(tmp_path: Path) -> None:
+    decided, reason = run_gate(tmp_path, tmp_path / "no-registry-yet", 12.0)
+    assert decided is True
+    assert "serves nothing yet" in reason
+    assert (tmp_path / "should-deploy" / "served_version").read_text() == ""
+
+
+def test_a_missing_metric_fails_the_step_with_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_gate(tmp_path, tmp_path / "registry", 12.0, metric="bleu")
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "no metric 'bleu'" in err and "rougeLsum" in err
+    assert "no metric 'bleu'" in (tmp_path / "should-deploy" / "error.txt").read_text()
