@@ -8,7 +8,7 @@ CONFIG ?= configs/local.json
 DATA ?=
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format docs clean
+.PHONY: install demo test lint format docs clean images
 
 $(STAMP): setup.py
 	python3 -m venv $(VENV)
@@ -39,6 +39,19 @@ format: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m llm_pipeline.docs README.md
+
+# Build the train and serve images with Cloud Build and push them to Artifact Registry as
+# $(IMAGE_LOCATION)-docker.pkg.dev/$(PROJECT)/$(IMAGE_REPOSITORY)/{train,serve}:<version>, the
+# tag being the package's version, which is what configs ask for: `make images PROJECT=P`.
+PROJECT ?= $(shell gcloud config get-value project 2>/dev/null)
+IMAGE_LOCATION ?= us
+IMAGE_REPOSITORY ?= llm-pipeline
+IMAGE_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/llm_pipeline/__init__.py)
+
+images:
+	@test -n "$(PROJECT)" || { echo "make images: set PROJECT=your-project" >&2; exit 2; }
+	gcloud builds submit --config cloudbuild.yaml --project $(PROJECT) \
+		--substitutions=_LOCATION=$(IMAGE_LOCATION),_REPOSITORY=$(IMAGE_REPOSITORY),_VERSION=$(IMAGE_VERSION) .
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache

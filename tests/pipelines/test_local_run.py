@@ -30,6 +30,8 @@ SMALL = [
 
 
 ENDPOINT = "dialogsum-minilm-endpoint"
+#: Pipeline parameters the first run sets (the config says 8 and 3e-4).
+RUN_ARGUMENTS = {"per_device_batch_size": 4, "learning_rate": 1e-4}
 
 
 def pipeline_cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -51,17 +53,24 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
     """configs/local.json end to end (MiniLM encoder-decoder, ZeRO-3 on 2 CPU processes),
-    shipping to a registry of its own."""
+    shipping to a registry of its own. Two pipeline parameters are set for the run, as a
+    person does in the Vertex "Create run" form: they must reach finetune."""
     overrides = [*SMALL, f"deploy.registry_dir={registry_dir}"]
     config = load_config(REPO / "configs" / "local.json", overrides).config
     root = tmp_path_factory.mktemp("runs")
-    return run_local(build_pipeline(config), pipeline_root=root, quiet=True)
+    return run_local(
+        build_pipeline(config),
+        pipeline_root=root,
+        quiet=True,
+        arguments=RUN_ARGUMENTS,
+    )
 
 
 @pytest.mark.slow
 def test_every_step_succeeds_in_order(local_run: LocalRun) -> None:
     assert local_run.succeeded, local_run.steps
     assert [step.name for step in local_run.steps] == [
+        "configure",
         "download",
         "preprocess",
         "finetune",
@@ -106,7 +115,13 @@ def test_finetune_writes_a_model_that_reloads(local_run: LocalRun) -> None:
     generated = model.generate(**inputs, max_new_tokens=5)
     assert generated.shape[0] == 1
     metrics = steps["finetune"].metrics
-    assert metrics["global_step"] == 4  # 64 rows / (8 per process x 2 processes)
+    # The run's parameters reached the trainer: 64 rows / (4 per process x 2 processes).
+    assert metrics["global_step"] == 8
+    resolved = json.loads((model_dir / "llm_pipeline_config.json").read_text())
+    assert resolved["train"]["per_device_batch_size"] == 4
+    assert resolved["train"]["learning_rate"] == 1e-4
+    run_config = json.loads(Path(steps["configure"].outputs["resolved"]).read_text())
+    assert run_config["train"]["per_device_batch_size"] == 4
     assert metrics["train_loss"] > 0 and metrics["eval_loss"] > 0
 
 

@@ -1,36 +1,52 @@
-"""Each Vertex config compiles to a spec whose training job has the worker pools it asks for."""
+"""Every shipped config compiles for Vertex AI into the spec it asks for: images, worker
+pools, evaluation's node, caching and retries per step, the run parameters with the
+config's values as defaults, and the gate's condition. The specs kept under `pipelines/`
+are exactly what the code compiles."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from llm_pipeline.config import load_config
+from llm_pipeline.config import PipelineConfig, load_config
+from llm_pipeline.config.run_parameters import RUN_PARAMETERS, parameter_defaults
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.pipelines.vertex import custom_job_settings
-from llm_pipeline.runner import compile_pipeline
+from llm_pipeline.pipelines.vertex import STEP_LABEL, custom_job_settings
+from llm_pipeline.runner import compile_pipeline, step_order
+from llm_pipeline.runner.compile import compile_shipped_pipelines
+from llm_pipeline.steps.configure import worker_pool_specs
 
 REPO = Path(__file__).resolve().parents[2]
 VERTEX_CONFIGS = ["small1vm1gpu.json", "small2vm16gpu.json", "xxl2vm16gpu.json", "xxl8vm16gpu.json"]
+KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE"}
 
 
-def compiled_finetune(config_name: str, tmp_path: Path, *overrides: str) -> dict[str, Any]:
-    config = load_config(REPO / "configs" / config_name, overrides).config
-    path = compile_pipeline(build_pipeline(config, target="vertex"), tmp_path / "p.yaml")
-    spec = yaml.safe_load(path.read_text())
-    return spec["components"]["comp-finetune"]["inputDefinitions"]["parameters"]
+def config_of(name: str, *overrides: str) -> PipelineConfig:
+    return load_config(REPO / "configs" / name, ["vertex.project=acme", *overrides]).config
 
 
-def defaults(parameters: dict[str, Any]) -> dict[str, Any]:
+def compiled(config: PipelineConfig, tmp_path: Path, *, scheduled: bool = False) -> dict[str, Any]:
+    pipeline = build_pipeline(config, target="vertex", scheduled=scheduled)
+    return yaml.safe_load(compile_pipeline(pipeline, tmp_path / "p.yaml").read_text())
+
+
+def defaults(spec: dict[str, Any], component: str) -> dict[str, Any]:
+    parameters = spec["components"][component]["inputDefinitions"]["parameters"]
     return {name: p.get("defaultValue") for name, p in parameters.items()}
 
 
+def constant(task: dict[str, Any], name: str) -> Any:
+    return task["inputs"]["parameters"][name]["runtimeValue"]["constant"]
+
+
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_worker_pools_match_the_config(config_name: str, tmp_path: Path) -> None:
-    config = load_config(REPO / "configs" / config_name, ["vertex.project=acme"]).config
-    values = defaults(compiled_finetune(config_name, tmp_path, "vertex.project=acme"))
-    pools = values["worker_pool_specs"]
+def test_finetune_runs_as_a_custom_job_on_the_configured_pools(
+    config_name: str, tmp_path: Path
+) -> None:
+    config = config_of(config_name)
+    spec = compiled(config, tmp_path)
     cluster = config.cluster
     machine = {
         "machine_type": cluster.machine_type,
@@ -38,35 +54,153 @@ def test_worker_pools_match_the_config(config_name: str, tmp_path: Path) -> None
         "accelerator_count": float(cluster.accelerator_count),
     }
     disk = {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 200.0}
-    expected_pools = [(1.0, machine, disk)]
+    expected = [(1.0, machine, disk)]
     if cluster.node_count > 1:
-        expected_pools.append((float(cluster.node_count - 1), machine, disk))
-    assert [(p["replica_count"], p["machine_spec"], p["disk_spec"]) for p in pools] == (
-        expected_pools
-    )
+        expected.append((float(cluster.node_count - 1), machine, disk))
+    values = defaults(spec, "comp-finetune")
+    pools = values["worker_pool_specs"]
+    assert [(p["replica_count"], p["machine_spec"], p["disk_spec"]) for p in pools] == expected
     for pool in pools:
         container = pool["container_spec"]
-        assert container["image_uri"] == "us-docker.pkg.dev/acme/llm-pipeline/train:0.1.0"
+        assert container["image_uri"] == config.vertex.image_uri()
         assert container["args"][-2:] == ["--function_to_execute", "finetune"]
     assert values["strategy"] == ("SPOT" if cluster.spot else "STANDARD")
     assert values["restart_job_on_worker_restart"] is True
-    assert values["timeout"] == "604800s"
+    assert values["labels"] == {STEP_LABEL: "finetune"}
+    # The pools the job runs with come from configure, scaled to the node_count parameter.
+    tasks = spec["root"]["dag"]["tasks"]
+    assert tasks["finetune"]["inputs"]["parameters"]["worker_pool_specs"] == {
+        "taskOutputParameter": {
+            "outputParameterKey": "worker_pool_specs",
+            "producerTask": "configure",
+        }
+    }
+    template = json.loads(constant(tasks["configure"], "finetune_pools"))
+    scaled = worker_pool_specs(template, cluster.node_count)
+    assert [p["replica_count"] for p in scaled] == [p["replica_count"] for p in pools]
 
 
-def test_settings_payload_whole(tmp_path: Path) -> None:
-    config = load_config(
-        REPO / "configs" / "xxl2vm16gpu.json",
-        [
-            "vertex.project=acme",
-            "vertex.pipeline_root=gs://acme-runs/pipelines",
-            "vertex.service_account=trainer@acme.iam.gserviceaccount.com",
-            "vertex.network=projects/1/global/networks/vpc",
-            "vertex.tensorboard=projects/1/locations/us-central1/tensorboards/2",
-            'vertex.labels={"team": "nlp"}',
-            "cluster.spot=true",
-            "cluster.timeout=86400s",
-        ],
-    ).config
+def test_worker_pools_follow_the_node_count_parameter() -> None:
+    pool = {"machine_spec": {"machine_type": "a2-megagpu-16g"}, "replica_count": 1}
+    assert [p["replica_count"] for p in worker_pool_specs([pool], 1)] == [1]
+    assert [p["replica_count"] for p in worker_pool_specs([pool], 2)] == [1, 1]
+    assert [p["replica_count"] for p in worker_pool_specs([pool, {**pool}], 8)] == [1, 7]
+    assert [p["replica_count"] for p in worker_pool_specs([pool, {**pool}], 1)] == [1]
+    assert worker_pool_specs([], 4) == []  # locally there is no custom job to scale
+
+
+@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
+def test_evaluate_runs_on_one_whole_training_node(config_name: str, tmp_path: Path) -> None:
+    config = config_of(config_name)
+    values = defaults(compiled(config, tmp_path), "comp-evaluate")
+    (pool,) = values["worker_pool_specs"]
+    assert pool["replica_count"] == 1.0
+    assert pool["machine_spec"] == {
+        "machine_type": config.cluster.machine_type,
+        "accelerator_type": config.cluster.accelerator_type,
+        "accelerator_count": float(config.cluster.accelerator_count),
+    }
+    assert pool["container_spec"]["args"][-2:] == ["--function_to_execute", "evaluate"]
+    assert values["strategy"] == "STANDARD"  # evaluation cannot resume after a preemption
+    assert values["labels"] == {STEP_LABEL: "evaluate"}
+
+
+def test_a_cpu_cluster_evaluates_in_a_plain_task(tmp_path: Path) -> None:
+    config = config_of("small1vm1gpu.json", "cluster.accelerator_type=null")
+    spec = compiled(config, tmp_path)
+    assert "worker_pool_specs" not in defaults(spec, "comp-evaluate")
+
+
+@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
+def test_parameters_carry_the_configs_values_as_defaults(config_name: str, tmp_path: Path) -> None:
+    config = config_of(config_name)
+    spec = compiled(config, tmp_path)
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert set(parameters) == set(RUN_PARAMETERS)
+    expected = parameter_defaults(config)
+    for name, parameter in parameters.items():
+        assert parameter["parameterType"] == KFP_TYPES[RUN_PARAMETERS[name].kind], name
+        assert parameter["defaultValue"] == expected[name], name
+        assert RUN_PARAMETERS[name].path in parameter["description"]
+    assert expected["epochs"] == config.train.epochs
+    assert expected["node_count"] == config.cluster.node_count
+    assert expected["gate_metric"] == config.deploy_policy.metric
+    # Every parameter goes to configure, the first step, which validates the run's config.
+    configure = spec["root"]["dag"]["tasks"]["configure"]["inputs"]["parameters"]
+    for name in RUN_PARAMETERS:
+        assert configure[name] == {"componentInputParameter": name}
+    assert json.loads(constant(spec["root"]["dag"]["tasks"]["configure"], "config"))["name"] == (
+        config.name
+    )
+
+
+@pytest.mark.parametrize("scheduled", [False, True])
+def test_caching_retries_and_names_per_step(scheduled: bool, tmp_path: Path) -> None:
+    config = config_of("small2vm16gpu.json", 'vertex.labels={"team": "nlp"}')
+    spec = compiled(config, tmp_path, scheduled=scheduled)
+    tasks = spec["root"]["dag"]["tasks"]
+    branch = next(task for name, task in tasks.items() if name.startswith("condition"))
+    inner = spec["components"][branch["componentRef"]["name"]]["dag"]["tasks"]
+    every = {**{n: t for n, t in tasks.items() if not n.startswith("condition")}, **inner}
+    assert set(every) == {
+        "configure",
+        "download",
+        "preprocess",
+        "finetune",
+        "evaluate",
+        "should-deploy",
+        "deploy",
+    }
+    cached = {name for name, task in every.items() if task["cachingOptions"].get("enableCache")}
+    # A schedule retrains on fresh data: its download is never taken from the cache.
+    assert cached == ({"preprocess"} if scheduled else {"download", "preprocess"})
+    retried = {
+        name: t["retryPolicy"]["maxRetryCount"] for name, t in every.items() if "retryPolicy" in t
+    }
+    assert retried == {"download": 3, "preprocess": 3, "should-deploy": 3}
+    assert {name: task["taskInfo"]["name"] for name, task in every.items()} == {
+        name: name for name in every
+    }
+    labels = defaults(spec, "comp-finetune")["labels"]
+    assert labels == {"team": "nlp", STEP_LABEL: "finetune"}
+
+
+def test_the_pipeline_root_comes_from_the_config(tmp_path: Path) -> None:
+    config = config_of("small1vm1gpu.json", "vertex.pipeline_root=gs://acme-runs/pipelines")
+    assert compiled(config, tmp_path)["defaultPipelineRoot"] == "gs://acme-runs/pipelines"
+
+
+@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
+def test_deploy_runs_only_when_the_gate_says_so(config_name: str, tmp_path: Path) -> None:
+    spec = compiled(config_of(config_name), tmp_path)
+    root = spec["root"]["dag"]["tasks"]
+    gate = root["should-deploy"]
+    assert sorted(gate["dependentTasks"]) == ["configure", "evaluate"]
+    assert gate["cachingOptions"] == {}  # never cached: it depends on what is served now
+    (branch,) = (task for name, task in root.items() if name.startswith("condition"))
+    assert branch["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--should-deploy-Output'] == true"
+    )
+    inner = spec["components"][branch["componentRef"]["name"]]["dag"]["tasks"]
+    assert set(inner) == {"deploy"}
+    assert inner["deploy"]["inputs"]["parameters"]["gate_served"]["componentInputParameter"] == (
+        "pipelinechannel--should-deploy-served_version"
+    )
+    config = json.loads(constant(root["configure"], "config"))
+    assert config["deploy"]["target"] == "vertex"
+
+
+def test_custom_job_settings_whole() -> None:
+    config = config_of(
+        "xxl2vm16gpu.json",
+        "vertex.pipeline_root=gs://acme-runs/pipelines",
+        "vertex.service_account=trainer@acme.iam.gserviceaccount.com",
+        "vertex.network=projects/1/global/networks/vpc",
+        "vertex.tensorboard=projects/1/locations/us-central1/tensorboards/2",
+        'vertex.labels={"team": "nlp"}',
+        "cluster.spot=true",
+        "cluster.timeout=86400s",
+    )
     assert custom_job_settings(config) == {
         "display_name": "llm-finetune-t5-xxl-cnndm-2x16",
         "replica_count": 2,
@@ -82,18 +216,17 @@ def test_settings_payload_whole(tmp_path: Path) -> None:
         "network": "projects/1/global/networks/vpc",
         "tensorboard": "projects/1/locations/us-central1/tensorboards/2",
         "base_output_directory": "gs://acme-runs/pipelines/t5-xxl-cnndm-2x16/finetune",
-        "labels": {"team": "nlp"},
+        "labels": {"team": "nlp", STEP_LABEL: "finetune"},
     }
 
 
-def test_local_graph_runs_the_component_itself() -> None:
+def test_local_graph_runs_the_components_themselves() -> None:
     config = load_config(REPO / "configs" / "local.json").config
-    spec = build_pipeline(config, target="local").pipeline_spec
-    executor = spec.deployment_spec["executors"]["exec-finetune"]["container"]
+    pipeline = build_pipeline(config, target="local")
+    executor = pipeline.pipeline_spec.deployment_spec["executors"]["exec-finetune"]["container"]
     assert "CustomJob" not in str(executor)
-    from llm_pipeline.runner import step_order
-
-    assert step_order(build_pipeline(config, target="local")) == [
+    assert step_order(pipeline) == [
+        "configure",
         "download",
         "preprocess",
         "finetune",
@@ -103,26 +236,15 @@ def test_local_graph_runs_the_component_itself() -> None:
     ]
 
 
-@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_deploy_runs_only_when_the_gate_says_so(config_name: str, tmp_path: Path) -> None:
-    config = load_config(REPO / "configs" / config_name, ["vertex.project=acme"]).config
-    path = compile_pipeline(build_pipeline(config, target="vertex"), tmp_path / "p.yaml")
-    spec = yaml.safe_load(path.read_text())
-    root = spec["root"]["dag"]["tasks"]
-    gate = root["should-deploy"]
-    assert gate["dependentTasks"] == ["evaluate"]
-    assert gate["cachingOptions"] == {}  # never cached: it depends on what is served now
-    (branch,) = (task for name, task in root.items() if name.startswith("condition"))
-    assert branch["triggerPolicy"]["condition"] == (
-        "inputs.parameter_values['pipelinechannel--should-deploy-Output'] == true"
+def test_shipped_specs_are_what_the_code_compiles(tmp_path: Path) -> None:
+    fresh = compile_shipped_pipelines(REPO / "configs", tmp_path)
+    assert sorted(path.name for path in fresh) == sorted(
+        name.replace(".json", ".yaml") for name in VERTEX_CONFIGS
     )
-    inner = spec["components"][branch["componentRef"]["name"]]["dag"]["tasks"]
-    assert set(inner) == {"deploy"}
-    assert inner["deploy"]["inputs"]["parameters"]["gate_served"]["componentInputParameter"] == (
-        "pipelinechannel--should-deploy-served_version"
-    )
-    deploy_section = inner["deploy"]["inputs"]["parameters"]["deploy"]
-    assert '"target":"vertex"' in deploy_section["runtimeValue"]["constant"].replace(" ", "")
+    for path in fresh:
+        shipped = REPO / "pipelines" / path.name
+        assert shipped.exists(), f"pipelines/{path.name} missing: run `make docs`"
+        assert shipped.read_text() == path.read_text(), f"{shipped} is stale: run `make docs`"
 
 
 def test_tensorboard_without_an_output_folder_is_refused() -> None:
@@ -134,3 +256,14 @@ def test_tensorboard_without_an_output_folder_is_refused() -> None:
         "vertex.tensorboard needs a folder for the training job's logs: set "
         "vertex.pipeline_root or cluster.base_output_directory"
     ]
+
+
+def test_the_reference_projects_zone_and_cluster_prefix_reach_the_job() -> None:
+    """The flat keys map onto settings the job uses: the zone's region runs it, the
+    cluster prefix names it."""
+    raw = json.loads((REPO / "configs" / "small1vm1gpu.json").read_text())
+    raw.update({"zone": "europe-west4-a", "cluster_prefix": "t5-run"})
+    raw["vertex"].pop("region", None)
+    config = load_config(raw=raw).config
+    assert config.vertex.region == "europe-west4"
+    assert custom_job_settings(config)["display_name"] == f"t5-run-{config.name}"

@@ -44,6 +44,7 @@ def make_registry(api: VertexStandIn, **deploy: Any) -> VertexRegistry:
         project=PROJECT,
         region=REGION,
         deploy=DeployConfig(target="vertex", **deploy),
+        serving_image=IMAGE,
         credentials=AnonymousCredentials(),
         api_endpoint=api.url,
     )

@@ -3,6 +3,7 @@
 from llm_pipeline.components import download, preprocess, should_deploy, deploy
 """
 
+from llm_pipeline.components.configure import configure
 from llm_pipeline.components.deploy import deploy
 from llm_pipeline.components.download import download
 from llm_pipeline.components.evaluate import evaluate
@@ -12,11 +13,20 @@ from llm_pipeline.components.preprocess import preprocess
 from llm_pipeline.components.should_deploy import should_deploy
 
 #: The pipeline's steps, in the order they run.
-STEPS = ("download", "preprocess", "finetune", "evaluate", "should_deploy", "deploy")
+STEPS = (
+    "configure",
+    "download",
+    "preprocess",
+    "finetune",
+    "evaluate",
+    "should_deploy",
+    "deploy",
+)
 
 __all__ = [
     "DEFAULT_IMAGE",
     "STEPS",
+    "configure",
     "deploy",
     "download",
     "evaluate",

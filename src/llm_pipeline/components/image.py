@@ -6,8 +6,11 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
-#: Image built from containers/train.Dockerfile; configs name their own (vertex.image).
-DEFAULT_IMAGE = "us-docker.pkg.dev/llm-pipeline/llm-pipeline/train:0.1.0"
+from llm_pipeline.config.vertex import VertexConfig
+
+#: The published train image (containers/train.Dockerfile) at this package's version; a
+#: config names its own through vertex.image_repository or vertex.train_image.
+DEFAULT_IMAGE = VertexConfig().image_uri("train")
 
 
 def component(func: Callable[..., Any]) -> PythonComponent:
@@ -20,5 +23,5 @@ def component(func: Callable[..., Any]) -> PythonComponent:
 
 
 def with_image(step: PythonComponent, image: str) -> PythonComponent:
-    """The same component, run in `image` (the config's vertex.image)."""
+    """The same component, run in `image` (the config's `vertex.image_uri()`)."""
     return dsl.component(step.python_func, base_image=image, install_kfp_package=False)

@@ -46,10 +46,6 @@ class DeployConfig(Section):
         default="runs/registry",
         description="Local registry folder (target `local`), relative to the working directory.",
     )
-    serving_image: str = Field(
-        default="us-docker.pkg.dev/{project}/llm-pipeline/serve:0.1.0",
-        description="Prediction container image (containers/serve.Dockerfile).",
-    )
     machine_type: str = Field(default="n1-standard-8", description="Serving machine type.")
     accelerator_type: str | None = Field(
         default=None, description="Serving accelerator, e.g. NVIDIA_TESLA_T4; `null` for CPU."

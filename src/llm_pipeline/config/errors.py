@@ -11,6 +11,17 @@ from pydantic_core import ErrorDetails
 
 from llm_pipeline.errors import UserError
 
+#: Keys an older config may still hold, by path, and what replaces each: such a config is
+#: refused like any unknown key, but told where the setting went.
+RETIRED_KEYS = {
+    "vertex.image": "replaced by vertex.image_repository, from which both images follow "
+    "(`<repository>/train:<version>`, `<repository>/serve:<version>`); to name the train "
+    "image itself, set vertex.train_image",
+    "deploy.serving_image": "replaced by vertex.image_repository, from which both images "
+    "follow (`<repository>/train:<version>`, `<repository>/serve:<version>`); to name the "
+    "serving image itself, set vertex.serve_image",
+}
+
 
 class ConfigError(UserError):
     """A config that cannot be used; `problems` lists every reason, each with its path."""
@@ -87,6 +98,8 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
     kind = error["type"]
     ctx = error.get("ctx", {})
     path = _path(loc)
+    if kind == "extra_forbidden" and path in RETIRED_KEYS:
+        return f"{path}: {RETIRED_KEYS[path]}"
     if kind == "extra_forbidden":
         key = str(loc[-1])
         owner = _model_at(root, loc[:-1])

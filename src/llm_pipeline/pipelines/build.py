@@ -1,9 +1,14 @@
 """The pipeline graph, built from a validated config.
 
-The config is baked into the graph as constant inputs, so a compiled spec is a complete,
-reviewable record of what will run; the same components run locally and on Vertex AI.
+The config travels into the graph whole, as one constant (so a compiled spec is a
+complete, reviewable record of what will run), and the few settings a person may change
+per run are pipeline parameters with the config's values as defaults
+(`llm_pipeline.config.run_parameters`). The first step, `configure`, applies them and
+hands every other step its validated section. The same components run locally and on
+Vertex AI.
 """
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -13,92 +18,101 @@ from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline import components
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.pipelines.vertex import custom_training_job
+from llm_pipeline.config.run_parameters import parameter_defaults
+from llm_pipeline.pipelines.signature import with_parameters
+from llm_pipeline.pipelines.vertex import (
+    evaluate_job,
+    finetune_job,
+    step_options,
+    worker_pool_template,
+)
 
 Target = Literal["local", "vertex"]
+#: Vertex AI's run-time placeholders for the run's project and region (as GCPC uses them).
+PROJECT_PLACEHOLDER = "{{$.pipeline_google_cloud_project_id}}"
+REGION_PLACEHOLDER = "{{$.pipeline_google_cloud_location}}"
 
 
-def _finetune_op(config: PipelineConfig, *, target: Target, image: str) -> Any:
-    """Locally, the component itself; on Vertex, the component as a GPU custom job."""
-    step: PythonComponent = components.with_image(components.finetune, image)
-    if target == "local":
-        return step
-    return custom_training_job(step, config)
-
-
-def _evaluate_on_a_gpu(task: Any, config: PipelineConfig) -> None:
-    """Generation is the slow part of evaluation: give it one of the training GPU type."""
-    if config.cluster.accelerator_type:
-        task.set_accelerator_type(config.cluster.accelerator_type).set_accelerator_limit(1)
-
-
-def _deploy_section(config: PipelineConfig, *, target: Target) -> str:
-    """The `deploy` section as the steps get it; a local registry folder made absolute,
-    since steps may run in another working directory than `pipeline.py`."""
+def _config_for_steps(config: PipelineConfig, *, target: Target) -> str:
+    """The config as the steps get it; a local registry folder made absolute, since steps
+    may run in another working directory than `pipeline.py`."""
     deploy = config.deploy
     if target == "local" and deploy.target == "local":
         deploy = deploy.model_copy(
             update={"registry_dir": str(Path(deploy.registry_dir).expanduser().resolve())}
         )
-    return deploy.model_dump_json()
+    return config.model_copy(update={"deploy": deploy}).model_dump_json()
 
 
-def build_pipeline(config: PipelineConfig, *, target: Target = "local") -> Callable[..., Any]:
-    """A KFP pipeline function for `config`: call it under `kfp.local`, or compile it."""
+def build_pipeline(
+    config: PipelineConfig, *, target: Target = "local", scheduled: bool = False
+) -> Callable[..., Any]:
+    """A KFP pipeline function for `config`: call it under `kfp.local`, or compile it.
+
+    `scheduled` builds it for a schedule: each run downloads the data afresh instead of
+    taking an earlier run's download from the cache.
+    """
     image = config.vertex.image_uri()
-    download = components.with_image(components.download, image)
-    preprocess = components.with_image(components.preprocess, image)
-    finetune = _finetune_op(config, target=target, image=image)
-    evaluate = components.with_image(components.evaluate, image)
-    should_deploy = components.with_image(components.should_deploy, image)
-    deploy = components.with_image(components.deploy, image)
-    # Sections travel as JSON text: KFP's dict parameters cannot carry null or integers.
-    sections = {
-        name: getattr(config, name).model_dump_json()
-        for name in ("data", "model", "train", "cluster", "evaluate", "deploy_policy", "vertex")
-    }
-    sections["deploy"] = _deploy_section(config, target=target)
-    caching = config.vertex.enable_caching if target == "vertex" else False
 
-    @dsl.pipeline(name=config.name, description=config.description or None)
-    def pipeline() -> None:
-        fetched = download(task=config.task, data=sections["data"])
-        fetched.set_display_name("download").set_caching_options(caching)
-        tokenized = preprocess(
+    def op(step: PythonComponent) -> PythonComponent:
+        return components.with_image(step, image)
+
+    vertex = target == "vertex"
+    finetune: Any = finetune_job(op(components.finetune), config) if vertex else None
+    finetune = finetune or op(components.finetune)
+    evaluate: Any = (evaluate_job(op(components.evaluate), config) if vertex else None) or op(
+        components.evaluate
+    )
+    options = step_options(config, target=target, scheduled=scheduled)
+    config_json = _config_for_steps(config, target=target)
+    pools = json.dumps(worker_pool_template(finetune)) if vertex else ""
+
+    # Vertex fills these in where the run runs; kfp.local knows neither.
+    location = {"project": PROJECT_PLACEHOLDER, "region": REGION_PLACEHOLDER} if vertex else {}
+
+    def pipeline(**parameters: Any) -> None:
+        cfg = op(components.configure)(
+            config=config_json, finetune_pools=pools, **location, **parameters
+        )
+        options["configure"](cfg)
+        sections = cfg.outputs
+        fetched = op(components.download)(task=config.task, data=sections["data"])
+        options["download"](fetched)
+        tokenized = op(components.preprocess)(
             task=config.task,
             data=sections["data"],
             model=sections["model"],
             dataset=fetched.outputs["dataset"],
         )
-        tokenized.set_display_name("preprocess").set_caching_options(caching)
+        options["preprocess"](tokenized)
+        pool_argument = {"worker_pool_specs": sections["worker_pool_specs"]} if vertex else {}
         trained = finetune(
             task=config.task,
             model=sections["model"],
             train=sections["train"],
             cluster=sections["cluster"],
             dataset=tokenized.outputs["tokenized"],
+            **pool_argument,
         )
-        trained.set_display_name("finetune").set_caching_options(caching)
+        options["finetune"](trained)
         scored = evaluate(
             evaluate=sections["evaluate"],
             model=trained.outputs["trained_model"],
             dataset=tokenized.outputs["tokenized"],
         )
-        scored.set_display_name("evaluate").set_caching_options(caching)
-        if target == "vertex":
-            _evaluate_on_a_gpu(scored, config)
-        # Never cached: the answer depends on what the endpoint serves now.
-        gate = should_deploy(
+        options["evaluate"](scored)
+        # The answer depends on what the endpoint serves now: never from the cache.
+        gate = op(components.should_deploy)(
             deploy=sections["deploy"],
             policy=sections["deploy_policy"],
             vertex=sections["vertex"],
             metrics=scored.outputs["metrics"],
         )
-        gate.set_display_name("should-deploy").set_caching_options(False)
+        options["should-deploy"](gate)
         # The gate's bool is its single return value, `Output`: kfp.local resolves only
         # that name for a condition on a task output.
         with dsl.If(gate.outputs["Output"] == True, name="deploy-if-better"):  # noqa: E712
-            shipped = deploy(
+            shipped = op(components.deploy)(
                 deploy=sections["deploy"],
                 vertex=sections["vertex"],
                 data=sections["data"],
@@ -109,6 +123,10 @@ def build_pipeline(config: PipelineConfig, *, target: Target = "local") -> Calla
                 metrics=scored.outputs["metrics"],
                 dataset=tokenized.outputs["tokenized"],
             )
-            shipped.set_display_name("deploy").set_caching_options(False)
+            options["deploy"](shipped)
 
-    return pipeline
+    return dsl.pipeline(
+        name=config.name,
+        description=config.description or None,
+        pipeline_root=(config.vertex.pipeline_root or None) if vertex else None,
+    )(with_parameters(pipeline, parameter_defaults(config)))

@@ -1,10 +1,22 @@
-"""The Vertex AI side of the graph: the finetune step as a multi-node GPU custom job."""
+"""How each step runs: on Vertex AI, finetune and evaluate as GPU custom jobs; everywhere,
+display names, caching, retries and resource labels per step."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline.config import PipelineConfig
+
+#: Label every Vertex resource a step creates carries, so billing and logs split by step.
+STEP_LABEL = "llm-pipeline-step"
+#: Steps whose outputs depend only on their inputs: served from the cache when those match.
+CACHED_STEPS = ("download", "preprocess")
+#: Steps that reach the network (hubs, GCS, the Vertex API) and are safe to run again.
+#: Not finetune (it resumes from its checkpoints inside its custom job) and not deploy (a
+#: second attempt would register a second version).
+RETRIED_STEPS = ("download", "preprocess", "should-deploy")
+RETRIES = 3
 
 
 def base_output_directory(config: PipelineConfig) -> str:
@@ -16,16 +28,25 @@ def base_output_directory(config: PipelineConfig) -> str:
     return ""
 
 
-def custom_job_settings(config: PipelineConfig) -> dict[str, Any]:
+def step_labels(config: PipelineConfig, step: str) -> dict[str, str]:
+    """The config's labels plus the step's name (Vertex label values: [a-z0-9_-])."""
+    return {**config.vertex.labels, STEP_LABEL: step}
+
+
+def custom_job_settings(
+    config: PipelineConfig, *, step: str = "finetune", single_node: bool = False
+) -> dict[str, Any]:
     """Keyword arguments for GCPC's `create_custom_training_job_from_component`.
 
     Every replica runs the component with the same command; `replica_count` becomes one
-    primary pool (workerpool0) plus `node_count - 1` workers (workerpool1).
+    primary pool (workerpool0) plus `node_count - 1` workers (workerpool1). The count is
+    a pipeline parameter: the configure step scales these pools to it at run time.
     """
     cluster, vertex = config.cluster, config.vertex
     return {
-        "display_name": f"{cluster.name_prefix}-{config.name}",
-        "replica_count": cluster.node_count,
+        "display_name": f"{cluster.name_prefix}-{config.name}"
+        + ("" if step == "finetune" else f"-{step}"),
+        "replica_count": 1 if single_node else cluster.node_count,
         "machine_type": cluster.machine_type,
         "accelerator_type": cluster.accelerator_type or "",
         "accelerator_count": cluster.accelerator_count if cluster.accelerator_type else 0,
@@ -33,19 +54,61 @@ def custom_job_settings(config: PipelineConfig) -> dict[str, Any]:
         "boot_disk_size_gb": cluster.boot_disk_size_gb,
         "timeout": cluster.timeout,
         "restart_job_on_worker_restart": cluster.restart_job_on_worker_restart,
-        "strategy": "SPOT" if cluster.spot else "STANDARD",
+        # Evaluation cannot resume: a preempted Spot VM would start it over.
+        "strategy": "SPOT" if cluster.spot and step == "finetune" else "STANDARD",
         "service_account": vertex.service_account or "",
         "network": vertex.network or "",
-        "tensorboard": vertex.tensorboard or "",
-        "base_output_directory": base_output_directory(config),
-        "labels": dict(vertex.labels),
+        "tensorboard": (vertex.tensorboard or "") if step == "finetune" else "",
+        "base_output_directory": base_output_directory(config) if step == "finetune" else "",
+        "labels": step_labels(config, step),
     }
 
 
-def custom_training_job(step: PythonComponent, config: PipelineConfig) -> Any:
-    """`step` wrapped as a Vertex custom training job shaped by `config.cluster`."""
+def _custom_job(step: PythonComponent, settings: dict[str, Any]) -> Any:
     from google_cloud_pipeline_components.v1.custom_job import (
         create_custom_training_job_from_component,
     )
 
-    return create_custom_training_job_from_component(step, **custom_job_settings(config))
+    return create_custom_training_job_from_component(step, **settings)
+
+
+def finetune_job(step: PythonComponent, config: PipelineConfig) -> Any:
+    """`step` wrapped as a Vertex custom training job shaped by `config.cluster`."""
+    return _custom_job(step, custom_job_settings(config))
+
+
+def evaluate_job(step: PythonComponent, config: PipelineConfig) -> Any:
+    """Evaluation on one whole training node (all its GPUs; generation shards across them),
+    or None when the cluster has no accelerator and a plain pipeline task will do."""
+    if not config.cluster.accelerator_type:
+        return None
+    return _custom_job(step, custom_job_settings(config, step="evaluate", single_node=True))
+
+
+def worker_pool_template(job: Any) -> list[dict[str, Any]]:
+    """The worker pools a custom job component was compiled with (its input's default)."""
+    return list(job.component_spec.inputs["worker_pool_specs"].default)
+
+
+def step_options(
+    config: PipelineConfig, *, target: Literal["local", "vertex"], scheduled: bool = False
+) -> dict[str, Callable[[Any], None]]:
+    """For each step name, a function that sets its display name, caching and retries.
+
+    Caching is for download and preprocess only (never locally: kfp.local has none); a
+    scheduled run downloads afresh, so that each retraining sees the newest data.
+    """
+    cached = set(CACHED_STEPS) if target == "vertex" and config.vertex.enable_caching else set()
+    if scheduled:
+        cached.discard("download")
+
+    def options(name: str) -> Callable[[Any], None]:
+        def apply(task: Any) -> None:
+            task.set_display_name(name).set_caching_options(name in cached)
+            if target == "vertex" and name in RETRIED_STEPS:
+                task.set_retry(num_retries=RETRIES, backoff_duration="60s", backoff_factor=2)
+
+        return apply
+
+    names = ("configure", "download", "preprocess", "finetune", "evaluate")
+    return {name: options(name) for name in (*names, "should-deploy", "deploy")}

@@ -21,6 +21,7 @@ from llm_pipeline.registry.base import (
     RegistryError,
     RollbackOutcome,
     VersionCheck,
+    ensure_still_served,
 )
 from llm_pipeline.registry.gate import Decision, GateError, decide
 
@@ -49,7 +50,12 @@ def open_registry(
         )
     from llm_pipeline.registry.vertex import VertexRegistry
 
-    return VertexRegistry(project=vertex.project, region=vertex.region, deploy=deploy)
+    return VertexRegistry(
+        project=vertex.project,
+        region=vertex.region,
+        deploy=deploy,
+        serving_image=vertex.image_uri("serve"),
+    )
 
 
 __all__ = [
@@ -65,5 +71,6 @@ __all__ = [
     "RollbackOutcome",
     "VersionCheck",
     "decide",
+    "ensure_still_served",
     "open_registry",
 ]

@@ -92,6 +92,21 @@ class RollbackOutcome:
     moved_to: ModelVersion
 
 
+def ensure_still_served(state: EndpointState, expected: str | None) -> None:
+    """DeployError when `state` no longer serves `expected` (a `model@version` ref, "" for
+    nothing): another run moved the endpoint since the gate compared with it. None: no
+    expectation, nothing to check."""
+    if expected is None:
+        return
+    now = state.serving.version.ref if state.serving else ""
+    if now != expected:
+        raise DeployError(
+            f"endpoint {state.name} now serves {now or 'nothing'}, but the gate compared with "
+            f"{expected or 'nothing'}: another run deployed in between; not moving traffic "
+            "(rerun to compare with what is served now)"
+        )
+
+
 #: Brings a version up and checks it (health, then one prediction per probe instance);
 #: returns the first prediction, raises DeployError with the reason on failure.
 VersionCheck = Callable[[ModelVersion, Sequence[str]], str]
@@ -138,8 +153,13 @@ class Registry(ABC):
         *,
         traffic_percent: int = 100,
         probe: Sequence[str] = (),
+        expect_served: str | None = None,
     ) -> DeployOutcome:
         """Bring `version` up on `endpoint`, check it, then move `traffic_percent` to it.
+
+        `expect_served` is what the gate compared with (`model@version`, "" for nothing):
+        checked again just before traffic moves, so that two runs that finish together
+        cannot both replace the same version (the later one gets a DeployError).
 
         The endpoint is created when missing. Traffic moves only after the version is up
         and has answered every probe instance; at 100% the versions that served before are

@@ -41,6 +41,7 @@ from llm_pipeline.registry.base import (
     RegistryError,
     RollbackOutcome,
     VersionCheck,
+    ensure_still_served,
 )
 from llm_pipeline.registry.local_endpoints import (
     EndpointStore,
@@ -169,6 +170,7 @@ class LocalRegistry(Registry):
         *,
         traffic_percent: int = 100,
         probe: Sequence[str] = (),
+        expect_served: str | None = None,
     ) -> DeployOutcome:
         """Check `version`, then give it `traffic_percent` of `endpoint` (created if missing).
 
@@ -185,6 +187,7 @@ class LocalRegistry(Registry):
         prediction = self.check(registered, tuple(probe)) if self.check else ""
         with self._locked():
             # Re-read: another process may have changed the endpoint during the check.
+            ensure_still_served(self.endpoint(name), expect_served)
             moved = self._endpoints.deploy(name, registered, percent)
         return DeployOutcome(
             endpoint=moved.after,

@@ -26,6 +26,7 @@ from llm_pipeline.registry.base import (
     Registry,
     RegistryError,
     RollbackOutcome,
+    ensure_still_served,
 )
 from llm_pipeline.registry.labels import encode_version_labels
 from llm_pipeline.registry.vertex_endpoints import (
@@ -57,8 +58,10 @@ PREDICT_ROUTE, HEALTH_ROUTE, PORT = "/predict", "/health", 8080
 class VertexRegistry(Registry):
     """Model versions in Vertex AI Model Registry; endpoints are Vertex AI Endpoints.
 
-    `api_endpoint` points the SDK elsewhere (REST transport), e.g. at a test stand-in;
-    `rollback_probe` is what `rollback` asks the restored version before it serves.
+    `serving_image` is the prediction container every registered version runs (the
+    config's `vertex.image_uri("serve")`); `api_endpoint` points the SDK elsewhere (REST
+    transport), e.g. at a test stand-in; `rollback_probe` is what `rollback` asks the
+    restored version before it serves.
     """
 
     def __init__(
@@ -67,11 +70,13 @@ class VertexRegistry(Registry):
         project: str,
         region: str,
         deploy: DeployConfig,
+        serving_image: str,
         credentials: Any = None,
         api_endpoint: str | None = None,
         rollback_probe: Sequence[str] = ROLLBACK_PROBE,
     ) -> None:
         self.project, self.region, self.config = project, region, deploy
+        self.serving_image = serving_image
         self._credentials, self._api_endpoint = credentials, api_endpoint
         self._rollback_probe = tuple(rollback_probe)
         self._sdk()  # a bad region fails here, not in the middle of a deploy
@@ -119,9 +124,7 @@ class VertexRegistry(Registry):
                 parent_model=parent.name.partition("@")[0] if parent else None,
                 is_default_version=False,
                 artifact_uri=uri,
-                serving_container_image_uri=self.config.serving_image.format(
-                    project=self.project, region=self.region
-                ),
+                serving_container_image_uri=self.serving_image,
                 serving_container_predict_route=PREDICT_ROUTE,
                 serving_container_health_route=HEALTH_ROUTE,
                 serving_container_ports=[PORT],
@@ -173,6 +176,7 @@ class VertexRegistry(Registry):
         *,
         traffic_percent: int = 100,
         probe: Sequence[str] = (),
+        expect_served: str | None = None,
     ) -> DeployOutcome:
         """Deploy `version` to `endpoint` with `traffic_percent`, probe it, retire the rest.
 
@@ -195,6 +199,8 @@ class VertexRegistry(Registry):
         target = version.resource_name or self._resource_of(aip, version)
         found = find_endpoint(aip, endpoint)
         before = endpoint_state(aip, found) if found else EndpointState(endpoint)
+        # Read just before deployModel, whose traffic split moves the traffic.
+        ensure_still_served(before, expect_served)
         on = deployed_as(before, target)
         keep = EndpointState(endpoint, tuple(d for d in before.deployed if d is not on)).serving
         if keep is None:

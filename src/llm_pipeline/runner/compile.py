@@ -14,6 +14,21 @@ def compile_pipeline(pipeline: Any, path: str | Path) -> Path:
     return target
 
 
+def compile_shipped_pipelines(configs: str | Path, folder: str | Path) -> list[Path]:
+    """Compile, for Vertex AI, every config in `configs` that deploys to Vertex, into
+    `folder/<config stem>.yaml`: the specs people upload in the Vertex Pipelines UI."""
+    from llm_pipeline.config import load_config
+    from llm_pipeline.pipelines import build_pipeline
+
+    written = []
+    for path in sorted(Path(configs).glob("*.json")):
+        config = load_config(path).config
+        if config.deploy.target == "vertex":
+            pipeline = build_pipeline(config, target="vertex")
+            written.append(compile_pipeline(pipeline, Path(folder) / f"{path.stem}.yaml"))
+    return written
+
+
 def compile_components(folder: str | Path) -> list[Path]:
     """Write every component's spec to `folder`, for `kfp.components.load_component_from_*`."""
     from llm_pipeline import components

@@ -111,10 +111,17 @@ def _failed_step(message: str) -> str | None:
     return match.group(1).rstrip(".") if match else None
 
 
-def run_local(pipeline: Any, *, pipeline_root: Path, quiet: bool = False) -> LocalRun:
+def run_local(
+    pipeline: Any,
+    *,
+    pipeline_root: Path,
+    quiet: bool = False,
+    arguments: dict[str, Any] | None = None,
+) -> LocalRun:
     """Run `pipeline` (a built KFP pipeline function) and summarise each step.
 
-    `quiet` hides KFP's per-task log dump (executor inputs), keeping the steps' own output.
+    `arguments` sets pipeline parameters (the rest keep their defaults, the config's
+    values); `quiet` hides KFP's per-task log dump (executor inputs).
     """
     pipeline_root = pipeline_root.resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
@@ -131,7 +138,7 @@ def run_local(pipeline: Any, *, pipeline_root: Path, quiet: bool = False) -> Loc
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     failed_step = None
     try:
-        pipeline()
+        pipeline(**(arguments or {}))
     except RuntimeError as exc:
         failed_step = _failed_step(str(exc)) or "?"
     run_dir = _newest_run_dir(pipeline_root, name, before)

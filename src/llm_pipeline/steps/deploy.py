@@ -18,6 +18,7 @@ from llm_pipeline.registry import (
     DeployOutcome,
     ModelVersion,
     VersionCheck,
+    ensure_still_served,
     open_registry,
 )
 from llm_pipeline.serve.errors import ServeError
@@ -62,7 +63,9 @@ def run_deploy(
         check=local_server_check(env, timeout_s=deploy_config.health_timeout_s),
     )
     endpoint_name = deploy_config.endpoint_name()
-    _still_serving(registry.served_version(endpoint_name), gate_served, endpoint_name)
+    # Checked now, before a version is registered for nothing, and again by the registry
+    # just before traffic moves.
+    ensure_still_served(registry.endpoint(endpoint_name), gate_served)
     probe = load_examples(dataset.path, None, deploy_config.probe_instances).documents
     registered = registry.register(
         model=deploy_config.model_display_name,
@@ -77,7 +80,11 @@ def run_deploy(
     )
     print(f"deploy: registered {registered.ref} ({registered.uri})", flush=True)
     outcome = registry.deploy(
-        registered, endpoint_name, traffic_percent=deploy_config.traffic_percent, probe=probe
+        registered,
+        endpoint_name,
+        traffic_percent=deploy_config.traffic_percent,
+        probe=probe,
+        expect_served=gate_served,
     )
     summary = _summary(outcome, endpoint_name)
     print(f"deploy: {summary}", flush=True)
@@ -113,17 +120,6 @@ def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck
         return answers[0] if answers else ""
 
     return check
-
-
-def _still_serving(served: ModelVersion | None, gate_served: str, endpoint: str) -> None:
-    """Refuse to move traffic when the endpoint changed since the gate compared with it."""
-    now = served.ref if served else ""
-    if now != gate_served:
-        raise DeployError(
-            f"endpoint {endpoint} now serves {now or 'nothing'}, but the gate compared with "
-            f"{gate_served or 'nothing'}: another run deployed in between; not moving traffic "
-            "(rerun to compare with what is served now)"
-        )
 
 
 def _is_number(value: Any) -> bool:

