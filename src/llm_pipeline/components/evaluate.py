@@ -19,14 +19,16 @@ def evaluate(
     Summaries are generated in batches sorted by length (greedy or beam search as
     configured, falling back to the model's generation config), then scored with
     rouge-score's definitions (stemming on by default, rougeLsum one sentence per line)
-    beside a lead-k baseline scored the same way. With several GPUs the split is sharded
-    across them and gathered in order.
+    beside a lead-k baseline scored the same way. On a machine with several GPUs (on Vertex
+    the pipeline runs this step on one whole training node) it starts one process per GPU
+    with torchrun, in bf16, each generating its share of the split; rank 0 gathers them in
+    order, scores and writes, so the outputs are those of one process.
 
     Args:
         evaluate: The config's `evaluate` section as JSON (`EvaluateConfig`): `max_samples`,
             `batch_size`, `max_new_tokens`, `min_new_tokens`, `num_beams`, `length_penalty`,
             `no_repeat_ngram_size`, `use_stemmer`, `bootstrap_samples` (95% intervals),
-            `lead_k`, `seed`.
+            `lead_k`, `seed`, `processes` (default: one per GPU).
         model: Output of `finetune` (a Hugging Face seq2seq folder).
         dataset: Output of `preprocess` (token ids and the raw text).
 

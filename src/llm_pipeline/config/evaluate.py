@@ -12,7 +12,16 @@ class EvaluateConfig(Section):
     max_samples: int | None = Field(
         default=None, gt=0, description="Cap on evaluated examples; `null` scores the whole split."
     )
-    batch_size: int = Field(default=16, ge=1, description="Documents generated per batch.")
+    batch_size: int = Field(
+        default=16, ge=1, description="Documents generated per batch (per process)."
+    )
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Generation processes (torchrun), each with its share of the documents; "
+        "`null` uses every GPU the machine sees (on Vertex, all of a training node's), or 1 "
+        "on a CPU-only machine.",
+    )
     max_new_tokens: int | None = Field(default=None, gt=0, description="Longest summary in tokens.")
     min_new_tokens: int | None = Field(
         default=None, ge=0, description="Shortest summary in tokens."

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from llm_pipeline.evaluation.errors import EvaluationError
 
-__all__ = ["EvaluationExamples", "load_examples"]
+__all__ = ["EvaluationExamples", "evaluation_split", "load_examples"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,12 @@ class EvaluationExamples:
     input_ids: list[list[int]]
 
 
+def evaluation_split(splits: list[str], split: str | None) -> str:
+    """The split to score: the one asked for, else `test` when there is one, else
+    `validation`."""
+    return split or ("test" if "test" in splits else "validation")
+
+
 def load_examples(
     dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
 ) -> EvaluationExamples:
@@ -34,7 +40,7 @@ def load_examples(
     from llm_pipeline.data.saved import load_saved_dataset
 
     loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
-    name = split or ("test" if "test" in loaded else "validation")
+    name = evaluation_split(list(loaded), split)
     if name not in loaded:
         raise EvaluationError(
             f"{dataset_dir}: no split {name!r} to evaluate (it has {list(loaded)})"
