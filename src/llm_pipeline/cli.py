@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_pipeline import registry_cli
+from llm_pipeline import registry_cli, vertex_cli
 from llm_pipeline.config import ConfigError, LoadedConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.pipelines import build_pipeline
@@ -29,6 +29,17 @@ examples:
       write the pipeline spec for the Vertex Pipelines UI
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
+  python pipeline.py --config configs/small1vm1gpu.json --project my-project \
+      --region us-central1 --pipeline-root gs://my-bucket/runs --wait
+      submit to Vertex AI Pipelines and follow the run to its end
+  python pipeline.py --config configs/small1vm1gpu.json --project my-project \
+      --pipeline-root gs://my-bucket/runs --schedule "TZ=Europe/Paris 0 3 * * 1"
+      retrain every Monday at 03:00 Paris time (runs never overlap)
+  python pipeline.py schedules list --project my-project --region us-central1
+      list schedules (also: pause|resume|delete NAME)
+  python pipeline.py --config configs/small1vm1gpu.json \
+      --upload-template https://us-central1-kfp.pkg.dev/my-project/pipelines
+      push the compiled pipeline to Artifact Registry for the template gallery
   python pipeline.py registry
       list registered models, their versions and metrics, and what each endpoint serves
   python pipeline.py rollback --endpoint dialogsum-minilm-endpoint
@@ -66,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--pipeline-root",
-        type=Path,
-        default=DEFAULT_LOCAL_ROOT,
-        help=f"Folder for a local run's outputs (default: {DEFAULT_LOCAL_ROOT}/).",
+        default=str(DEFAULT_LOCAL_ROOT),
+        help=f"Folder for a local run's outputs (default: {DEFAULT_LOCAL_ROOT}/); a gs:// "
+        "folder submits the run to Vertex AI (default there: vertex.pipeline_root).",
     )
     parser.add_argument(
         "--dry-run",
@@ -83,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Print every config key with its type, default and description, then exit.",
     )
+    vertex_cli.add_vertex_arguments(parser)
     return parser
 
 
@@ -128,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in registry_cli.COMMANDS:
         return registry_cli.main(argv)
+    if argv and argv[0] == "schedules":
+        return vertex_cli.schedules_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.help_config:
@@ -139,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     config = loaded.config
+    if args.upload_template or vertex_cli.wants_vertex(args):
+        return vertex_cli.run_vertex(args, config)
     if args.compile is not None:
         path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
         print(f"Wrote the pipeline spec to {path}")
@@ -149,6 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = step_order(pipeline)
         print(f"\nWould run locally under {args.pipeline_root}/: {' → '.join(steps)}")
         return 0
-    run = run_local(pipeline, pipeline_root=args.pipeline_root, quiet=args.quiet)
+    run = run_local(pipeline, pipeline_root=Path(args.pipeline_root), quiet=args.quiet)
     print_summary(run)
     return 0 if run.succeeded else 1

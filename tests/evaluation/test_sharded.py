@@ -1,9 +1,14 @@
 """Evaluation sharded across processes: two torchrun processes (gloo, CPU) write the same
-predictions and scores as one, through the evaluate step as the pipeline runs it."""
+predictions and scores as one, through the evaluate step as the pipeline runs it.
+
+The model and documents are the docstring ones (tests/serve/tiny_model.py), so these tests
+need nothing beside the repository.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,15 +16,17 @@ import pytest
 
 from llm_pipeline.config.errors import ConfigError
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.processes import evaluation_processes
+from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.evaluation.processes import (
+    _failure_reason,
+    evaluate_in_processes,
+    evaluation_processes,
+)
 from llm_pipeline.steps.evaluate import run_evaluate
 
-from . import generate_fixtures as fixtures
+from ..serve.tiny_model import MAX_SOURCE_TOKENS, MAX_TARGET_TOKENS, docstring_documents
 
-tiny_t5_dir = fixtures.tiny_t5_dir
-eval_dataset_dir = fixtures.eval_dataset_dir
-
-#: Odd, so that the two shards are uneven.
+#: Odd, so that the two shards are uneven (13 and 12).
 ROWS = 25
 
 
@@ -30,13 +37,44 @@ class Sink(SimpleNamespace):
         self.values[name] = value
 
 
+@pytest.fixture(scope="module")
+def docstring_dataset(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Standard-library docstrings of many lengths, saved as the preprocess step saves them."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    pairs = docstring_documents()
+    # Spread over the list, so short and long documents (some cut at MAX_SOURCE_TOKENS) mix.
+    chosen = pairs[:: max(len(pairs) // ROWS, 1)][:ROWS]
+    assert len(chosen) == ROWS
+    documents = [doc for doc, _ in chosen]
+    ids = tokenizer(documents, truncation=True, max_length=MAX_SOURCE_TOKENS)["input_ids"]
+    labels = tokenizer(
+        text_target=[summary for _, summary in chosen],
+        truncation=True,
+        max_length=MAX_TARGET_TOKENS,
+    )["input_ids"]
+    split = datasets.Dataset.from_dict(
+        {
+            "document": documents,
+            "summary": [summary for _, summary in chosen],
+            "input_ids": ids,
+            "attention_mask": [[1] * len(x) for x in ids],
+            "labels": labels,
+        }
+    )
+    folder = tmp_path_factory.mktemp("docstrings") / "dataset"
+    datasets.DatasetDict({"train": split.select(range(4)), "test": split}).save_to_disk(str(folder))
+    return folder
+
+
 def evaluate_step(
     tmp_path: Path, model: Path, dataset: Path, processes: int
 ) -> tuple[list[dict[str, object]], dict[str, float], Path]:
+    """Run the step as the evaluate component calls it; its predictions, metrics, folder."""
     out = tmp_path / f"processes-{processes}"
-    section = EvaluateConfig(
-        max_samples=ROWS, batch_size=4, bootstrap_samples=100, seed=1, processes=processes
-    )
+    section = EvaluateConfig(batch_size=4, bootstrap_samples=100, seed=1, processes=processes)
     metrics = Sink(path=str(out / "metrics"), values={})
     run_evaluate(
         evaluate=section.model_dump_json(),
@@ -55,46 +93,109 @@ def evaluate_step(
 
 @pytest.mark.slow
 def test_two_processes_write_what_one_writes(
-    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, docstring_dataset: Path, tmp_path: Path
 ) -> None:
-    one, one_metrics, _ = evaluate_step(tmp_path, tiny_t5_dir, eval_dataset_dir, 1)
-    two, two_metrics, out = evaluate_step(tmp_path, tiny_t5_dir, eval_dataset_dir, 2)
+    one, one_metrics, _ = evaluate_step(tmp_path, tiny_model_dir, docstring_dataset, 1)
+    two, two_metrics, out = evaluate_step(tmp_path, tiny_model_dir, docstring_dataset, 2)
     assert len(one) == ROWS
+    assert len({row["prediction"] for row in one}) > ROWS // 2  # the model reads its input
     assert [row["index"] for row in two] == list(range(ROWS))
-    assert [row["prediction"] for row in two] == [row["prediction"] for row in one]
+    assert two == one  # documents, predictions, token counts and per-example scores
     timings = {"seconds", "generation_seconds"}
     assert {k: v for k, v in two_metrics.items() if k not in timings} == {
         k: v for k, v in one_metrics.items() if k not in timings
     }
+    assert two_metrics["samples"] == ROWS
     assert "<table" in (out / "report.html").read_text()
     recorded = json.loads((out / "predictions" / "llm_pipeline_config.json").read_text())
-    assert recorded["processes"] == "2" and recorded["split"] == "validation"
+    assert recorded["processes"] == "2" and recorded["split"] == "test"
 
 
-def test_the_process_count_defaults_to_the_gpus() -> None:
+def test_one_process_logs_progress_and_generates_as_one_call(
+    tiny_model_dir: Path,
+    docstring_dataset: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import datasets
+
+    from llm_pipeline.evaluation import generate
+
+    ids = datasets.load_from_disk(str(docstring_dataset))["test"]["input_ids"][:10]
+    model, tokenizer = generate.load_seq2seq(tiny_model_dir)
+    config = EvaluateConfig(batch_size=4)
+    monkeypatch.setattr(generate, "PROGRESS_EVERY_S", 0.0)
+    with caplog.at_level(logging.INFO, logger=generate.__name__):
+        sharded = generate.generate_sharded(model, tokenizer, ids, config=config)
+    assert sharded == generate.generate_summaries(model, tokenizer, ids, config=config)
+    progress = [r.getMessage() for r in caplog.records if r.name == generate.__name__]
+    assert [line.split(" in ")[0] for line in progress] == [
+        f"generated {n} of 10 summaries" for n in (4, 8, 10)
+    ]
+
+
+def test_the_process_count_defaults_to_one_per_gpu() -> None:
+    assert evaluation_processes(EvaluateConfig(), gpus=0) == 1
+    assert evaluation_processes(EvaluateConfig(), gpus=8) == 8
+    assert evaluation_processes(EvaluateConfig(processes=2), gpus=0) == 2  # CPU processes
+    assert evaluation_processes(EvaluateConfig(processes=2), gpus=8) == 2
     assert evaluation_processes(EvaluateConfig()) == 1  # this machine has no GPU
-    assert evaluation_processes(EvaluateConfig(processes=2)) == 2
-    with pytest.raises(ConfigError, match=r"evaluate\.processes|processes"):
-        EvaluateConfig.from_component('{"processes": 0}')
+
+
+def test_more_processes_than_gpus_is_refused() -> None:
+    with pytest.raises(EvaluationError, match=r"evaluate\.processes: 16, but this machine has 8"):
+        evaluation_processes(EvaluateConfig(processes=16), gpus=8)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("0", "must be >= 1, got 0"), ('"two"', "must be an integer, got 'two'")],
+)
+def test_a_bad_process_count_is_a_config_error(value: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=f"processes: {problem}"):
+        EvaluateConfig.from_component(f'{{"processes": {value}}}')
+
+
+def _rank_dir(log_dir: Path, local_rank: int) -> Path:
+    # torchrun's layout: <log dir>/<run id>/attempt_<n>/<local rank>/
+    folder = log_dir / "run" / "attempt_0" / str(local_rank)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_a_crashed_rank_is_named_with_its_error(tmp_path: Path) -> None:
+    body = {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "", "timestamp": 1}}
+    (_rank_dir(tmp_path, 1) / "error.json").write_text(json.dumps({"message": body}))
+    assert _failure_reason("launcher output\n", tmp_path) == "rank 1 raised:\nRuntimeError: boom"
+
+
+def test_out_of_memory_names_what_to_lower(tmp_path: Path) -> None:
+    message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    body = {"message": message, "extraInfo": {"timestamp": 1}}
+    (_rank_dir(tmp_path, 3) / "error.json").write_text(json.dumps({"message": body}))
+    reason = _failure_reason("", tmp_path)
+    assert reason.startswith("rank 3 ran out of GPU memory: torch.OutOfMemoryError")
+    assert "evaluate.batch_size" in reason
 
 
 @pytest.mark.slow
-def test_a_failure_in_the_processes_names_rank_0s_reason(
-    eval_dataset_dir: Path, tmp_path: Path
+def test_a_mistake_in_the_processes_reads_as_in_one(
+    docstring_dataset: Path, tmp_path: Path
 ) -> None:
-    from llm_pipeline.evaluation.errors import EvaluationError
-    from llm_pipeline.evaluation.processes import evaluate_in_processes
-
+    """Every rank finds the model folder empty; the step says so once, plainly."""
     not_a_model = tmp_path / "empty"
     not_a_model.mkdir()
     with pytest.raises(EvaluationError) as caught:
         evaluate_in_processes(
             model_dir=not_a_model,
-            dataset_dir=eval_dataset_dir,
+            dataset_dir=docstring_dataset,
             config=EvaluateConfig(max_samples=3, processes=2),
             output_dir=tmp_path / "out",
         )
     message = str(caught.value)
     assert message.startswith("evaluation in 2 processes failed (launcher exit code 1): ")
-    assert str(not_a_model) in message
+    assert message.endswith(
+        f"model folder {not_a_model}: no config.json; expected the "
+        "finetune step's model folder (config.json, model.safetensors, tokenizer files)"
+    )
     assert not (tmp_path / "out").exists()  # nothing half-written

@@ -1,7 +1,8 @@
 """A stand-in for the Vertex AI v1 REST API on loopback, for the real `aiplatform` SDK.
 
-Just the resources the registry uses — models and their versions, endpoints with deployed
-models and a traffic split, predictions, long-running operations — with the request
+Just the resources the registry and the runner use — models and their versions, endpoints
+with deployed models and a traffic split, predictions, pipeline jobs, schedules, the
+metadata contexts of an Experiment, long-running operations — with the request
 checks the real API makes (required fields, label rules, traffic that sums to 100, no
 undeploying a model that still has traffic), answered with the real API's error shape, so
 a wrong request fails the test instead of passing silently. Every request is recorded
@@ -28,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .vertex_standin_base import ApiError, require
+from .vertex_standin_pipelines import PipelinesApi
 from .vertex_standin_resources import EndpointsApi, ModelsApi
 
 
@@ -65,7 +67,7 @@ class Call:
         return f"{self.method} {kind}" + (f":{action}" if action else "")
 
 
-class VertexStandIn(ModelsApi, EndpointsApi):
+class VertexStandIn(ModelsApi, EndpointsApi, PipelinesApi):
     """The fake API served over HTTP on 127.0.0.1, recording every request."""
 
     def __init__(self, project: str = "test-project", region: str = "us-central1") -> None:
@@ -161,7 +163,8 @@ class VertexStandIn(ModelsApi, EndpointsApi):
         if not name.startswith(f"{self.parent}/") or version not in ("v1", "ui"):
             raise ApiError(404, f"{path}: unknown project, location or API version")
         rest = name[len(self.parent) + 1 :]
-        if method == "GET" and re.fullmatch(r"(models|endpoints)/[^/]+/operations/[^/]+", rest):
+        operation = r"(models|endpoints|schedules)/[^/]+/operations/[^/]+"
+        if method == "GET" and re.fullmatch(operation, rest):
             return self._poll(name)
         require(version == "v1", f"{path}: only operations are served under /ui/", 404)
         routes: list[tuple[str, str, Callable[..., Any]]] = [
@@ -177,6 +180,7 @@ class VertexStandIn(ModelsApi, EndpointsApi):
             ("POST", r"endpoints/([^/:]+):deployModel", self._deploy),
             ("POST", r"endpoints/([^/:]+):undeployModel", self._undeploy),
             ("POST", r"endpoints/([^/:]+):predict", self._predict),
+            *self.pipeline_routes(),
         ]
         for verb, pattern, handler in routes:
             match = re.fullmatch(pattern, rest)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import UserError
@@ -233,7 +234,12 @@ def _result_from_rank0() -> EvaluationResult:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`[torchrun ...] python -m llm_pipeline.evaluation.evaluate --model M --dataset D ...`"""
+    """`[torchrun ...] python -m llm_pipeline.evaluation.evaluate --model M --dataset D ...`
+
+    A user's mistake is printed as one `ERROR: evaluate failed:` line and exit code 1 (the
+    step repeats it); run as a module, any other exception is recorded for torchrun
+    (`record`), which the step's failure message quotes.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the finetune step's model folder")
     parser.add_argument("--dataset", required=True, help="the preprocess step's dataset folder")
@@ -241,7 +247,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default="{}", help="EvaluateConfig as JSON")
     parser.add_argument("--split", default=None, help="default: test if present, else validation")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    is_rank0 = int(os.environ.get("RANK", "0")) == 0
+    # One progress log, rank 0's: the other ranks say only what goes wrong.
+    logging.basicConfig(
+        level=logging.INFO if is_rank0 else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not is_rank0:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # weight loading's bar, once per rank
     try:
         result = evaluate_model(
             model_dir=args.model,
@@ -256,9 +271,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_rank0:
         print(json.dumps(result.metrics, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    # Here, not as a decorator: in-process callers (tests) keep their own fault handler.
+    record(main)()

@@ -3,17 +3,16 @@
 Generation is nearly all of an evaluation's time, and it parallelises perfectly: T5-XXL on
 CNN/DailyMail's 11,490 test articles on one GPU of a 16-GPU node would leave fifteen idle.
 The step calls `evaluate_in_processes`; with one process it evaluates in its own process,
-with several it starts `python -m llm_pipeline.evaluation.evaluate` under torchrun (the
-launcher training uses) and reads back what rank 0 wrote.
+with several it starts `python -m llm_pipeline.evaluation.evaluate` under torchrun, run
+and reported as training runs and reports it, and reads back what rank 0 wrote.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import os
-import subprocess
-import sys
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,13 +29,16 @@ from llm_pipeline.evaluation.evaluate import (
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.storage import to_uri
 from llm_pipeline.train.cluster import detect_cluster
+from llm_pipeline.train.errors import is_out_of_memory
+from llm_pipeline.train.failures import first_failure, tail_lines
 from llm_pipeline.train.launch import torchrun_command
+from llm_pipeline.train.run import run_launcher
 
 __all__ = ["EvaluationOutputs", "evaluate_in_processes", "evaluation_processes"]
 
 EVALUATE_MODULE = "llm_pipeline.evaluation.evaluate"
-#: Lines of the launcher's output repeated in the error when it fails.
-_OUTPUT_TAIL_LINES = 40
+#: Lines of the launcher's output kept to find why it failed.
+_OUTPUT_TAIL_LINES = 400
 #: How `llm_pipeline.evaluation.evaluate.main` reports a user's mistake.
 _ERROR_MARK = "ERROR: evaluate failed:"
 
@@ -60,11 +62,22 @@ class EvaluationOutputs:
         return self.output_dir / PREDICTIONS_FILE
 
 
-def evaluation_processes(config: EvaluateConfig) -> int:
-    """`evaluate.processes`, else one per visible GPU, else 1 on a CPU-only machine."""
-    if config.processes is not None:
-        return config.processes
-    return max(torch.cuda.device_count(), 1)
+def evaluation_processes(config: EvaluateConfig, *, gpus: int | None = None) -> int:
+    """`evaluate.processes`, else one per GPU (`gpus`, default: those this machine sees), else
+    1 on a CPU-only machine.
+
+    Raises EvaluationError for more processes than GPUs: each rank takes the GPU its local
+    rank names, so an extra one would find none.
+    """
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if config.processes is None:
+        return max(gpus, 1)
+    if gpus and config.processes > gpus:
+        raise EvaluationError(
+            f"evaluate.processes: {config.processes}, but this machine has {gpus} GPU(s); "
+            f"one process per GPU at most: set it to {gpus} or less, or null for all of them"
+        )
+    return config.processes
 
 
 def evaluate_in_processes(
@@ -73,10 +86,13 @@ def evaluate_in_processes(
     dataset_dir: str | os.PathLike[str],
     config: EvaluateConfig,
     output_dir: str | os.PathLike[str],
+    env: Mapping[str, str] = os.environ,
 ) -> EvaluationOutputs:
     """Evaluate with `evaluation_processes(config)` processes; the same outputs either way.
 
-    Raises EvaluationError with the reason (rank 0's message, or the launcher's last lines).
+    Several processes run under torchrun with `env` (default: this process's environment).
+    Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
+    rank that failed and its last output.
     """
     processes = evaluation_processes(config)
     if processes == 1:
@@ -104,34 +120,33 @@ def evaluate_in_processes(
         ],
     )
     print(f"evaluate: generating in {processes} processes (torchrun)", flush=True)
-    _run(command, processes)
+    with tempfile.TemporaryDirectory(prefix="llm-evaluate-") as work:
+        log_dir = Path(work) / "logs"
+        ended = run_launcher(command, env=env, log_dir=log_dir, tail_lines=_OUTPUT_TAIL_LINES)
+        if ended.code != 0:
+            reason = _failure_reason(ended.output_tail, log_dir)
+            raise EvaluationError(
+                f"evaluation in {processes} processes failed (launcher exit code {ended.code}): "
+                + reason
+            )
     folder = Path(to_uri(str(output_dir)))
     metrics = json.loads((folder / METRICS_FILE).read_text())
     return EvaluationOutputs(evaluation_split(splits, None), metrics, folder, processes)
 
 
-def _run(command: list[str], processes: int) -> None:
-    """Run the launcher, echoing its output; EvaluationError with its reason on failure."""
-    tail: collections.deque[str] = collections.deque(maxlen=_OUTPUT_TAIL_LINES)
-    reported: list[str] = []  # what a rank said of a user's mistake, before torchrun's report
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            sys.stdout.write(line)
-            tail.append(line)
-            if _ERROR_MARK in line and not reported:
-                reported.append(line.split(_ERROR_MARK, 1)[1].strip())
-        code = process.wait()
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait()
-    if code == 0:
-        return
-    reason = reported[0] if reported else "its last lines:\n" + "".join(tail).rstrip()
-    raise EvaluationError(
-        f"evaluation in {processes} processes failed (launcher exit code {code}): {reason}"
-    )
+def _failure_reason(output: str, log_dir: Path) -> str:
+    """What a rank said of a user's mistake (as one process would say it), else the rank that
+    failed first and why, as training names it."""
+    for line in output.splitlines():
+        if _ERROR_MARK in line:
+            return line.split(_ERROR_MARK, 1)[1].strip()
+    failure = first_failure(log_dir=log_dir, launcher_output=output)
+    if failure is None:
+        return "no rank reported an error; the launcher's last lines:\n" + tail_lines(output)
+    if is_out_of_memory(failure.detail):
+        return (
+            f"rank {failure.local_rank} ran out of GPU memory: {failure.detail}\nTo fit: "
+            "lower evaluate.batch_size (documents per process), evaluate.num_beams or "
+            "evaluate.max_new_tokens."
+        )
+    return f"rank {failure.local_rank} {failure.how}:\n{failure.detail}"

@@ -64,6 +64,43 @@ def stderr_tail(log_dir: Path, local_rank: int) -> str:
     return tails[-1] if tails else ""
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """The rank a failed launch is blamed on: its local rank, how it ended (`raised`, `exited
+    with exit code 1; its last output`, ...) and what it said."""
+
+    local_rank: int
+    how: str
+    detail: str
+
+
+def first_failure(*, log_dir: Path, launcher_output: str) -> RankFailure | None:
+    """The rank to blame for a failed launch; None when no rank reported anything.
+
+    Blame, in order: a rank killed by a signal (its peers' errors are only symptoms, such as
+    "connection closed"); else the earliest exception a rank recorded; else the rank torchrun
+    names as the root cause, with its stderr tail. Training and evaluation word it their way.
+    """
+    exits = [(int(local), int(code)) for _, local, code in _EXIT.findall(launcher_output)]
+    killed = [(local, code) for local, code in exits if code < 0 and -code not in _STOP_SIGNALS]
+    recorded = recorded_errors(log_dir)
+    if killed:
+        local_rank, code = killed[0]
+        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
+        return RankFailure(
+            local_rank, f"was killed by {_describe_exit(code)}; its last output", detail
+        )
+    if recorded:
+        return RankFailure(recorded[0].local_rank, "raised", recorded[0].message)
+    if exits:
+        local_rank, code = exits[-1]  # torchrun lists the root cause last
+        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
+        return RankFailure(
+            local_rank, f"exited with {_describe_exit(code)}; its last output", detail
+        )
+    return None
+
+
 def failure_message(
     *,
     log_dir: Path,
@@ -73,30 +110,15 @@ def failure_message(
     procs_per_node: int,
     collective_timeout_s: int,
 ) -> str:
-    """What to show when the launcher exited with `exit_code` != 0.
-
-    Blame, in order: a rank killed by a signal (its peers' errors are only symptoms, such as
-    "connection closed"); else the earliest exception a rank recorded; else the rank torchrun
-    names as the root cause, with its stderr tail.
-    """
-    exits = [(int(local), int(code)) for _, local, code in _EXIT.findall(launcher_output)]
-    killed = [(local, code) for local, code in exits if code < 0 and -code not in _STOP_SIGNALS]
-    recorded = recorded_errors(log_dir)
-    if killed:
-        local_rank, code = killed[0]
-        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
-        how = f"was killed by {_describe_exit(code)}; its last output"
-    elif recorded:
-        local_rank, detail, how = recorded[0].local_rank, recorded[0].message, "raised"
-    elif exits:
-        local_rank, code = exits[-1]  # torchrun lists the root cause last
-        detail = stderr_tail(log_dir, local_rank) or "(it wrote nothing to stderr)"
-        how = f"exited with {_describe_exit(code)}; its last output"
-    else:
+    """What to show when the training launcher exited with `exit_code` != 0 (see
+    `first_failure` for which rank is blamed)."""
+    failure = first_failure(log_dir=log_dir, launcher_output=launcher_output)
+    if failure is None:
         return (
             f"training launcher failed on node {node_rank} with exit code {exit_code} before "
-            f"any rank reported an error; its last output:\n{_tail(launcher_output, _TAIL_LINES)}"
+            f"any rank reported an error; its last output:\n{tail_lines(launcher_output)}"
         )
+    local_rank, how, detail = failure.local_rank, failure.how, failure.detail
     rank = node_rank * procs_per_node + local_rank
     if is_out_of_memory(detail):
         return out_of_memory_message(f"rank {rank} on node {node_rank}: {detail}")
@@ -109,6 +131,11 @@ def failure_message(
             "log shows why."
         )
     return message
+
+
+def tail_lines(text: str, lines: int = _TAIL_LINES) -> str:
+    """The last `lines` lines of a launcher's output, as failure messages quote it."""
+    return _tail(text, lines)
 
 
 def _describe_exit(code: int) -> str:

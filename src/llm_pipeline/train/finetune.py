@@ -9,11 +9,9 @@ model's location; other replicas return a result that says they wrote nothing.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,6 +28,7 @@ from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.failures import failure_message
 from llm_pipeline.train.launch import torchrun_command
 from llm_pipeline.train.outputs import check_output_dir
+from llm_pipeline.train.run import run_launcher
 from llm_pipeline.train.spec import WorkerSpec
 
 WORKER_MODULE = "llm_pipeline.train.worker"
@@ -145,36 +144,13 @@ def _run_launcher(
 ) -> None:
     """Run the launcher, echoing its output; raise TrainError naming the rank that failed."""
     log_dir = Path(spec.work_dir) / "logs"
-    child_env = dict(env)
-    # torchrun reads these as its --log-dir and --tee: every rank's stderr and recorded
-    # exception land in files, and still reach the console.
-    child_env.setdefault("PET_LOG_DIR", str(log_dir))
-    child_env.setdefault("PET_TEE", "3")
-    tail: collections.deque[str] = collections.deque(maxlen=_OUTPUT_TAIL_LINES)
-    process = subprocess.Popen(
-        list(command),
-        env=child_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    )
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            sys.stdout.write(line)
-            tail.append(line)
-        code = process.wait()
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait()
-    if code != 0:
+    ended = run_launcher(command, env=env, log_dir=log_dir, tail_lines=_OUTPUT_TAIL_LINES)
+    if ended.code != 0:
         raise TrainError(
             failure_message(
                 log_dir=log_dir,
-                launcher_output="".join(tail),
-                exit_code=code,
+                launcher_output=ended.output_tail,
+                exit_code=ended.code,
                 node_rank=info.node_rank,
                 procs_per_node=info.procs_per_node,
                 collective_timeout_s=spec.train.collective_timeout_s,

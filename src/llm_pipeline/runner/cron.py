@@ -1,0 +1,89 @@
+"""Check a schedule's cron string here, the way Vertex AI reads it, before asking Vertex.
+
+Vertex takes unix cron (five fields) with an optional `TZ=` or `CRON_TZ=` prefix naming an
+IANA time zone. No package on the registries checks exactly this, and the rules fit in a
+page, so they are written out here; every problem names the field and the allowed range.
+"""
+
+import re
+import zoneinfo
+from dataclasses import dataclass
+
+from llm_pipeline.config import ConfigError
+
+MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()
+    first_name_value: int = 0
+
+
+FIELDS = (
+    Field("minute", 0, 59),
+    Field("hour", 0, 23),
+    Field("day of month", 1, 31),
+    Field("month", 1, 12, MONTHS, 1),
+    Field("day of week", 0, 7, DAYS, 0),
+)
+_PREFIX = re.compile(r"(?:CRON_TZ|TZ)=(\S+)\s+")
+
+
+def _value(text: str, field: Field) -> int:
+    upper = text.upper()
+    if upper in field.names:
+        return field.names.index(upper) + field.first_name_value
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not a number{' or a name' if field.names else ''}")
+    number = int(text)
+    if not field.low <= number <= field.high:
+        raise ValueError(f"{number} is outside {field.low}-{field.high}")
+    return number
+
+
+def _check_item(item: str, field: Field) -> None:
+    base, slash, step = item.partition("/")
+    if slash and (not step.isdigit() or int(step) < 1):
+        raise ValueError(f"step {step!r} in {item!r} must be a positive number")
+    if base == "*":
+        return
+    low_text, dash, high_text = base.partition("-")
+    low = _value(low_text, field)
+    if dash and _value(high_text, field) < low:
+        raise ValueError(f"range {base!r} runs backwards")
+
+
+def validate_cron(schedule: str) -> str:
+    """`schedule` stripped, or ConfigError naming what is wrong with it."""
+    text = " ".join(schedule.split())
+    problems = []
+    match = _PREFIX.match(text + " ")
+    body = text
+    if match:
+        zone = match.group(1)
+        body = text[match.end() :].strip()
+        try:
+            zoneinfo.ZoneInfo(zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            problems.append(f"time zone {zone!r} is not an IANA zone (e.g. Europe/Paris)")
+    fields = body.split()
+    if len(fields) != len(FIELDS):
+        problems.append(
+            f"{len(fields)} fields; cron needs 5: minute hour day-of-month month day-of-week "
+            "(e.g. '0 3 * * 1', optionally prefixed 'TZ=Europe/Paris ')"
+        )
+    else:
+        for field, value in zip(FIELDS, fields, strict=True):
+            for item in value.split(","):
+                try:
+                    _check_item(item, field)
+                except ValueError as exc:
+                    problems.append(f"{field.name} {value!r}: {exc}")
+    if problems:
+        raise ConfigError(problems, source=f"--schedule {schedule!r}")
+    return text

@@ -1,0 +1,94 @@
+"""Where a Vertex AI run goes: project, region, pipeline root and who it runs as, checked
+before any call, so a typo is one clear line and not a stack of API errors minutes later."""
+
+import re
+from dataclasses import dataclass, field
+
+from llm_pipeline.config import ConfigError, VertexConfig
+
+#: Google Cloud project ids: 6-30 characters, lowercase letters, digits and hyphens, from a
+#: letter, not ending with a hyphen.
+PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+#: Region names such as us-central1, europe-west4, northamerica-northeast1.
+REGION = re.compile(r"[a-z]+(?:-[a-z]+)*[0-9]")
+#: A gs:// folder: a bucket name (3-63 characters of [a-z0-9._-]) and an optional path.
+GCS_FOLDER = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](?:/.*)?")
+NETWORK = re.compile(r"projects/[^/]+/global/networks/[^/]+")
+SERVICE_ACCOUNT = re.compile(r"[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com|[^@\s]+@[^@\s]+")
+
+
+@dataclass(frozen=True)
+class VertexTarget:
+    """A validated destination for `aiplatform`; build it with `vertex_target`."""
+
+    project: str
+    region: str
+    pipeline_root: str
+    service_account: str | None = None
+    network: str | None = None
+    experiment: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def console_url(self, job_id: str) -> str:
+        """The run's page in the Google Cloud console."""
+        return (
+            f"https://console.cloud.google.com/vertex-ai/locations/{self.region}/pipelines/"
+            f"runs/{job_id}?project={self.project}"
+        )
+
+
+def vertex_target(
+    vertex: VertexConfig,
+    *,
+    project: str | None = None,
+    region: str | None = None,
+    pipeline_root: str | None = None,
+    service_account: str | None = None,
+    network: str | None = None,
+    experiment: str | None = None,
+) -> VertexTarget:
+    """The flags, else the config's `vertex` section, checked. ConfigError lists each
+    problem with the flag (and config key) it came from."""
+    chosen = {
+        "project": project or vertex.project,
+        "region": region or vertex.region,
+        "pipeline_root": pipeline_root or vertex.pipeline_root,
+        "service_account": service_account or vertex.service_account,
+        "network": network or vertex.network,
+        "experiment": experiment or vertex.experiment,
+    }
+    problems = []
+    rules = {
+        "project": (PROJECT_ID, "6-30 lowercase letters, digits or hyphens, from a letter"),
+        "region": (REGION, "a region such as us-central1"),
+        "pipeline_root": (GCS_FOLDER, "a gs://bucket/folder URI"),
+        "service_account": (SERVICE_ACCOUNT, "an email, NAME@PROJECT.iam.gserviceaccount.com"),
+        "network": (NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"),
+    }
+    required = {"project", "region", "pipeline_root"}
+    for name, (pattern, shape) in rules.items():
+        value = chosen[name]
+        flag = f"--{name.replace('_', '-')}"
+        if not value:
+            if name in required:
+                problems.append(f"{flag} (or vertex.{name}) is required to submit to Vertex AI")
+            continue
+        if not pattern.fullmatch(value):
+            problems.append(f"{flag} {value!r} is not {shape} (or set vertex.{name})")
+    experiment_name = chosen["experiment"]
+    if experiment_name and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", experiment_name):
+        problems.append(
+            f"--experiment {experiment_name!r}: Vertex experiment names are lowercase letters, "
+            "digits and hyphens (at most 128)"
+        )
+    if problems:
+        raise ConfigError(problems, source="the Vertex AI settings")
+    return VertexTarget(
+        project=str(chosen["project"]),
+        region=str(chosen["region"]),
+        pipeline_root=str(chosen["pipeline_root"]).rstrip("/"),
+        service_account=chosen["service_account"],
+        network=chosen["network"],
+        experiment=experiment_name,
+        labels=dict(vertex.labels),
+    )

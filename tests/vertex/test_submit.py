@@ -1,0 +1,179 @@
+"""`pipeline.py` submitting to Vertex AI: the real CLI and the real `aiplatform` SDK against
+the REST stand-in on loopback; each request's path and body is checked against the v1
+reference. Cloud Storage (the SDK checks the pipeline root's bucket) is the emulator."""
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_pipeline import cli
+from llm_pipeline.config import load_config
+from llm_pipeline.config.run_parameters import parameter_defaults
+
+from ..registry.vertex_standin import VertexStandIn, aiplatform_settings_restored
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = str(REPO / "configs" / "small2vm16gpu.json")
+PROJECT, REGION = "test-project", "us-central1"
+PARENT = f"projects/{PROJECT}/locations/{REGION}"
+SA = "trainer@test-project.iam.gserviceaccount.com"
+NETWORK = "projects/123/global/networks/vpc"
+#: A new bucket per run (the SDK creates a missing one on the emulator and grants the
+#: service account access), as checking an existing one's owner asks Resource Manager,
+#: which no stand-in here answers (the SDK would retry for a minute, then go on).
+ROOT = f"gs://runs-{uuid.uuid4().hex[:12]}/pipelines"
+WHERE = ["--project", PROJECT, "--region", REGION, "--pipeline-root", ROOT]
+
+
+@pytest.fixture
+def api(gcs_emulator: str) -> Iterator[VertexStandIn]:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import aiplatform
+
+    with aiplatform_settings_restored(), VertexStandIn(PROJECT, REGION) as standin:
+        aiplatform.init(
+            api_endpoint=standin.url, api_transport="rest", credentials=AnonymousCredentials()
+        )
+        yield standin
+
+
+def run(*args: str) -> int:
+    """`pipeline.py --config CONFIG ARGS`, in a fresh bucket, acting as the service account
+    unless the arguments name one."""
+    where = [arg.replace(ROOT, f"gs://runs-{uuid.uuid4().hex[:12]}/pipelines") for arg in args]
+    who = [] if "--service-account" in args else ["--set", f"vertex.service_account={SA}"]
+    return cli.main(["--config", CONFIG, *where, *who])
+
+
+def created_job(api: VertexStandIn) -> dict[str, Any]:
+    (call,) = [c for c in api.calls if c.method == "POST" and c.path.endswith("/pipelineJobs")]
+    assert call.path == f"/v1/{PARENT}/pipelineJobs"
+    assert call.query["pipelineJobId"][0].startswith("t5-small-cnndm-2x16-")
+    return dict(call.body)
+
+
+def test_submit_sends_the_spec_parameters_and_who_runs_it(
+    api: VertexStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run(
+        *WHERE,
+        "--service-account",
+        SA,
+        "--network",
+        NETWORK,
+        "--set",
+        'vertex.labels={"team": "nlp"}',
+        "--set",
+        "train.epochs=2",
+    )
+    assert code == 0
+    job = created_job(api)
+    assert job["displayName"] == "t5-small-cnndm-2x16"
+    assert set(job["pipelineSpec"]["root"]["dag"]["tasks"]) >= {"configure", "finetune"}
+    assert job["pipelineSpec"]["pipelineInfo"]["name"] == "t5-small-cnndm-2x16"
+    config = load_config(CONFIG, ["train.epochs=2"]).config
+    runtime = job["runtimeConfig"]
+    assert runtime["gcsOutputDirectory"].startswith("gs://runs-")
+    assert runtime["gcsOutputDirectory"].endswith("/pipelines")
+    assert runtime["parameterValues"] == parameter_defaults(config)
+    assert runtime["parameterValues"]["epochs"] == 2.0
+    assert job["serviceAccount"] == SA and job["network"] == NETWORK
+    assert job["labels"]["team"] == "nlp"
+    out = capsys.readouterr().out
+    job_id = next(iter(api.pipeline_jobs))
+    assert f"Submitted {PARENT}/pipelineJobs/{job_id}" in out
+    assert (
+        f"https://console.cloud.google.com/vertex-ai/locations/{REGION}/pipelines/runs/"
+        f"{job_id}?project={PROJECT}"
+    ) in out
+    # Caching is left to each step's compiled setting unless --no-cache.
+    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert tasks["download"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_no_cache_turns_caching_off_for_every_step(api: VertexStandIn) -> None:
+    assert run(*WHERE, "--no-cache") == 0
+    tasks = created_job(api)["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert all(not task.get("cachingOptions", {}).get("enableCache") for task in tasks.values())
+
+
+@pytest.mark.parametrize(
+    ("final", "code", "said"),
+    [
+        ("PIPELINE_STATE_SUCCEEDED", 0, "Pipeline succeeded."),
+        ("PIPELINE_STATE_FAILED", 1, "Pipeline did not succeed."),
+    ],
+)
+def test_wait_prints_state_changes_and_exits_with_the_outcome(
+    api: VertexStandIn, capsys: pytest.CaptureFixture[str], final: str, code: int, said: str
+) -> None:
+    api.job_states = ["PIPELINE_STATE_PENDING", "PIPELINE_STATE_RUNNING"] * 1 + [
+        "PIPELINE_STATE_RUNNING",
+        final,
+    ]
+    assert run(*WHERE, "--wait", "--poll-seconds", "0") == code
+    out = capsys.readouterr().out
+    lines = [line.split(" ", 1)[1] for line in out.splitlines() if line[2:3] == ":"]
+    assert lines == ["pending", "running", final.removeprefix("PIPELINE_STATE_").lower()]
+    assert said in out
+
+
+def test_experiment_links_the_run_to_a_vertex_experiment(api: VertexStandIn) -> None:
+    api.job_states = ["PIPELINE_STATE_RUNNING"]
+    assert run(*WHERE, "--experiment", "nightly-t5") == 0
+    created = [c for c in api.calls if c.path.endswith("/metadataStores/default/contexts")]
+    assert created[0].query["contextId"] == ["nightly-t5"]
+    assert created[0].body["schemaTitle"] == "system.Experiment"
+    (link,) = [c for c in api.calls if c.path.endswith("/contexts/nightly-t5:addContextChildren")]
+    job_id = next(iter(api.pipeline_jobs))
+    assert link.body["childContexts"] == [f"{PARENT}/metadataStores/default/contexts/{job_id}"]
+
+
+def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
+    api: VertexStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(*WHERE, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "  epochs = 3.0" in out and "  node_count = 2" in out
+    assert "finetune: custom job: 2 x a2-megagpu-16g + 16 x NVIDIA_TESLA_A100" in out
+    assert "evaluate: custom job: 1 x a2-megagpu-16g + 16 x NVIDIA_TESLA_A100" in out
+    assert "download: pipeline task, cached, 3 retries" in out
+    assert "nothing was called" in out
+    assert api.calls == []
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (
+            ["--region", REGION, "--pipeline-root", ROOT],
+            "--project (or vertex.project) is required",
+        ),
+        (["--project", "Acme_Prod", "--pipeline-root", ROOT], "--project 'Acme_Prod' is not"),
+        (["--project", PROJECT, "--region", "central", "--pipeline-root", ROOT], "--region"),
+        (["--project", PROJECT, "--pipeline-root", "/tmp/runs"], "--pipeline-root '/tmp/runs'"),
+        (["--project", PROJECT], "--pipeline-root (or vertex.pipeline_root) is required"),
+        ([*WHERE, "--network", "vpc"], "--network 'vpc'"),
+        ([*WHERE, "--experiment", "Nightly Runs"], "--experiment 'Nightly Runs'"),
+    ],
+)
+def test_bad_flags_are_refused_before_any_call(
+    api: VertexStandIn, capsys: pytest.CaptureFixture[str], args: list[str], problem: str
+) -> None:
+    assert run(*args) == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err
+    assert api.calls == []
+
+
+def test_a_refusal_from_vertex_is_one_line(
+    api: VertexStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run(*WHERE, "--set", 'vertex.labels={"Team": "nlp"}')  # keys must be lowercase
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "submitting the pipeline run: Vertex AI answered" in err
+    assert "invalid label key 'Team'" in err and "Traceback" not in err
