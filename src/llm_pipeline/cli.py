@@ -17,6 +17,8 @@ from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_orde
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Metrics printed per step in the run summary; all of them are in the step's metrics file.
 SHOWN_METRICS = 8
+#: Output values longer than this (configure's sections as JSON) are named, not printed.
+LONGEST_SHOWN = 300
 
 EXAMPLES = """\
 examples:
@@ -106,8 +108,12 @@ def print_summary(run: LocalRun) -> None:
     steps = {step.name: step for step in run.steps}
     for step in run.steps:
         print(f"  [{marks[step.status]}] {step.name}")
+        long = [name for name, value in step.outputs.items() if len(value) > LONGEST_SHOWN]
         for name, where in step.outputs.items():
-            print(f"           {name}: {where}")
+            if name not in long:
+                print(f"           {name}: {where}")
+        if long:
+            print(f"           ({', '.join(long)}: in the step's folder)")
         if step.metrics:
             items = sorted(step.metrics.items())
             shown = ", ".join(f"{key}={value:g}" for key, value in items[:SHOWN_METRICS])
