@@ -79,7 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--pipeline-root",
-        default=str(DEFAULT_LOCAL_ROOT),
         help=f"Folder for a local run's outputs (default: {DEFAULT_LOCAL_ROOT}/); a gs:// "
         "folder submits the run to Vertex AI (default there: vertex.pipeline_root).",
     )
@@ -161,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = loaded.config
     if args.upload_template or vertex_cli.wants_vertex(args):
         return vertex_cli.run_vertex(args, config)
+    local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
     if args.compile is not None:
         path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
         print(f"Wrote the pipeline spec to {path}")
@@ -169,8 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print(config.model_dump_json(indent=2))
         steps = step_order(pipeline)
-        print(f"\nWould run locally under {args.pipeline_root}/: {' → '.join(steps)}")
+        print(f"\nWould run locally under {local_root}/: {' → '.join(steps)}")
         return 0
-    run = run_local(pipeline, pipeline_root=Path(args.pipeline_root), quiet=args.quiet)
+    run = run_local(pipeline, pipeline_root=local_root, quiet=args.quiet)
     print_summary(run)
     return 0 if run.succeeded else 1

@@ -10,18 +10,17 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from llm_pipeline.components import STEPS
 from llm_pipeline.config import ConfigError, PipelineConfig, VertexConfig, load_config
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
 from llm_pipeline.runner import vertex_submit as vs
 from llm_pipeline.runner.cron import validate_cron
+from llm_pipeline.runner.spec_summary import describe_spec
 from llm_pipeline.runner.templates import check_host, upload_template
-from llm_pipeline.runner.vertex_target import vertex_target
+from llm_pipeline.runner.vertex_target import vertex_location, vertex_target
 
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "delete")
 
@@ -58,7 +57,6 @@ def add_vertex_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-concurrent-runs",
         type=int,
-        default=1,
         help="Scheduled runs active at once (default 1: a due run waits for the last).",
     )
     group.add_argument("--start-time", help="First scheduled run no earlier than (RFC 3339).")
@@ -71,11 +69,47 @@ def add_vertex_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Flags that mean something only on Vertex AI: any of them (or a gs:// root) asks for it.
+VERTEX_FLAGS = ("project", "region", "service_account", "network", "experiment", "no_cache")
+RUN_FLAGS = ("wait", "experiment")
+SCHEDULE_FLAGS = ("start_time", "end_time", "max_concurrent_runs")
+ALL_FLAGS = (*VERTEX_FLAGS, *RUN_FLAGS, *SCHEDULE_FLAGS, "schedule")
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    return [_flag(name) for name in names if getattr(args, name) not in (None, False)]
+
+
 def wants_vertex(args: argparse.Namespace) -> bool:
-    """Whether the command line asks for Vertex AI rather than a local run."""
+    """Whether the command line asks for Vertex AI rather than a local run: a flag that
+    would otherwise be ignored must not let a local run start silently."""
     root = str(args.pipeline_root or "")
-    flags = (args.project, args.wait, args.schedule, args.experiment, args.no_cache)
-    return root.startswith("gs://") or any(flags)
+    return root.startswith("gs://") or bool(_given(args, ALL_FLAGS))
+
+
+def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
+    """Flags that cannot go together, said before anything is compiled."""
+    problems = []
+    submitting = wants_vertex(args)
+    if args.compile is not None and (submitting or args.upload_template):
+        problems.append("--compile only writes the spec: leave out the Vertex AI flags")
+    if args.upload_template and submitting:
+        problems.append("--upload-template only uploads the spec: leave out the run flags")
+    if args.schedule is None and (given := _given(args, SCHEDULE_FLAGS)):
+        problems.append(f"{', '.join(given)} only apply with --schedule")
+    if args.schedule is not None and (given := _given(args, RUN_FLAGS)):
+        problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
+    root = str(args.pipeline_root or "")
+    if root.startswith("gs://") and not _given(args, ALL_FLAGS) and not config.vertex.project:
+        problems.append(
+            f"--pipeline-root {root!r} is a Vertex AI root: add --project (or set "
+            "vertex.project) to submit, or give a local folder for a local run"
+        )
+    return problems
 
 
 def run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
@@ -87,30 +121,54 @@ def run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
         return 2 if isinstance(exc, ConfigError) else 1
 
 
-def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
-    if args.upload_template:
-        host = check_host(args.upload_template)
-        with tempfile.TemporaryDirectory() as folder:
-            spec = vs.compile_for_vertex(config, Path(folder))
-            if args.dry_run:
-                _describe(config, spec)
-                print(f"\nWould upload the template to {host} (tags: version, latest).")
-                return 0
-            uploaded = upload_template(host, spec)
-        print(f"Uploaded the template {uploaded.package} to {host}")
-        print(f"  version: {uploaded.version}  (tags: {', '.join(uploaded.tags)})")
-        print(f"  pinned template: {host}/{uploaded.package}/{uploaded.version}")
-        return 0
-    # The local default root means "not given": then vertex.pipeline_root.
-    given_root = args.pipeline_root if args.pipeline_root != str(DEFAULT_LOCAL_ROOT) else None
+def _upload(args: argparse.Namespace, config: PipelineConfig) -> int:
+    host = check_host(args.upload_template)
+    with tempfile.TemporaryDirectory() as folder:
+        spec = vs.compile_for_vertex(config, Path(folder))
+        if args.dry_run:
+            _describe(config, spec)
+            print(f"\nWould upload the template to {host} (tags: version, latest).")
+            return 0
+        uploaded = upload_template(host, spec)
+    print(f"Uploaded the template {uploaded.package} to {host}")
+    print(f"  version: {uploaded.version}  (tags: {', '.join(uploaded.tags)})")
+    print(f"  pinned template: {host}/{uploaded.package}/{uploaded.version}")
+    return 0
+
+
+def _schedule_request(args: argparse.Namespace) -> tuple[vs.ScheduleRequest, list[str]]:
     problems: list[str] = []
+    cron = args.schedule
+    try:
+        cron = validate_cron(args.schedule)
+    except ConfigError as exc:
+        problems += exc.problems
+    request = vs.ScheduleRequest(
+        cron=cron,
+        max_concurrent_runs=1 if args.max_concurrent_runs is None else args.max_concurrent_runs,
+        start_time=args.start_time,
+        end_time=args.end_time,
+    )
+    try:
+        vs.check_times(request)
+    except ConfigError as exc:
+        problems += exc.problems
+    return request, problems
+
+
+def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
+    problems = _conflicts(args, config)
+    if problems:
+        raise ConfigError(problems, source="the command line")
+    if args.upload_template:
+        return _upload(args, config)
     target = request = None
     try:
         target = vertex_target(
             config.vertex,
             project=args.project,
             region=args.region,
-            pipeline_root=given_root,
+            pipeline_root=args.pipeline_root,
             service_account=args.service_account,
             network=args.network,
             experiment=args.experiment,
@@ -118,21 +176,8 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     except ConfigError as exc:
         problems += exc.problems
     if args.schedule is not None:
-        cron = args.schedule
-        try:
-            cron = validate_cron(args.schedule)
-        except ConfigError as exc:
-            problems += exc.problems
-        request = vs.ScheduleRequest(
-            cron=cron,
-            max_concurrent_runs=args.max_concurrent_runs,
-            start_time=args.start_time,
-            end_time=args.end_time,
-        )
-        try:
-            vs.check_times(request)
-        except ConfigError as exc:
-            problems += exc.problems
+        request, schedule_problems = _schedule_request(args)
+        problems += schedule_problems
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
     with tempfile.TemporaryDirectory() as folder:
@@ -144,7 +189,7 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
             print(f"\nWould submit {what} to Vertex AI ({where}); nothing was called.")
             return 0
         if request is not None:
-            schedule = vs.create_schedule(config, target, spec, request)
+            schedule = vs.create_schedule(config, target, spec, request, no_cache=args.no_cache)
             print(f"Created the schedule {schedule.display_name}: {schedule.resource_name}")
             print(f"  cron {request.cron!r}, at most {request.max_concurrent_runs} active run(s)")
             return 0
@@ -160,44 +205,15 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     return 0 if succeeded else 1
 
 
-#: Local runs' default root; any other non-gs:// root with Vertex flags is a mistake.
-DEFAULT_LOCAL_ROOT = Path("runs")
-
-
 def _describe(config: PipelineConfig, spec: Path) -> None:
     """The parameters and, per step, what the compiled spec runs where."""
     print("Parameters (defaults from the config; editable per run):")
     for name, value in parameter_defaults(config).items():
         print(f"  {name} = {value!r}")
-    compiled = yaml.safe_load(spec.read_text())
-    tasks: dict[str, Any] = {}
-    for name, task in compiled["root"]["dag"]["tasks"].items():
-        if name.startswith("condition"):
-            inner = compiled["components"][task["componentRef"]["name"]]["dag"]["tasks"]
-            tasks.update({f"{n} (if the gate says yes)": t for n, t in inner.items()})
-        else:
-            tasks[name] = task
-    order = [step.replace("_", "-") for step in STEPS]
-    tasks = dict(sorted(tasks.items(), key=lambda item: order.index(item[0].split(" ")[0])))
-    print(f"Steps of {spec.name} ({len(tasks)}):")
-    for name, task in tasks.items():
-        component = compiled["components"][task["componentRef"]["name"]]
-        inputs = component.get("inputDefinitions", {}).get("parameters", {})
-        pools = inputs.get("worker_pool_specs", {}).get("defaultValue")
-        cached = "cached" if task.get("cachingOptions", {}).get("enableCache") else "not cached"
-        retries = task.get("retryPolicy", {}).get("maxRetryCount")
-        where = "pipeline task"
-        if pools:
-            machine = pools[0]["machine_spec"]
-            gpus = (
-                f" + {int(machine['accelerator_count'])} x {machine['accelerator_type']}"
-                if machine.get("accelerator_type")
-                else ""
-            )
-            nodes = sum(int(p["replica_count"]) for p in pools)
-            where = f"custom job: {nodes} x {machine['machine_type']}{gpus}"
-        extra = f", {retries} retries" if retries else ""
-        print(f"  {name}: {where}, {cached}{extra}")
+    lines = describe_spec(yaml.safe_load(spec.read_text()))
+    print(f"Steps of {spec.name} ({len(lines)}):")
+    for line in lines:
+        print(f"  {line}")
 
 
 def schedules_main(argv: Sequence[str]) -> int:
@@ -216,17 +232,15 @@ def schedules_main(argv: Sequence[str]) -> int:
         parser.error(f"schedules {args.action} needs the schedule's name or id")
     try:
         vertex = load_config(args.config).config.vertex if args.config else VertexConfig()
-        target = vertex_target(
-            vertex, project=args.project, region=args.region, pipeline_root="gs://unused-root"
-        )
+        project, region = vertex_location(vertex, project=args.project, region=args.region)
         if args.action == "list":
-            schedules = vs.list_schedules(target.project, target.region)
+            schedules = vs.list_schedules(project, region)
             for schedule in schedules:
                 print(vs.schedule_line(schedule))
             if not schedules:
-                print(f"No pipeline schedules in {target.project}/{target.region}.")
+                print(f"No pipeline schedules in {project}/{region}.")
             return 0
-        schedule = vs.find_schedule(target.project, target.region, args.name)
+        schedule = vs.find_schedule(project, region, args.name)
         with vs.calling(f"{args.action} {schedule.display_name}"):
             getattr(schedule, args.action)()
         past = {"pause": "Paused", "resume": "Resumed", "delete": "Deleted"}[args.action]

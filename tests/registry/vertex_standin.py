@@ -24,10 +24,11 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..standins.loopback import LoopbackServer
 from .vertex_standin_base import ApiError, require
 from .vertex_standin_pipelines import PipelinesApi
 from .vertex_standin_resources import EndpointsApi, ModelsApi
@@ -67,14 +68,13 @@ class Call:
         return f"{self.method} {kind}" + (f":{action}" if action else "")
 
 
-class VertexStandIn(ModelsApi, EndpointsApi, PipelinesApi):
+class VertexStandIn(ModelsApi, EndpointsApi, PipelinesApi, LoopbackServer):
     """The fake API served over HTTP on 127.0.0.1, recording every request."""
 
     def __init__(self, project: str = "test-project", region: str = "us-central1") -> None:
         super().__init__(project, region)
         self.calls: list[Call] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     # -- switches and helpers for tests ---------------------------------------------------
 
@@ -96,50 +96,13 @@ class VertexStandIn(ModelsApi, EndpointsApi, PipelinesApi):
     def traffic(self, endpoint_id: str) -> dict[str, int]:
         return dict(self.endpoints[endpoint_id]["trafficSplit"])
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start() first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> VertexStandIn:
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                code, answer = standin.handle(self.command, self.path, raw)
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> VertexStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- dispatch -------------------------------------------------------------------------
+
+    def respond(
+        self, method: str, target: str, headers: Message, raw: bytes
+    ) -> tuple[int, str, bytes]:
+        code, answer = self.handle(method, target, raw)
+        return code, "application/json; charset=UTF-8", json.dumps(answer).encode()
 
     def handle(self, method: str, target: str, raw: bytes) -> tuple[int, Any]:
         parts = urlsplit(target)

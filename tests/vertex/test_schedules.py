@@ -129,6 +129,7 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
             "--end-time must be after --start-time",
         ),
         (["--schedule", "0 3 * * 1", "--max-concurrent-runs", "0"], "--max-concurrent-runs"),
+        (["--schedule", "0 3 * * 1", "--wait"], "--wait apply to one run, not to a --schedule"),
     ],
 )
 def test_a_bad_schedule_is_refused_before_any_call(
@@ -152,3 +153,10 @@ def test_a_bad_schedule_is_refused_before_any_call(
 )
 def test_valid_cron_strings_pass_unchanged(cron: str) -> None:
     assert validate_cron(cron) == cron
+
+
+def test_no_cache_reaches_the_scheduled_runs(api: VertexStandIn) -> None:
+    assert schedule("--schedule", "0 3 * * 1", "--no-cache") == 0
+    (call,) = [c for c in api.calls if c.method == "POST" and c.path.endswith("/schedules")]
+    tasks = call.body["createPipelineJobRequest"]["pipelineJob"]["pipelineSpec"]["root"]["dag"]
+    assert not any(t["cachingOptions"].get("enableCache") for t in tasks["tasks"].values())

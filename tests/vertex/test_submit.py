@@ -138,9 +138,12 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
     assert run(*WHERE, "--dry-run") == 0
     out = capsys.readouterr().out
     assert "  epochs = 3.0" in out and "  node_count = 2" in out
-    assert "finetune: custom job: 2 x a2-megagpu-16g + 16 x NVIDIA_TESLA_A100" in out
-    assert "evaluate: custom job: 1 x a2-megagpu-16g + 16 x NVIDIA_TESLA_A100" in out
-    assert "download: pipeline task, cached, 3 retries" in out
+    image = load_config(CONFIG).config.vertex.image_uri("train")
+    gpus = "of a2-megagpu-16g with 16 x NVIDIA_TESLA_A100 each"
+    assert f"finetune: custom job, 2 replicas {gpus}, image {image}; not cached" in out
+    assert f"evaluate: custom job, 1 replica {gpus}, image {image}; not cached" in out
+    assert f"download: pipeline task, image {image}; cached, 3 retries" in out
+    assert "deploy (if the gate says yes): pipeline task" in out
     assert "nothing was called" in out
     assert api.calls == []
 
@@ -156,8 +159,14 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
         (["--project", PROJECT, "--region", "central", "--pipeline-root", ROOT], "--region"),
         (["--project", PROJECT, "--pipeline-root", "/tmp/runs"], "--pipeline-root '/tmp/runs'"),
         (["--project", PROJECT], "--pipeline-root (or vertex.pipeline_root) is required"),
+        (["--project", PROJECT, "--pipeline-root", "runs"], "--pipeline-root 'runs' is not"),
         ([*WHERE, "--network", "vpc"], "--network 'vpc'"),
         ([*WHERE, "--experiment", "Nightly Runs"], "--experiment 'Nightly Runs'"),
+        # A flag that means something only on Vertex AI never lets a local run start.
+        (["--region", REGION], "--project (or vertex.project) is required"),
+        (["--pipeline-root", ROOT], "is a Vertex AI root: add --project"),
+        ([*WHERE, "--compile", "out.yaml"], "--compile only writes the spec"),
+        ([*WHERE, "--start-time", "2027-01-01T00:00:00Z"], "--start-time only apply with"),
     ],
 )
 def test_bad_flags_are_refused_before_any_call(

@@ -1,98 +1,52 @@
 """`--upload-template`: the compiled pipeline goes to a KFP template repository through
-kfp's real `RegistryClient`, as a multipart upload with its tags, to a stand-in for
-Artifact Registry's KFP endpoint on loopback (`POST /PROJECT/REPO`, form fields `content`
-and `tags`, answering `PACKAGE/sha256:DIGEST` as the real one does)."""
+kfp's real `RegistryClient`, as a multipart upload with its tags, to the Artifact Registry
+stand-in on loopback (`artifact_registry_standin.py`)."""
 
 import hashlib
-import threading
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from email.parser import BytesParser
-from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from llm_pipeline import __version__, cli
 
+from .artifact_registry_standin import ArtifactRegistryStandIn
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "small1vm1gpu.json")
 
 
-@dataclass
-class Upload:
-    path: str
-    content_type: str
-    fields: dict[str, bytes]
-    filename: str | None
+@pytest.fixture
+def kfp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME of the test's own. RegistryClient reads ~/.config/kfp/registry_credentials.json
+    and registry_context.json, through paths kfp fixes when first imported, so those are
+    pointed here too."""
+    from kfp.registry import registry_client
 
-
-@dataclass
-class TemplateRegistry:
-    """What the stand-in received."""
-
-    uploads: list[Upload] = field(default_factory=list)
-    url: str = ""
-
-
-def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, bytes], str | None]:
-    message = BytesParser(policy=HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body
-    )
-    fields: dict[str, bytes] = {}
-    filename = None
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        fields[str(name)] = part.get_payload(decode=True)
-        filename = part.get_filename() or filename
-    return fields, filename
+    config = tmp_path / ".config" / "kfp"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    credentials = str(config / "registry_credentials.json")
+    monkeypatch.setattr(registry_client, "LOCAL_REGISTRY_CREDENTIAL", credentials)
+    monkeypatch.setattr(registry_client, "LOCAL_REGISTRY_CONTEXT", str(config / "context.json"))
+    return config
 
 
 @pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TemplateRegistry]:
-    # RegistryClient reads ~/.config/kfp: a HOME of the test's own.
-    monkeypatch.setenv("HOME", str(tmp_path))
-    received = TemplateRegistry()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            content_type = self.headers["Content-Type"]
-            fields, filename = parse_multipart(content_type, body)
-            received.uploads.append(Upload(self.path, content_type, fields, filename))
-            spec: dict[str, Any] = yaml.safe_load(fields["content"])
-            answer = (
-                f"{spec['pipelineInfo']['name']}/sha256:"
-                f"{hashlib.sha256(fields['content']).hexdigest()}"
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    received.url = f"http://127.0.0.1:{server.server_address[1]}/test-project/pipelines"
-    try:
-        yield received
-    finally:
-        server.shutdown()
-        server.server_close()
+def registry(kfp_home: Path) -> Iterator[ArtifactRegistryStandIn]:
+    with ArtifactRegistryStandIn("test-project", "pipelines") as standin:
+        yield standin
 
 
 def test_the_template_is_uploaded_with_the_version_and_latest_tags(
-    registry: TemplateRegistry, capsys: pytest.CaptureFixture[str]
+    registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--config", CONFIG, "--upload-template", registry.url]) == 0
+    assert cli.main(["--config", CONFIG, "--upload-template", registry.host]) == 0
     (upload,) = registry.uploads
     assert upload.path == "/test-project/pipelines"
-    assert upload.content_type.startswith("multipart/form-data; boundary=")
+    assert upload.headers["content-type"].startswith("multipart/form-data; boundary=")
+    assert "authorization" not in upload.headers  # no credentials in this HOME
     assert upload.fields["tags"].decode() == f"{__version__},latest"
     spec = yaml.safe_load(upload.fields["content"])
     assert spec["pipelineInfo"]["name"] == "t5-small-cnndm"
@@ -100,17 +54,32 @@ def test_the_template_is_uploaded_with_the_version_and_latest_tags(
     assert upload.filename == "t5-small-cnndm.yaml"
     digest = hashlib.sha256(upload.fields["content"]).hexdigest()
     out = capsys.readouterr().out
-    assert f"Uploaded the template t5-small-cnndm to {registry.url}" in out
+    assert f"Uploaded the template t5-small-cnndm to {registry.host}" in out
     assert f"version: sha256:{digest}  (tags: {__version__}, latest)" in out
-    assert f"pinned template: {registry.url}/t5-small-cnndm/sha256:{digest}" in out
+    assert f"pinned template: {registry.host}/t5-small-cnndm/sha256:{digest}" in out
+
+
+def test_a_token_in_the_kfp_credentials_file_is_sent(
+    registry: ArtifactRegistryStandIn, kfp_home: Path
+) -> None:
+    kfp_home.mkdir(parents=True)
+    (kfp_home / "registry_credentials.json").write_text(json.dumps("t0ken"))
+    assert cli.main(["--config", CONFIG, "--upload-template", registry.host]) == 0
+    assert registry.uploads[0].headers["authorization"] == "Bearer t0ken"
 
 
 @pytest.mark.parametrize(
     "host",
-    ["us-central1-kfp.pkg.dev/proj/repo", "https://us-central1-kfp.pkg.dev/proj", "ftp://x/y"],
+    [
+        "us-central1-kfp.pkg.dev/proj/repo",
+        "https://us-central1-kfp.pkg.dev/proj",
+        "https://us-central1-kfp.pkg.dev/my-project",
+        "http://registry.example.com/team/pipelines",  # a template over plain http
+        "ftp://x/y",
+    ],
 )
 def test_a_malformed_repository_url_is_refused_before_any_call(
-    registry: TemplateRegistry, capsys: pytest.CaptureFixture[str], host: str
+    registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str], host: str
 ) -> None:
     assert cli.main(["--config", CONFIG, "--upload-template", host]) == 2
     err = capsys.readouterr().err
@@ -119,12 +88,17 @@ def test_a_malformed_repository_url_is_refused_before_any_call(
 
 
 def test_a_refused_upload_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    kfp_home: Path, loopback_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    from tests.conftest import free_loopback_port
-
-    closed = f"http://127.0.0.1:{free_loopback_port()}/test-project/pipelines"
+    closed = f"http://127.0.0.1:{loopback_port}/test-project/pipelines"
     assert cli.main(["--config", CONFIG, "--upload-template", closed]) == 1
     err = capsys.readouterr().err
     assert f"uploading the template to {closed} failed" in err and "Traceback" not in err
+
+
+def test_dry_run_uploads_nothing(
+    registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["--config", CONFIG, "--upload-template", registry.host, "--dry-run"]) == 0
+    assert "Would upload the template to" in capsys.readouterr().out
+    assert registry.uploads == []

@@ -14,8 +14,11 @@ from llm_pipeline.errors import UserError
 ARTIFACT_REGISTRY = re.compile(
     r"https://[a-z0-9-]+-kfp\.pkg\.dev/[a-z][a-z0-9-]{4,28}[a-z0-9]/[a-z][a-z0-9-]*"
 )
-#: Any other registry that speaks KFP's template protocol: a URL with a path.
-OTHER_REGISTRY = re.compile(r"https?://[^/\s]+/\S+")
+#: Any other registry that speaks KFP's template protocol: https, or http on loopback only
+#: (a template and its token must not cross a network in the clear).
+OTHER_REGISTRY = re.compile(
+    r"https://[^/\s]+/\S+|http://(?:127\.0\.0\.1|localhost)(?::[0-9]+)?/[^/\s]+/\S+"
+)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,12 @@ def check_times(request: ScheduleRequest) -> None:
 
 
 def create_schedule(
-    config: PipelineConfig, target: VertexTarget, spec: Path, request: ScheduleRequest
+    config: PipelineConfig,
+    target: VertexTarget,
+    spec: Path,
+    request: ScheduleRequest,
+    *,
+    no_cache: bool = False,
 ) -> Any:
     """A Vertex pipeline schedule running `spec` on `request.cron`.
 
@@ -160,7 +165,7 @@ def create_schedule(
     The deploy step re-checks, just before traffic moves, that the endpoint still serves
     what its gate compared with.
     """
-    job = _job(config, target, spec, no_cache=False)
+    job = _job(config, target, spec, no_cache=no_cache)
     with calling("creating the schedule"):
         return job.create_schedule(
             cron=request.cron,

@@ -14,6 +14,8 @@ REGION = re.compile(r"[a-z]+(?:-[a-z]+)*[0-9]")
 #: A gs:// folder: a bucket name (3-63 characters of [a-z0-9._-]) and an optional path.
 GCS_FOLDER = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](?:/.*)?")
 NETWORK = re.compile(r"projects/[^/]+/global/networks/[^/]+")
+#: Vertex Experiment names.
+EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 SERVICE_ACCOUNT = re.compile(r"[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com|[^@\s]+@[^@\s]+")
 
 
@@ -37,6 +39,42 @@ class VertexTarget:
         )
 
 
+#: Each checked setting: its pattern and the shape a person should give instead.
+RULES = {
+    "project": (PROJECT_ID, "6-30 lowercase letters, digits or hyphens, from a letter"),
+    "region": (REGION, "a region such as us-central1"),
+    "pipeline_root": (GCS_FOLDER, "a gs://bucket/folder URI"),
+    "service_account": (SERVICE_ACCOUNT, "an email, NAME@PROJECT.iam.gserviceaccount.com"),
+    "network": (NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"),
+    "experiment": (EXPERIMENT, "lowercase letters, digits and hyphens (at most 128)"),
+}
+
+
+def _problems(chosen: dict[str, str | None], required: set[str]) -> list[str]:
+    """Each missing required or malformed value, named by its flag and config key."""
+    problems = []
+    for name, value in chosen.items():
+        flag = f"--{name.replace('_', '-')}"
+        pattern, shape = RULES[name]
+        if not value:
+            if name in required:
+                problems.append(f"{flag} (or vertex.{name}) is required on Vertex AI")
+        elif not pattern.fullmatch(value):
+            problems.append(f"{flag} {value!r} is not {shape} (or set vertex.{name})")
+    return problems
+
+
+def vertex_location(
+    vertex: VertexConfig, *, project: str | None = None, region: str | None = None
+) -> tuple[str, str]:
+    """Project and region (flags, else the config), checked: where schedules are managed."""
+    chosen = {"project": project or vertex.project, "region": region or vertex.region}
+    problems = _problems(chosen, required=set(chosen))
+    if problems:
+        raise ConfigError(problems, source="the Vertex AI settings")
+    return str(chosen["project"]), str(chosen["region"])
+
+
 def vertex_target(
     vertex: VertexConfig,
     *,
@@ -57,30 +95,7 @@ def vertex_target(
         "network": network or vertex.network,
         "experiment": experiment or vertex.experiment,
     }
-    problems = []
-    rules = {
-        "project": (PROJECT_ID, "6-30 lowercase letters, digits or hyphens, from a letter"),
-        "region": (REGION, "a region such as us-central1"),
-        "pipeline_root": (GCS_FOLDER, "a gs://bucket/folder URI"),
-        "service_account": (SERVICE_ACCOUNT, "an email, NAME@PROJECT.iam.gserviceaccount.com"),
-        "network": (NETWORK, "projects/PROJECT_NUMBER/global/networks/NAME"),
-    }
-    required = {"project", "region", "pipeline_root"}
-    for name, (pattern, shape) in rules.items():
-        value = chosen[name]
-        flag = f"--{name.replace('_', '-')}"
-        if not value:
-            if name in required:
-                problems.append(f"{flag} (or vertex.{name}) is required to submit to Vertex AI")
-            continue
-        if not pattern.fullmatch(value):
-            problems.append(f"{flag} {value!r} is not {shape} (or set vertex.{name})")
-    experiment_name = chosen["experiment"]
-    if experiment_name and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", experiment_name):
-        problems.append(
-            f"--experiment {experiment_name!r}: Vertex experiment names are lowercase letters, "
-            "digits and hyphens (at most 128)"
-        )
+    problems = _problems(chosen, required={"project", "region", "pipeline_root"})
     if problems:
         raise ConfigError(problems, source="the Vertex AI settings")
     return VertexTarget(
@@ -89,6 +104,6 @@ def vertex_target(
         pipeline_root=str(chosen["pipeline_root"]).rstrip("/"),
         service_account=chosen["service_account"],
         network=chosen["network"],
-        experiment=experiment_name,
+        experiment=chosen["experiment"],
         labels=dict(vertex.labels),
     )

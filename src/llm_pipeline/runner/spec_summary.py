@@ -1,0 +1,57 @@
+"""What a compiled Vertex spec would run, read back from the spec itself (not the config), so
+`--dry-run` shows what Vertex AI would be sent: each step's image, its custom job's replicas,
+machine and GPUs, its caching and retries."""
+
+from typing import Any
+
+from llm_pipeline.components import STEPS
+
+#: Steps under the gate's `dsl.If` live in a condition sub-DAG.
+CONDITION_PREFIX = "condition"
+
+
+def _tasks(compiled: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every task by name, the gated ones marked, in the order the steps run."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for name, task in compiled["root"]["dag"]["tasks"].items():
+        if name.startswith(CONDITION_PREFIX):
+            inner = compiled["components"][task["componentRef"]["name"]]["dag"]["tasks"]
+            tasks.update({f"{n} (if the gate says yes)": t for n, t in inner.items()})
+        else:
+            tasks[name] = task
+    order = [step.replace("_", "-") for step in STEPS]
+
+    def rank(name: str) -> int:
+        step = name.split(" ")[0]
+        return order.index(step) if step in order else len(order)
+
+    return dict(sorted(tasks.items(), key=lambda item: rank(item[0])))
+
+
+def _where(compiled: dict[str, Any], component: dict[str, Any]) -> str:
+    """`custom job: N replicas of MACHINE with G x GPU each, image I` or `image I`."""
+    inputs = component.get("inputDefinitions", {}).get("parameters", {})
+    pools = inputs.get("worker_pool_specs", {}).get("defaultValue")
+    if not pools:
+        executor = compiled["deploymentSpec"]["executors"][component["executorLabel"]]
+        return f"pipeline task, image {executor['container']['image']}"
+    machine = pools[0]["machine_spec"]
+    replicas = sum(int(pool["replica_count"]) for pool in pools)
+    gpus = ""
+    if machine.get("accelerator_type"):
+        gpus = f" with {int(machine['accelerator_count'])} x {machine['accelerator_type']} each"
+    image = pools[0]["container_spec"]["image_uri"]
+    nodes = f"{replicas} replica{'s' if replicas != 1 else ''}"
+    return f"custom job, {nodes} of {machine['machine_type']}{gpus}, image {image}"
+
+
+def describe_spec(compiled: dict[str, Any]) -> list[str]:
+    """One line per step: where it runs, whether it may be served from the cache, retries."""
+    lines = []
+    for name, task in _tasks(compiled).items():
+        component = compiled["components"][task["componentRef"]["name"]]
+        cached = "cached" if task.get("cachingOptions", {}).get("enableCache") else "not cached"
+        retries = task.get("retryPolicy", {}).get("maxRetryCount")
+        extra = f", {retries} retries" if retries else ""
+        lines.append(f"{name}: {_where(compiled, component)}; {cached}{extra}")
+    return lines
