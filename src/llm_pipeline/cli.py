@@ -17,7 +17,7 @@ from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_orde
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Metrics printed per step in the run summary; all of them are in the step's metrics file.
 SHOWN_METRICS = 8
-#: Output values longer than this (configure's sections as JSON) are named, not printed.
+#: Output values longer than this are named, not printed.
 LONGEST_SHOWN = 300
 
 EXAMPLES = """\
@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_structured(value: str) -> bool:
+    """JSON objects and lists (configure's sections and worker pools), or anything long:
+    settings to look up in the step's folder, not lines to read in a summary."""
+    return len(value) > LONGEST_SHOWN or value.lstrip("'\"").startswith(("{", "["))
+
+
 def print_summary(run: LocalRun) -> None:
     """Each step's outcome, outputs and values, the gate's decision and what was shipped."""
     print()
@@ -107,7 +113,7 @@ def print_summary(run: LocalRun) -> None:
     steps = {step.name: step for step in run.steps}
     for step in run.steps:
         print(f"  [{marks[step.status]}] {step.name}")
-        long = [name for name, value in step.outputs.items() if len(value) > LONGEST_SHOWN]
+        long = [name for name, value in step.outputs.items() if _is_structured(value)]
         for name, where in step.outputs.items():
             if name not in long:
                 print(f"           {name}: {where}")
