@@ -10,8 +10,10 @@ class DataConfig(Section):
 
     dataset: str = Field(
         description="A Hugging Face hub dataset id (`cnn_dailymail`), a local file or folder "
-        "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), or a `gs://` / `s3://` "
-        "path. Local paths are relative to the config file."
+        "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), a `gs://` / `s3://` "
+        "path, or `builtin:docstrings`: pairs built offline from the docstrings of the "
+        "installed Python packages (summary line ← body). Local paths are relative to the "
+        "config file."
     )
     subset: str | None = Field(
         default=None, description="Hub dataset configuration name, e.g. `3.0.0` for cnn_dailymail."

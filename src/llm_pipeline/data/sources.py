@@ -18,12 +18,15 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
+from llm_pipeline.data import docstrings
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.storage import is_remote, local_copy, to_uri
 
 logger = logging.getLogger(__name__)
 
+#: `builtin:NAME` names a dataset the project builds offline (data/docstrings.py).
+BUILTIN_PREFIX = "builtin:"
 #: File suffix → the `datasets` packaged builder that reads it.
 FORMATS = {
     ".jsonl": "json",
@@ -59,6 +62,8 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
     """
     name = config.dataset
     cache = scratch / "cache"
+    if name.startswith(BUILTIN_PREFIX):
+        return Source(load_builtin(name, seed=config.seed), name)
     if is_remote(name):
         try:
             local = local_copy(name, scratch / "copy")
@@ -77,6 +82,17 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
     if _looks_like_path(name):
         raise DataError(f"data.dataset: {name}: no such file or folder")
     return Source(load_hub_dataset(name, config.subset, config.revision), name)
+
+
+def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
+    """The splits of a dataset the project builds offline itself (`builtin:NAME`)."""
+    if name != docstrings.NAME:
+        raise DataError(
+            f"data.dataset: unknown built-in dataset {name!r}; the built-in one is "
+            f"{docstrings.NAME!r} (docstrings of the installed Python packages)"
+        )
+    splits = docstrings.build_docstring_splits(seed=seed)
+    return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
 
 
 def _looks_like_path(name: str) -> bool:

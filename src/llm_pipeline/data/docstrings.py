@@ -1,0 +1,289 @@
+"""The demo's dataset, built offline from the docstrings of this Python's installed code.
+
+Why docstrings: every machine that runs the pipeline has them, with no network and no folder
+beside the checkout; they are real text written by people; and PEP 257 makes them a
+summarization corpus: a docstring opens with a one-line summary of what follows. Each pair is
+
+- `document`: the object's qualified name (`JSONDecoder.raw_decode`), a colon, and the
+  prose paragraphs of the docstring after its summary (up to the first section such as
+  `Args:`, `Parameters`, `>>>` or an indented code block);
+- `summary`: the summary paragraph, on one line.
+
+The name is part of the document because a docstring is written for a reader who knows what
+it documents, as an article's reader knows its headline.
+
+How it is built, so the same installed packages always give the same dataset:
+
+- source files of the standard library and of site-packages are parsed, never imported
+  (importing runs code); test folders, vendored copies and generated files are skipped;
+- pairs are kept when both parts have a sensible length and read as English prose (ASCII,
+  mostly letters, a share of common English words);
+- duplicates go: a body or a summary seen before (vendored copies, overloads, generated
+  clients) keeps only its first pair, in path order;
+- each pair's split (train, validation, test) and its place within the split come from a
+  seeded hash of its summary, so a new package adds pairs without reshuffling the others.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import inspect
+import logging
+import os
+import platform
+import re
+import sysconfig
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: How `data.dataset` names this dataset.
+NAME = "builtin:docstrings"
+#: Share of pairs in each held-out split (by hash, so stable as packages come and go).
+HELD_OUT_SHARE = {"validation": 0.025, "test": 0.025}
+#: Bounds on words, for the summary line and for the body.
+SUMMARY_WORDS = (3, 30)
+BODY_WORDS = (20, 250)
+#: Folders whose code is not the package's own prose: tests, vendored copies, caches.
+SKIPPED_FOLDERS = frozenset(
+    {"tests", "test", "testing", "_vendor", "vendor", "vendored", "__pycache__", "site-packages"}
+)
+#: Files larger than this are generated tables, not hand-written code.
+LARGEST_FILE = 2_000_000
+#: Marks of generated code, looked for in a file's first bytes.
+_GENERATED = re.compile(rb"DO NOT EDIT|[Aa]uto-?generated|[Gg]enerated by|[Gg]enerated code")
+#: A paragraph that opens a docstring section ends the prose (Google, NumPy, Sphinx styles).
+_SECTION = re.compile(
+    r"^(args|arguments|parameters|params|returns?|yields?|raises|examples?|notes?|see also|"
+    r"attributes|keyword arguments|other parameters|warnings?|references|todo|usage|methods)"
+    r"\s*:?$",
+    re.IGNORECASE,
+)
+_UNDERLINE = re.compile(r"^[-=~^]{3,}$")
+_MARKUP_OPENERS = (">>>", ":param", ":return", ":raises", ":type", "..", "@", "-", "*", "|", "+")
+#: Common English words: real prose is made of them, code and tables are not.
+_ENGLISH = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "is",
+        "and",
+        "or",
+        "for",
+        "that",
+        "this",
+        "it",
+        "be",
+        "are",
+        "with",
+        "as",
+        "by",
+        "on",
+        "from",
+        "not",
+        "if",
+        "which",
+        "when",
+        "can",
+        "will",
+        "its",
+        "at",
+        "all",
+        "any",
+        "has",
+        "have",
+        "was",
+        "may",
+        "must",
+        "should",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class DocstringPair:
+    """One (document, summary) pair, and the file it came from (for the record)."""
+
+    document: str
+    summary: str
+    origin: str
+
+
+def default_roots() -> list[Path]:
+    """The standard library and the site-packages folders of this interpreter."""
+    paths = sysconfig.get_paths()
+    roots = [Path(paths[key]) for key in ("stdlib", "purelib", "platlib")]
+    return [root for i, root in enumerate(roots) if root.is_dir() and root not in roots[:i]]
+
+
+def environment_fingerprint() -> str:
+    """What the dataset is a function of: the Python version and every installed
+    distribution with its version. Equal fingerprints give equal datasets."""
+    distributions = sorted(
+        f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions()
+    )
+    text = "\n".join([platform.python_version(), *distributions])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_docstring_splits(
+    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """`{split: [{"document", "summary"}]}`: the docstring dataset for `roots` (default: this
+    Python's standard library and site-packages), split and ordered by seeded hash."""
+    files = list(source_files(roots or default_roots()))
+    started = time.monotonic()
+    logger.info("reading docstrings from %d Python files (parsed, not imported)", len(files))
+    pairs = deduplicated(_pairs_of_files(files, workers))
+    logger.info("%d docstring pairs in %.0f s", len(pairs), time.monotonic() - started)
+    splits: dict[str, list[tuple[float, DocstringPair]]] = {
+        "train": [],
+        "validation": [],
+        "test": [],
+    }
+    for pair in pairs:
+        draw = _unit_hash(pair.summary, seed)
+        bound = 0.0
+        split = "train"
+        for name, share in HELD_OUT_SHARE.items():
+            if bound <= draw < bound + share:
+                split = name
+            bound += share
+        # The place within the split: a second, independent draw.
+        splits[split].append((_unit_hash(pair.summary, seed + 1), pair))
+    return {
+        name: [{"document": p.document, "summary": p.summary} for _, p in sorted(rows)]
+        for name, rows in splits.items()
+    }
+
+
+def source_files(roots: Iterable[Path]) -> Iterator[Path]:
+    """Python files under `roots` in path order, without tests, vendored or generated code."""
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            inside = path.relative_to(root).parts[:-1]
+            if SKIPPED_FOLDERS.intersection(inside):
+                continue
+            try:
+                if path.stat().st_size <= LARGEST_FILE:
+                    yield path
+            except OSError:  # a broken symlink, a file removed meanwhile
+                continue
+
+
+def docstring_pairs(path: Path) -> list[DocstringPair]:
+    """The usable pairs of one source file, in the order its definitions appear."""
+    try:
+        source = path.read_bytes()
+        if _GENERATED.search(source[:3000]):
+            return []
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return []
+    pairs = []
+    for name, docstring in _named_docstrings(tree, path.stem):
+        parts = split_docstring(docstring)
+        if parts is not None and reads_as_prose(*parts):
+            summary, body = parts
+            pairs.append(DocstringPair(f"{name}: {body}", summary, str(path)))
+    return pairs
+
+
+def split_docstring(docstring: str) -> tuple[str, str] | None:
+    """(summary, body): the first paragraph, and the prose paragraphs after it, each on one
+    line; None when there is no prose after the summary."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(docstring).strip())
+    if len(paragraphs) < 2:
+        return None
+    body = []
+    for paragraph in paragraphs[1:]:
+        lines = paragraph.splitlines()
+        first = lines[0].strip()
+        underlined = len(lines) > 1 and _UNDERLINE.match(lines[1].strip())
+        if _SECTION.match(first) or underlined or first.startswith(_MARKUP_OPENERS):
+            break
+        if any(line.startswith((" ", "\t")) for line in lines):
+            continue  # an indented block: code or a literal, not prose
+        body.append(" ".join(paragraph.split()))
+    if not body:
+        return None
+    return " ".join(paragraphs[0].split()), " ".join(body)
+
+
+def reads_as_prose(summary: str, body: str) -> bool:
+    """Both parts have a sensible length and read as English prose."""
+    summary_words, body_words = summary.split(), body.split()
+    if not SUMMARY_WORDS[0] <= len(summary_words) <= SUMMARY_WORDS[1]:
+        return False
+    if not BODY_WORDS[0] <= len(body_words) <= BODY_WORDS[1]:
+        return False
+    if not summary[0].isupper() or summary.endswith(":"):
+        return False
+    text = f"{summary} {body}"
+    if sum(char.isascii() for char in text) < 0.99 * len(text):
+        return False
+    if sum(char.isalpha() or char.isspace() for char in body) < 0.85 * len(body):
+        return False
+    common = sum(word.lower().strip(".,;:()") in _ENGLISH for word in body_words)
+    return common >= 0.2 * len(body_words)
+
+
+def deduplicated(pairs: Iterable[DocstringPair]) -> list[DocstringPair]:
+    """The first pair for each body and for each summary (compared without case or spacing)."""
+    seen: set[str] = set()
+    kept = []
+    for pair in pairs:
+        body = " ".join(pair.document.split(": ", 1)[-1].lower().split())
+        summary = " ".join(pair.summary.lower().split())
+        if f"b:{body}" in seen or f"s:{summary}" in seen:
+            continue
+        seen.update({f"b:{body}", f"s:{summary}"})
+        kept.append(pair)
+    return kept
+
+
+def _named_docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
+    """(qualified name, docstring) for the module and every class and function in it."""
+    docstring = ast.get_docstring(tree, clean=False)
+    if docstring:
+        yield module, docstring
+    yield from _definitions(tree, "")
+
+
+def _definitions(node: ast.AST, prefix: str) -> Iterator[tuple[str, str]]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            name = prefix + child.name
+            docstring = ast.get_docstring(child, clean=False)
+            if docstring:
+                yield name, docstring
+            if isinstance(child, ast.ClassDef):
+                yield from _definitions(child, f"{name}.")
+
+
+def _pairs_of_files(files: list[Path], workers: int | None) -> list[DocstringPair]:
+    """Every file's pairs, in file order; parsed in `workers` processes (default: CPUs)."""
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers == 1 or len(files) < 100:
+        return [pair for path in files for pair in docstring_pairs(path)]
+    chunk = max(1, len(files) // (workers * 8))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [
+            pair for pairs in pool.map(docstring_pairs, files, chunksize=chunk) for pair in pairs
+        ]
+
+
+def _unit_hash(text: str, seed: int) -> float:
+    """A number in [0, 1) drawn from `text` and `seed`; the same on every machine."""
+    digest = hashlib.sha256(f"{seed}\0{text}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
