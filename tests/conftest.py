@@ -1,4 +1,4 @@
-"""Fixtures shared across the test tree: real servers on loopback."""
+"""Fixtures shared across the test tree: real servers on loopback, real text to summarize."""
 
 import importlib.util
 import os
@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .docstring_data import DocstringData, docstring_splits, write_jsonl_splits
 
 # gcsfs picks its filesystem class when first imported; its experimental class probes
 # buckets over gRPC, which the emulator does not speak. Set before any test imports it.
@@ -54,6 +56,17 @@ def gcs_bucket(gcs_emulator: str) -> str:
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     fsspec.filesystem("gs").mkdir(bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def docstring_data(tmp_path_factory: pytest.TempPathFactory) -> DocstringData:
+    """Real text every test can use, built offline: (document, summary) pairs from the
+    standard library's docstrings, by the project's own `builtin:docstrings` builder
+    (tests/docstring_data.py), written once per session as a user's data folder
+    (train.jsonl, validation.jsonl, test.jsonl; columns `document`, `summary`)."""
+    splits = docstring_splits()
+    folder = write_jsonl_splits(tmp_path_factory.mktemp("docstrings"), splits)
+    return DocstringData(folder=folder, splits=splits)
 
 
 @pytest.fixture(scope="session")

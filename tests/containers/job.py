@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from .dockerfile import REPO
+from ..docstring_data import docstring_splits
 
 TINY_T5 = {
     "model_type": "t5",
@@ -48,15 +47,11 @@ def cluster_spec() -> str:
 
 
 def docstring_rows(count: int) -> str:
-    """JSON Lines of standard-library docstrings and their first lines as summaries
-    (tests/serve/tiny_model.py makes the pairs)."""
-    path = REPO / "tests" / "serve" / "tiny_model.py"
-    spec = importlib.util.spec_from_file_location("tiny_model", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    pairs = module.docstring_documents()[:count]
-    return "".join(json.dumps({"document": d, "summary": s}) + "\n" for d, s in pairs)
+    """JSON Lines of the first `count` training pairs of the tests' docstring dataset
+    (tests/docstring_data.py): columns `document` and `summary`."""
+    rows = docstring_splits()["train"][:count]
+    assert len(rows) == count, f"the tests' docstring dataset has {len(rows)} training rows"
+    return "".join(json.dumps(row) + "\n" for row in rows)
 
 
 def job_config(dataset: str) -> dict[str, Any]:

@@ -1,4 +1,10 @@
-"""Real dialogue/summary rows (DialogSum) and writers for every file format the download reads."""
+"""Real document/summary rows laid out as a user's own data, and writers for every file format
+the download reads.
+
+The text is the tests' docstring pairs (`docstring_data`, tests/conftest.py), built offline.
+The rows name their columns as a user's file might (`name`, `text`, `summary`), so the
+download's column mapping and its dropping of other columns are exercised too.
+"""
 
 import json
 from collections.abc import Callable
@@ -12,38 +18,32 @@ import pytest
 
 from llm_pipeline.config import DataConfig
 
-#: ../shared/data beside the project checkout (see its README); never copied into the repo.
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-DIALOGSUM = SHARED_DATA / "dialogsum"
+from ..docstring_data import DocstringData
 
 Rows = list[dict[str, Any]]
 WriteRows = Callable[[Path, Rows, str], Path]
 
 
-def _head(path: Path, count: int) -> Rows:
-    rows = []
-    with path.open() as lines:
-        for line in lines:
-            rows.append(json.loads(line))
-            if len(rows) == count:
-                break
-    return rows
+#: Rows per split in `source_rows`.
+SOURCE_ROWS = {"train": 40, "validation": 8, "test": 6}
+#: The source's column for each of the task's roles (`source_config` maps them).
+COLUMNS = {"document": "text", "summary": "summary"}
 
 
 @pytest.fixture(scope="session")
-def dialogsum() -> dict[str, Rows]:
-    """A few real rows per split: `fname`, `dialogue`, `summary`.
-
-    DialogSum's test split has three references (summary1..3), so the `test` rows here
-    come from later validation rows: same columns as the other splits.
-    """
-    if not (DIALOGSUM / "train.jsonl").is_file():
-        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
-    validation = _head(DIALOGSUM / "validation.jsonl", 14)
+def source_rows(docstring_data: DocstringData) -> dict[str, Rows]:
+    """A few real rows per split, as a user's file holds them: `name` (what the docstring
+    documents; a column the task does not use), `text` and `summary`."""
     return {
-        "train": _head(DIALOGSUM / "train.jsonl", 40),
-        "validation": validation[:8],
-        "test": validation[8:],
+        split: [
+            {
+                "name": row["document"].split(":", 1)[0],
+                "text": row["document"],
+                "summary": row["summary"],
+            }
+            for row in docstring_data.rows(split, count)
+        ]
+        for split, count in SOURCE_ROWS.items()
     }
 
 
@@ -75,11 +75,10 @@ def write() -> WriteRows:
 
 
 @pytest.fixture
-def dialogsum_config() -> Callable[..., DataConfig]:
-    """A DataConfig for DialogSum's columns; keyword arguments override fields."""
+def source_config() -> Callable[..., DataConfig]:
+    """A DataConfig for `source_rows`' columns; keyword arguments override fields."""
 
     def make(dataset: str | Path, **fields: Any) -> DataConfig:
-        columns = {"document": "dialogue", "summary": "summary"}
-        return DataConfig(dataset=str(dataset), columns=columns, **fields)
+        return DataConfig(dataset=str(dataset), columns=dict(COLUMNS), **fields)
 
     return make

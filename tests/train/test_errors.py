@@ -28,11 +28,14 @@ def _env_with_fault(fault: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_rank_that_raises_fails_the_step_with_that_ranks_message(
-    dialogsum_tiny: Path, tmp_path: Path, tiny_t5_model: ModelConfig, train_settings: Settings
+    tokenized_docstrings_tiny: Path,
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Settings,
 ) -> None:
     with pytest.raises(TrainError) as caught:
         run_finetune(
-            dataset_dir=str(dialogsum_tiny),
+            dataset_dir=str(tokenized_docstrings_tiny),
             output_dir=str(tmp_path / "model"),
             model=tiny_t5_model,
             train=train_settings(max_steps=2),
@@ -47,12 +50,15 @@ def test_a_rank_that_raises_fails_the_step_with_that_ranks_message(
 
 @pytest.mark.slow
 def test_a_hung_rank_fails_the_step_after_the_collective_timeout(
-    dialogsum_tiny: Path, tmp_path: Path, tiny_t5_model: ModelConfig, train_settings: Settings
+    tokenized_docstrings_tiny: Path,
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Settings,
 ) -> None:
     started = time.monotonic()
     with pytest.raises(TrainError) as caught:
         run_finetune(
-            dataset_dir=str(dialogsum_tiny),
+            dataset_dir=str(tokenized_docstrings_tiny),
             output_dir=str(tmp_path / "model"),
             model=tiny_t5_model,
             train=train_settings(max_steps=2, collective_timeout_s=10),
@@ -68,13 +74,13 @@ def test_a_hung_rank_fails_the_step_after_the_collective_timeout(
 
 @pytest.mark.slow
 def test_a_model_source_that_cannot_load_names_what_was_tried(
-    dialogsum_tiny: Path, tmp_path: Path, train_settings: Settings, minilm: str
+    tokenized_docstrings_tiny: Path, tmp_path: Path, train_settings: Settings, minilm: str
 ) -> None:
     empty = tmp_path / "not-a-model"
     empty.mkdir()
     with pytest.raises(TrainError) as caught:
         run_finetune(
-            dataset_dir=str(dialogsum_tiny),
+            dataset_dir=str(tokenized_docstrings_tiny),
             output_dir=str(tmp_path / "model"),
             model=ModelConfig(source=str(empty), tokenizer=minilm),
             train=train_settings(max_steps=1),

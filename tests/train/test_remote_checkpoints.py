@@ -18,14 +18,14 @@ pytestmark = pytest.mark.slow
 
 def test_checkpoints_go_to_gcs_and_a_rerun_resumes_from_there(
     gcs_bucket: str,
-    dialogsum: Path,
+    tokenized_docstrings: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
 ) -> None:
     root = f"gs://{gcs_bucket}/checkpoints"
     step_args = {
-        "dataset_dir": str(dialogsum),
+        "dataset_dir": str(tokenized_docstrings),
         "output_dir": str(tmp_path / "model"),
         "model": tiny_t5_model,
         "train": train_settings(max_steps=6, save_steps=3, checkpoint_dir=root),

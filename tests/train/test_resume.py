@@ -58,7 +58,7 @@ def _assert_whole(checkpoint: Path, step: int) -> None:
 
 
 def test_killed_rank_resumes_from_the_last_complete_checkpoint(
-    dialogsum: Path,
+    tokenized_docstrings: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
@@ -66,7 +66,7 @@ def test_killed_rank_resumes_from_the_last_complete_checkpoint(
     output = tmp_path / "model"
     checkpoints = tmp_path / "checkpoints"  # the default: beside the output folder
     step_args: dict[str, Any] = {
-        "dataset_dir": str(dialogsum),
+        "dataset_dir": str(tokenized_docstrings),
         "output_dir": str(output),
         "model": tiny_t5_model,
         "train": train_settings(max_steps=MAX_STEPS, save_steps=SAVE_STEPS, save_total_limit=2),

@@ -30,7 +30,7 @@ PORT = 29517
 
 def test_two_nodes_train_one_job_over_a_veth_link(
     two_namespaces: tuple[str, str],
-    dialogsum: Path,
+    tokenized_docstrings: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
@@ -43,7 +43,7 @@ def test_two_nodes_train_one_job_over_a_veth_link(
     processes = []
     for node, (namespace, task) in enumerate(zip(two_namespaces, tasks, strict=True)):
         args = {
-            "dataset_dir": str(dialogsum),
+            "dataset_dir": str(tokenized_docstrings),
             "output_dir": str(tmp_path / "model"),
             "model": tiny_t5_model.model_dump(mode="json"),
             "train": train_settings(max_steps=6, save_steps=3).model_dump(mode="json"),

@@ -77,7 +77,7 @@ def ssh_home() -> Iterator[Path]:
 def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
     ssh_home: Path,
     two_namespaces: tuple[str, str],
-    dialogsum: Path,
+    tokenized_docstrings: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
@@ -92,7 +92,7 @@ def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
     try:
         for node, (namespace, task) in enumerate(zip(two_namespaces, tasks, strict=True)):
             args = {
-                "dataset_dir": str(dialogsum),
+                "dataset_dir": str(tokenized_docstrings),
                 "output_dir": str(tmp_path / "model"),
                 "model": tiny_t5_model.model_dump(mode="json"),
                 "train": train_settings(max_steps=6, save_steps=3).model_dump(mode="json"),

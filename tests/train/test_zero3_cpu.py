@@ -1,7 +1,7 @@
 """ZeRO-3 on two CPU processes (torchrun, gloo): it learns, its model reloads, its numbers match.
 
 These run the real stack: torchrun, DeepSpeed ZeRO-3 over gloo, the Hugging Face Trainer,
-MiniLM's tokenizer and DialogSum text.
+MiniLM's tokenizer and real docstring text (tests/docstring_data.py).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ Settings = Callable[..., TrainConfig]
 
 
 def test_two_process_zero3_trains_and_saves_a_model_that_reloads(
-    dialogsum: Path, tmp_path: Path, tiny_t5_model: ModelConfig, train_settings: Settings
+    tokenized_docstrings: Path, tmp_path: Path, tiny_t5_model: ModelConfig, train_settings: Settings
 ) -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     output = tmp_path / "model"
     result = run_finetune(
-        dataset_dir=str(dialogsum),
+        dataset_dir=str(tokenized_docstrings),
         output_dir=str(output),
         model=tiny_t5_model,
         train=train_settings(max_steps=16, save_steps=8, learning_rate=1e-2),
@@ -87,7 +87,7 @@ def _worker_run(spec: WorkerSpec, *, processes: int, sampling: str) -> list[floa
 
 
 def test_zero3_on_two_processes_matches_plain_single_process_training(
-    dialogsum: Path,
+    tokenized_docstrings: Path,
     tmp_path: Path,
     tiny_t5_model: ModelConfig,
     train_settings: Settings,
@@ -107,7 +107,7 @@ def test_zero3_on_two_processes_matches_plain_single_process_training(
 
     def spec(name: str, processes: int, **train: Any) -> WorkerSpec:
         return WorkerSpec(
-            dataset_dir=str(dialogsum),
+            dataset_dir=str(tokenized_docstrings),
             output_dir=str(tmp_path / name / "model"),
             model=model,
             train=train_settings(max_steps=6, save_steps=100, lr_scheduler="constant", **train),

@@ -1,0 +1,37 @@
+"""Training prints a status line per logging period: step, loss, eval loss, time left."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from llm_pipeline.progress import MARK
+from llm_pipeline.train.status import TrainingStatus
+
+
+def _state(step: int, primary: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(global_step=step, max_steps=100, is_world_process_zero=primary)
+
+
+def test_status_lines_name_step_losses_and_time_left(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = iter([1000.0, 1010.0, 1010.0])
+    monkeypatch.setattr("llm_pipeline.train.status.time.monotonic", lambda: next(clock))
+    status = TrainingStatus()
+    status.on_train_begin(None, _state(20), None)
+    status.on_log(None, _state(40), None, logs={"loss": 2.5, "learning_rate": 1e-4})
+    status.on_log(None, _state(40), None, logs={"eval_loss": 2.75})
+    status.on_log(None, _state(40), None, logs={"train_runtime": 10.0})  # the closing summary
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"{MARK}training for 100 steps (resumed at step 20)",
+        f"{MARK}step 40/100 · loss 2.500 · 2.00 steps/s · 30 s left",
+        f"{MARK}step 40/100 · eval loss 2.750 · 2.00 steps/s · 30 s left",
+    ]
+
+
+def test_only_the_primary_process_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    status = TrainingStatus()
+    status.on_train_begin(None, _state(0, primary=False), None)
+    status.on_log(None, _state(10, primary=False), None, logs={"loss": 1.0})
+    assert capsys.readouterr().out == ""
