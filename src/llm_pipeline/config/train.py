@@ -44,6 +44,12 @@ class TrainConfig(Section):
         description="`auto` is bf16 on GPUs that support it and fp32 on CPU. T5 overflows in "
         "fp16; use it only for models known to be safe.",
     )
+    freeze_encoder: bool = Field(
+        default=False,
+        description="Keep the encoder's weights as loaded and train the rest (decoder, "
+        "cross-attention): about a third less work per step, and a pretrained encoder keeps "
+        "what it knows when data and steps are few.",
+    )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward to save memory."
     )

@@ -35,6 +35,14 @@ def load_model(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTra
     return _pretrained(model.source, model=model)
 
 
+def freeze_encoder(model: PreTrainedModel) -> None:
+    """Stop the encoder's weights from training (`train.freeze_encoder`)."""
+    get_encoder = getattr(model, "get_encoder", None)
+    if not callable(get_encoder):
+        raise TrainError(f"train.freeze_encoder: a {type(model).__name__} has no encoder to freeze")
+    get_encoder().requires_grad_(False)
+
+
 def hidden_size(model: ModelConfig) -> int | None:
     """The model's hidden width, read from its config alone (no weights), or None if unknown.
 
@@ -168,6 +176,8 @@ def _warm_started_encoder_decoder(
     for name, value in ids.items():
         setattr(built.config, name, value)
         setattr(built.generation_config, name, value)
+    if model.encoder_decoder is not None and model.encoder_decoder.cross_attention_init != "random":
+        _cross_attention_from_self_attention(built.decoder, decoder)
     built.config.vocab_size = built.config.decoder.vocab_size
     if built.config.vocab_size < len(tokenizer):
         raise TrainError(
@@ -176,6 +186,41 @@ def _warm_started_encoder_decoder(
             "decoder's own tokenizer"
         )
     return built
+
+
+def _cross_attention_from_self_attention(decoder: Any, source: str) -> None:
+    """Copy each decoder layer's self-attention weights into its new cross-attention.
+
+    Under ZeRO-3 the weights are partitioned as they load; each pair is gathered, copied on
+    every rank (the same values everywhere) and partitioned again.
+    """
+    import torch
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    pairs = [
+        (module.attention, module.crossattention)
+        for module in decoder.modules()
+        if hasattr(module, "crossattention") and hasattr(module, "attention")
+    ]
+    if not pairs or any(type(a) is not type(c) for a, c in pairs):
+        raise TrainError(
+            "model.encoder_decoder.cross_attention_init: 'self_attention' needs a decoder whose "
+            f"layers have BERT-style `attention` and `crossattention` blocks; {source!r} has "
+            "none; use 'random'"
+        )
+    for attention, cross in pairs:
+        params = [*attention.parameters(), *cross.parameters()]
+        if is_deepspeed_zero3_enabled():
+            import deepspeed
+
+            gathered: Any = deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+        else:
+            import contextlib
+
+            gathered = contextlib.nullcontext()
+        with gathered, torch.no_grad():
+            for mine, theirs in zip(cross.parameters(), attention.parameters(), strict=True):
+                mine.copy_(theirs)
 
 
 def _resolve(key: str, source: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, set_seed
 
-from llm_pipeline.models.loading import load_model
+from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.train import checkpoints, safe_load, stages
 from llm_pipeline.train.checkpoint_sync import (
@@ -26,6 +26,7 @@ from llm_pipeline.train.checkpoint_sync import (
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
 from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.status import TrainingStatus
 from llm_pipeline.train.trainer import FinetuneTrainer, Sampling, build_trainer
 
 
@@ -46,6 +47,8 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     args = stages.arguments(spec, layout, precision=precision, has_eval=eval_set is not None)
     set_seed(spec.train.seed)
     model = load_model(spec.model, tokenizer)
+    if spec.train.freeze_encoder:
+        freeze_encoder(model)
     clock = stages.Clock()
     trainer = build_trainer(
         model=model,
@@ -53,7 +56,12 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         args=args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        callbacks=[CompleteCheckpoints(layout), clock, *tensorboard_callbacks(spec)],
+        callbacks=[
+            CompleteCheckpoints(layout),
+            clock,
+            TrainingStatus(),
+            *tensorboard_callbacks(spec),
+        ],
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         label_smoothing=spec.train.label_smoothing,
     )
