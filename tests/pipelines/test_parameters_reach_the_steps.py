@@ -29,7 +29,6 @@ def test_parameters_set_for_a_run_reach_finetune_and_the_gate(tmp_path: Path) ->
     run = run_local(
         build_pipeline(config),
         pipeline_root=tmp_path / "runs",
-        quiet=True,
         arguments={"per_device_batch_size": 2, "learning_rate": 0.001, "deploy_override": "never"},
     )
 

@@ -91,7 +91,6 @@ def test_a_bad_parameter_fails_the_first_step_and_nothing_else_runs(tmp_path: Pa
     run = run_local(
         build_pipeline(config, target="local"),
         pipeline_root=tmp_path,
-        quiet=True,
         arguments={"epochs": -1.0, "gate_metric": "rougeLsum"},
     )
     assert not run.succeeded

@@ -65,7 +65,7 @@ def test_a_gate_that_says_no_skips_deploy_and_the_run_succeeds(
     pipeline = gated_pipeline(tmp_path / "registry", "never")
     assert step_order(pipeline) == ["scored", "should-deploy", "deploy"]
 
-    run = run_local(pipeline, pipeline_root=tmp_path / "runs", quiet=True)
+    run = run_local(pipeline, pipeline_root=tmp_path / "runs")
 
     assert run.succeeded, run.steps
     status = {step.name: step.status for step in run.steps}

@@ -27,6 +27,7 @@ from llm_pipeline.evaluation.evaluate import (
     evaluate_model,
 )
 from llm_pipeline.evaluation.examples import evaluation_split
+from llm_pipeline.progress import status
 from llm_pipeline.storage import to_uri
 from llm_pipeline.train.cluster import detect_cluster
 from llm_pipeline.train.errors import is_out_of_memory
@@ -119,7 +120,7 @@ def evaluate_in_processes(
             config.model_dump_json(),
         ],
     )
-    print(f"evaluate: generating in {processes} processes (torchrun)", flush=True)
+    status(f"generating in {processes} processes (torchrun)")
     with tempfile.TemporaryDirectory(prefix="llm-evaluate-") as work:
         log_dir = Path(work) / "logs"
         ended = run_launcher(command, env=env, log_dir=log_dir, tail_lines=_OUTPUT_TAIL_LINES)

@@ -19,6 +19,8 @@ from kfp.dsl.python_component import PythonComponent
 from llm_pipeline import components
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.run_parameters import parameter_defaults
+from llm_pipeline.data.fingerprint import content_digest
+from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
 from llm_pipeline.pipelines.signature import with_parameters
 from llm_pipeline.pipelines.vertex import (
     evaluate_job,
@@ -26,6 +28,7 @@ from llm_pipeline.pipelines.vertex import (
     step_options,
     worker_pool_template,
 )
+from llm_pipeline.storage import is_remote
 
 Target = Literal["local", "vertex"]
 #: Vertex AI's run-time placeholders for the run's project and region (as GCPC uses them).
@@ -42,6 +45,25 @@ def _config_for_steps(config: PipelineConfig, *, target: Target) -> str:
             update={"registry_dir": str(Path(deploy.registry_dir).expanduser().resolve())}
         )
     return config.model_copy(update={"deploy": deploy}).model_dump_json()
+
+
+def local_input_digests(config: PipelineConfig) -> dict[str, str]:
+    """For download and preprocess, a digest of the content each reads beyond its arguments
+    (the data source; the tokenizer), where it can be known: such a step is cached locally."""
+    digests = {}
+    data = content_digest(config.data.dataset)
+    if data is not None:
+        digests["download"] = data
+    source = config.model.tokenizer_source
+    try:
+        # A remote tokenizer would be copied here just to be hashed: leave it uncached.
+        tokenizer = None if is_remote(source) else resolve_model_path(source)
+    except ModelSourceError:
+        tokenizer = None  # preprocess will say what is wrong with it
+    tokenizer_digest = content_digest(tokenizer) if tokenizer and Path(tokenizer).is_dir() else None
+    if tokenizer_digest is not None:
+        digests["preprocess"] = tokenizer_digest
+    return digests
 
 
 def build_pipeline(
@@ -63,7 +85,8 @@ def build_pipeline(
     evaluate: Any = (evaluate_job(op(components.evaluate), config) if vertex else None) or op(
         components.evaluate
     )
-    options = step_options(config, target=target, scheduled=scheduled)
+    digests = None if vertex else local_input_digests(config)
+    options = step_options(config, target=target, scheduled=scheduled, input_digests=digests)
     config_json = _config_for_steps(config, target=target)
     pools = json.dumps(worker_pool_template(finetune)) if vertex else ""
 

@@ -11,6 +11,8 @@ from llm_pipeline.config import PipelineConfig
 #: Label every Vertex resource a step creates carries, so billing and logs split by step.
 STEP_LABEL = "llm-pipeline-step"
 #: Steps whose outputs depend only on their inputs: served from the cache when those match.
+#: Holds a digest of a cached local step's input content (read by nothing but the cache key).
+INPUT_DIGEST_ENV = "LLM_PIPELINE_INPUT_DIGEST"
 CACHED_STEPS = ("download", "preprocess")
 #: Steps that reach the network (hubs, GCS, the Vertex API) and are safe to run again.
 #: Not finetune (it resumes from its checkpoints inside its custom job) and not deploy (a
@@ -91,20 +93,31 @@ def worker_pool_template(job: Any) -> list[dict[str, Any]]:
 
 
 def step_options(
-    config: PipelineConfig, *, target: Literal["local", "vertex"], scheduled: bool = False
+    config: PipelineConfig,
+    *,
+    target: Literal["local", "vertex"],
+    scheduled: bool = False,
+    input_digests: dict[str, str] | None = None,
 ) -> dict[str, Callable[[Any], None]]:
     """For each step name, a function that sets its display name, caching and retries.
 
-    Caching is for download and preprocess only (never locally: kfp.local has none); a
-    scheduled run downloads afresh, so that each retraining sees the newest data.
+    Caching is for download and preprocess only; a scheduled run downloads afresh, so that
+    each retraining sees the newest data. Locally a step is cached only where
+    `input_digests` knows the content of what it reads (`data.fingerprint`); the digest
+    goes into its environment, which KFP's local cache key includes.
     """
-    cached = set(CACHED_STEPS) if target == "vertex" and config.vertex.enable_caching else set()
+    if target == "vertex":
+        cached = set(CACHED_STEPS) if config.vertex.enable_caching else set()
+    else:
+        cached = set(CACHED_STEPS) & set(input_digests or {})
     if scheduled:
         cached.discard("download")
 
     def options(name: str) -> Callable[[Any], None]:
         def apply(task: Any) -> None:
             task.set_display_name(name).set_caching_options(name in cached)
+            if target == "local" and name in cached:
+                task.set_env_variable(INPUT_DIGEST_ENV, (input_digests or {})[name])
             if target == "vertex" and name in RETRIED_STEPS:
                 task.set_retry(num_retries=RETRIES, backoff_duration="60s", backoff_factor=2)
 

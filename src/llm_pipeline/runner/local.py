@@ -4,17 +4,27 @@ Steps run in this Python environment (`use_venv=False`): the library is already 
 here, which is what makes the local and the Vertex pipelines the same code.
 """
 
+import contextlib
 import json
 import logging
 import re
+import shutil
+import sys
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from kfp import local
 
+from llm_pipeline.runner.console import StepConsole, open_log
 from llm_pipeline.steps.errors import ERROR_FILE
+
+#: The run's full output (KFP's and every step's), kept in the run's folder.
+LOG_FILE = "pipeline.log"
+#: Where KFP's local cache keeps its entries, under the pipeline root.
+CACHE_FOLDER = ".kfp_cache"
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,10 @@ class StepOutcome:
     outputs: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: Wall time of the step; 0 for one served from the cache.
+    seconds: float = 0.0
+    #: The outputs are an earlier run's, reused because the inputs were the same.
+    cached: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class LocalRun:
     run_dir: Path | None
     succeeded: bool
     steps: tuple[StepOutcome, ...]
+    log_file: Path | None = None
 
 
 def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
@@ -115,13 +130,17 @@ def run_local(
     pipeline: Any,
     *,
     pipeline_root: Path,
-    quiet: bool = False,
+    verbose: bool = False,
     arguments: dict[str, Any] | None = None,
+    terminal: TextIO | None = None,
 ) -> LocalRun:
     """Run `pipeline` (a built KFP pipeline function) and summarise each step.
 
     `arguments` sets pipeline parameters (the rest keep their defaults, the config's
-    values); `quiet` hides KFP's per-task log dump (executor inputs).
+    values). The terminal (default: standard output) shows one line per step event and the
+    steps' status lines; `verbose` shows everything KFP prints instead. Either way the whole
+    output is kept in the run folder's `pipeline.log`. Steps whose tasks enable caching are
+    served from KFP's local cache when their inputs are the same as an earlier run's.
     """
     pipeline_root = pipeline_root.resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
@@ -131,19 +150,66 @@ def run_local(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(pipeline_root),
         raise_on_error=True,
+        enable_caching=True,
+        cache_root=str(pipeline_root / CACHE_FOLDER),
     )
-    if quiet:
-        logging.getLogger().setLevel(logging.WARNING)
     # The steps name the Vertex image; here they run in this very environment on purpose.
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     failed_step = None
-    try:
-        pipeline(**(arguments or {}))
-    except RuntimeError as exc:
-        failed_step = _failed_step(str(exc)) or "?"
+    with open_log(pipeline_root / ".logs") as log:
+        console = StepConsole(terminal=terminal or sys.stdout, log=log, verbose=verbose)
+        with _printing_to(console):
+            try:
+                pipeline(**(arguments or {}))
+            except RuntimeError as exc:
+                failed_step = _failed_step(str(exc)) or "?"
     run_dir = _newest_run_dir(pipeline_root, name, before)
-    steps = tuple(
-        _outcome((run_dir or pipeline_root) / task, failed_step=failed_step)
-        for task in step_order(pipeline)
+    log_file = Path(log.name)
+    if run_dir is not None:
+        log_file = Path(shutil.move(log_file, run_dir / LOG_FILE))
+    steps = []
+    for task in step_order(pipeline):
+        timing = console.timings.get(task)
+        if timing is not None and timing.cache_key:
+            outcome = _cached_outcome(task, pipeline_root / CACHE_FOLDER, timing.cache_key)
+        else:
+            outcome = _outcome((run_dir or pipeline_root) / task, failed_step=failed_step)
+        steps.append(replace(outcome, seconds=timing.seconds if timing else 0.0))
+    return LocalRun(
+        run_dir=run_dir, succeeded=failed_step is None, steps=tuple(steps), log_file=log_file
     )
-    return LocalRun(run_dir=run_dir, succeeded=failed_step is None, steps=steps)
+
+
+@contextlib.contextmanager
+def _printing_to(console: StepConsole) -> Iterator[None]:
+    """Standard output and the root logger (KFP logs there, at INFO) go to `console`."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(console)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.redirect_stdout(console):
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        console.flush()
+
+
+def _cached_outcome(task: str, cache: Path, key: str) -> StepOutcome:
+    """A step served from KFP's cache: the outcome of the run that made its outputs."""
+    for entry in sorted(cache.glob(f"{key}*.json")):
+        try:
+            outputs = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        folders = {
+            Path(value["uri"]).parent
+            for value in outputs.values()
+            if isinstance(value, dict) and value.get("uri")
+        }
+        if len(folders) == 1:
+            return replace(_outcome(folders.pop(), failed_step=None), name=task, cached=True)
+    return StepOutcome(name=task, status="succeeded", cached=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.run_parameters import apply_run_parameters
+from llm_pipeline.progress import status
 from llm_pipeline.steps.errors import reports_user_errors
 
 #: The sections each step receives, as JSON text (see `Section.from_component`).
@@ -63,5 +64,5 @@ def run_configure(
     template = json.loads(finetune_pools) if finetune_pools else []
     pools = worker_pool_specs(template, validated.cluster.node_count)
     for name, value in parameters.items():
-        print(f"configure: {name} = {value!r}", flush=True)
+        status(f"{name} = {value!r}")
     return sections, pools

@@ -13,6 +13,7 @@ from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.evaluation.examples import load_examples
+from llm_pipeline.progress import status
 from llm_pipeline.registry import (
     DeployError,
     DeployOutcome,
@@ -78,7 +79,7 @@ def run_deploy(
         },
         serving_env=env,
     )
-    print(f"deploy: registered {registered.ref} ({registered.uri})", flush=True)
+    status(f"registered {registered.ref} ({registered.uri})")
     outcome = registry.deploy(
         registered,
         endpoint_name,
@@ -87,7 +88,7 @@ def run_deploy(
         expect_served=gate_served,
     )
     summary = _summary(outcome, endpoint_name)
-    print(f"deploy: {summary}", flush=True)
+    status(summary)
     log_metrics(
         deployment, {"version": _as_number(registered.version), "traffic": _traffic(outcome)}
     )

@@ -4,6 +4,7 @@ from typing import Any
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.preprocess import preprocess_dataset
+from llm_pipeline.progress import status
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics, save_resolved_config
 from llm_pipeline.steps.errors import reports_user_errors
 from llm_pipeline.tasks import get_task
@@ -22,6 +23,7 @@ def run_preprocess(
     """Tokenize the `dataset` artifact into `tokenized` and log length statistics."""
     data_config = DataConfig.from_component(data)
     model_config = ModelConfig.from_component(model)
+    status("tokenizing documents and summaries")
     report = preprocess_dataset(
         dataset_dir=dataset.path,
         output_dir=tokenized.path,
@@ -31,3 +33,7 @@ def run_preprocess(
     )
     save_resolved_config(tokenized.path, task=task, data=data_config, model=model_config)
     log_metrics(metrics, report.metrics())
+    status(
+        "tokenized "
+        + ", ".join(f"{name} {split.rows_out:,}" for name, split in report.splits.items())
+    )

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
+from llm_pipeline.progress import status
 from llm_pipeline.registry import Decision, open_registry
 from llm_pipeline.registry.gate import decide
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
@@ -35,7 +36,7 @@ def run_should_deploy(
     served = registry.served_version(endpoint)
     new_metrics = {k: float(v) for k, v in dict(metrics.metadata).items() if _is_number(v)}
     result = decide(new_metrics, served, policy_config)
-    print(f"should_deploy: {result.reason}", flush=True)
+    status(result.reason)
     log_metrics(
         decision,
         {

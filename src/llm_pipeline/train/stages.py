@@ -126,7 +126,6 @@ def arguments(
         precision=precision,
         deepspeed=deepspeed,
         save_on_each_node=layout.save_on_each_node,
-        show_progress=dist.get_rank() == 0,
         has_eval=has_eval,
     )
 

@@ -80,7 +80,6 @@ def training_arguments(
     precision: str,
     deepspeed: dict[str, Any] | None,
     save_on_each_node: bool,
-    show_progress: bool,
     has_eval: bool,
 ) -> Seq2SeqTrainingArguments:
     """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
@@ -124,7 +123,8 @@ def training_arguments(
         save_total_limit=None,
         save_on_each_node=save_on_each_node,
         log_on_each_node=False,
-        disable_tqdm=not show_progress,
+        # TrainingStatus prints a line per logging period instead of tqdm's redrawn bar.
+        disable_tqdm=True,
         report_to="none",
         predict_with_generate=False,
         label_names=["labels"],

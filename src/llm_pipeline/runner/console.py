@@ -1,0 +1,119 @@
+"""What a local run prints while it works: one line per step event, the rest to a log file.
+
+KFP's local runner prints everything to standard output: its own log lines (a task starts,
+ends, is served from the cache), then each step's output, which holds the executor-input
+JSON, DeepSpeed's start-up and every rank's logging. `StepConsole` stands in for
+`sys.stdout` during the run. Every line goes to the run's log file; the terminal gets a line
+when a step starts and ends (with its duration), the steps' status lines
+(`llm_pipeline.progress`), and, when a step fails, its last lines. With `verbose`, the
+terminal gets everything, as KFP prints it.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from llm_pipeline.progress import format_duration, parse_status
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STARTED = re.compile(r"Executing task '([^']+)'")
+_FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+_CACHED = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
+#: Lines of a failed step's own output shown under it (its error is among the last).
+TAIL_LINES = 15
+
+
+@dataclass
+class StepTiming:
+    """When a step started and ended (monotonic seconds), and whether the cache served it."""
+
+    started: float
+    ended: float | None = None
+    #: The start of KFP's cache key when the cache served the step.
+    cache_key: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+
+@dataclass
+class StepConsole(io.TextIOBase):
+    """A text stream that shows a run's progress on `terminal` and logs all to `log`."""
+
+    terminal: TextIO
+    log: TextIO
+    verbose: bool = False
+    timings: dict[str, StepTiming] = field(default_factory=dict)
+    _partial: str = ""
+    _current: str | None = None
+    _tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log.write(_ANSI.sub("", text))
+        if self.verbose:
+            self.terminal.write(text)
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            self._line(_ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.terminal.flush()
+
+    def _line(self, line: str) -> None:
+        if started := _STARTED.search(line):
+            self._start(started.group(1))
+        elif finished := _FINISHED.search(line):
+            self._finish(finished.group(1), finished.group(2))
+        elif cached := _CACHED.search(line):
+            self._served_from_cache(cached.group(1), cached.group(2))
+        elif (message := parse_status(line)) is not None:
+            self._show(f"    {message}")
+        elif self._current is not None and line.strip():
+            self._tail.append(line)
+
+    def _start(self, name: str) -> None:
+        self._current = name
+        self._tail.clear()
+        self.timings[name] = StepTiming(started=time.monotonic())
+        self._show(f"▸ {name}")
+
+    def _finish(self, name: str, state: str) -> None:
+        timing = self.timings.setdefault(name, StepTiming(started=time.monotonic()))
+        timing.ended = time.monotonic()
+        took = format_duration(timing.seconds)
+        if state == "SUCCESS":
+            self._show(f"✓ {name} ({took})")
+        else:
+            self._show(f"✗ {name} failed after {took}; its last lines:")
+            for line in self._tail:
+                self._show(f"    | {line.strip()}")
+        self._current = None
+
+    def _served_from_cache(self, name: str, key: str) -> None:
+        now = time.monotonic()
+        self.timings[name] = StepTiming(started=now, ended=now, cache_key=key)
+        self._show(f"✓ {name} (reused: same inputs as an earlier run)")
+
+    def _show(self, line: str) -> None:
+        if not self.verbose:
+            self.terminal.write(line + "\n")
+            self.terminal.flush()
+
+
+def open_log(folder: Path) -> TextIO:
+    """A new log file for a run under `folder` (moved into the run's folder at the end)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log").open("w", encoding="utf-8")
