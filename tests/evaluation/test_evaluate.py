@@ -123,7 +123,7 @@ def test_test_split_is_preferred_and_max_samples_caps_it(
     # bootstrap_samples 0 and lead_k 0 skip the intervals and the baseline.
     assert set(result.metrics) == {
         *ROUGE_TYPES,
-        *("gen_len", "samples", "seconds", "generation_seconds"),
+        *("gen_len", "samples", "seconds", "generation_seconds", "distinct_predictions"),
     }
     assert result.baseline is None
 

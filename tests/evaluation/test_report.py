@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
-import struct
-import subprocess
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +11,15 @@ import pytest
 from llm_pipeline.evaluation import compute_rouge, lead_k
 from llm_pipeline.evaluation.report import EXAMPLES_EACH, render_report
 
-from . import generate_fixtures as fixtures
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from ..chromium import render_in_chromium
+from ..docstring_data import DocstringData
 
 
 @pytest.fixture(scope="module")
-def report_inputs() -> dict[str, Any]:
-    """60 real dialogues; lead-3 of the dialogue as the "model", the first line as baseline."""
-    rows = fixtures.read_dialogsum("validation", 60)
-    documents = [row["dialogue"] for row in rows]
+def report_inputs(docstring_data: DocstringData) -> dict[str, Any]:
+    """60 real documents; their lead-3 as the "model", their first sentence as baseline."""
+    rows = docstring_data.rows("validation", 60)
+    documents = [row["document"] for row in rows]
     documents[0] += "\n<script>alert('x')</script> & <b>bold</b>"
     references = [row["summary"] for row in rows]
     predictions = [lead_k(document, 3) for document in documents]
@@ -50,8 +36,11 @@ def report_inputs() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def page(report_inputs: dict[str, Any]) -> str:
+    inputs = {key: value for key, value in report_inputs.items() if key != "baseline"}
     return render_report(
-        **report_inputs, baseline_name="lead-1", facts={"split": "validation", "model": "<m>"}
+        **inputs,
+        baselines={"lead-1": report_inputs["baseline"]},
+        facts={"split": "validation", "model": "<m>"},
     )
 
 
@@ -68,6 +57,25 @@ def test_scores_table_shows_model_and_baseline_with_intervals(
         assert f'<td>{name}</td><td>{score:.2f} <span class="ci">[{low:.2f}, {high:.2f}]' in table
     assert "lead-1" in table
     assert f"{report_inputs['baseline'].scores['rouge1']:.2f}" in table
+
+
+def test_each_baseline_gets_its_score_and_difference_columns(
+    report_inputs: dict[str, Any],
+) -> None:
+    model, first = report_inputs["model"], report_inputs["baseline"]
+    page = render_report(
+        model=model,
+        documents=report_inputs["documents"],
+        references=report_inputs["references"],
+        predictions=report_inputs["predictions"],
+        baselines={"lead-1": first, "before fine-tuning": model},
+    )
+    table = page[page.index('<table id="scores">') : page.index("</table>")]
+    assert "<th>lead-1</th><th>model − lead-1</th>" in table
+    assert "<th>before fine-tuning</th><th>model − before fine-tuning</th>" in table
+    delta = model.scores["rougeLsum"] - first.scores["rougeLsum"]
+    assert f"{delta:+.2f}</td>" in table
+    assert table.count("+0.00</td>") == 4  # the model against itself, one row per metric
 
 
 def test_best_and_worst_examples_are_ranked_by_rougelsum(
@@ -114,70 +122,10 @@ def test_small_sets_show_each_example_once(report_inputs: dict[str, Any]) -> Non
     assert 'class="ci">[' not in page  # one resample: no interval to show
 
 
-def _png_colours(path: Path) -> set[bytes]:
-    """The distinct pixel colours of an 8-bit RGB/RGBA PNG, decoded with zlib alone."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    pos, idat, header = 8, b"", b""
-    while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
-        chunk = data[pos + 8 : pos + 8 + length]
-        header = chunk if kind == b"IHDR" else header
-        idat += chunk if kind == b"IDAT" else b""
-        pos += 12 + length
-    width, height, depth, colour_type, _, _, interlace = struct.unpack(">IIBBBBB", header)
-    assert depth == 8 and colour_type in (2, 6) and interlace == 0, header
-    bpp = 3 if colour_type == 2 else 4
-    raw, stride = zlib.decompress(idat), width * bpp
-    previous, colours = bytearray(stride), set[bytes]()
-    for y in range(height):
-        kind, line = (
-            raw[y * (stride + 1)],
-            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
-        )
-        for x in range(stride):
-            a = line[x - bpp] if x >= bpp else 0
-            b, c = previous[x], previous[x - bpp] if x >= bpp else 0
-            if kind == 1:
-                line[x] = (line[x] + a) & 0xFF
-            elif kind == 2:
-                line[x] = (line[x] + b) & 0xFF
-            elif kind == 3:
-                line[x] = (line[x] + (a + b) // 2) & 0xFF
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        colours.update(bytes(line[x : x + 3]) for x in range(0, stride, bpp * 7))
-        previous = line
-    return colours
-
-
 def test_renders_in_headless_chromium(page: str, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run does)")
     html_file = tmp_path / "report.html"
     html_file.write_text(page, encoding="utf-8")
-    screenshot = tmp_path / "report.png"
-    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    shot = subprocess.run(
-        [*base, f"--screenshot={screenshot}", "--window-size=1200,900", html_file.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert shot.returncode == 0, shot.stderr[-3000:]
-    assert len(_png_colours(screenshot)) > 1, "the screenshot is blank"
-
-    dom = subprocess.run(
-        [*base, "--dump-dom", html_file.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert dom.returncode == 0, dom.stderr[-3000:]
-    assert '<table id="scores">' in dom.stdout
-    assert "rougeLsum" in dom.stdout and "<svg" in dom.stdout
+    shown = render_in_chromium(html_file, tmp_path)
+    assert len(shown.colours) > 1, "the screenshot is blank"
+    assert '<table id="scores">' in shown.dom
+    assert "rougeLsum" in shown.dom and "<svg" in shown.dom

@@ -28,14 +28,16 @@ def evaluate(
         evaluate: The config's `evaluate` section as JSON (`EvaluateConfig`): `max_samples`,
             `batch_size`, `max_new_tokens`, `min_new_tokens`, `num_beams`, `length_penalty`,
             `no_repeat_ngram_size`, `use_stemmer`, `bootstrap_samples` (95% intervals),
-            `lead_k`, `seed`, `processes` (default: one per GPU).
+            `lead_k`, `score_base_model`, `seed`, `processes` (default: one per GPU).
         model: Output of `finetune` (a Hugging Face seq2seq folder).
         dataset: Output of `preprocess` (token ids and the raw text).
 
     Outputs:
         metrics: rouge1, rouge2, rougeL, rougeLsum (F1 ×100) with `_low`/`_high` interval
-            bounds, gen_len, samples, seconds, and the baseline's scores as `lead<k>_*`.
-        report: A self-contained HTML page: scores with intervals beside the baseline, a
+            bounds, distinct_predictions (share of distinct summaries), gen_len, samples,
+            seconds, the lead-k baseline's scores as `lead<k>_*` and, with
+            `score_base_model`, the un-fine-tuned model's as `base_*`.
+        report: A self-contained HTML page: scores with intervals beside the baselines, a
             length histogram, the 20 best and 20 worst examples.
         predictions: A folder with predictions.jsonl (document, reference, prediction and
             per-example scores), metrics.json and report.html.

@@ -42,4 +42,10 @@ class EvaluateConfig(Section):
     lead_k: int = Field(
         default=3, ge=0, description="Also score the first k sentences as a baseline; 0 skips."
     )
+    score_base_model: bool = Field(
+        default=False,
+        description="Also generate with the model as it was before fine-tuning (built from the "
+        "trained model's recorded `model` settings) and score it as a baseline (`base_*`): "
+        "shows what training changed, at twice the generation time.",
+    )
     seed: int = Field(default=42, description="Seed for the bootstrap.")

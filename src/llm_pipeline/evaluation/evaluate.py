@@ -14,16 +14,21 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from llm_pipeline.config.base import RESOLVED_CONFIG_FILE
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.errors import UserError
 from llm_pipeline.evaluation.baselines import lead_k
+from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.examples import EvaluationExamples, load_examples
 from llm_pipeline.evaluation.generate import (
     Generated,
@@ -34,6 +39,9 @@ from llm_pipeline.evaluation.generate import (
 )
 from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
+from llm_pipeline.models.generation import default_device
+from llm_pipeline.models.loading import load_model
+from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir, to_uri
 
 if TYPE_CHECKING:
@@ -43,6 +51,8 @@ __all__ = ["METRICS_FILE", "PREDICTIONS_FILE", "REPORT_FILE", "EvaluationResult"
 
 logger = logging.getLogger(__name__)
 
+#: The un-fine-tuned model's name among the baselines.
+BASE_MODEL = "before fine-tuning"
 PREDICTIONS_FILE = "predictions.jsonl"
 REPORT_FILE = "report.html"
 METRICS_FILE = "metrics.json"
@@ -101,12 +111,24 @@ def evaluate_model(
     generated = generate_sharded(model, tokenizer, examples.input_ids, config=config)
     generation_seconds = time.perf_counter() - generation_started
     del model  # no longer needed: free its memory (GPU memory too) before scoring
+    base = None
+    if config.score_base_model:
+        status("generating with the model as it was before fine-tuning (baseline)")
+        base_model = load_base_model(model_dir, tokenizer)
+        base = generate_sharded(base_model, tokenizer, examples.input_ids, config=config)
+        del base_model
     if rank != 0:
         return _result_from_rank0()
     assert generated is not None  # rank 0 always holds the gathered summaries
     try:
         result = _score_and_write(
-            examples, generated, config, Path(to_uri(str(output_dir))), started, generation_seconds
+            examples,
+            generated,
+            config,
+            Path(to_uri(str(output_dir))),
+            started,
+            generation_seconds,
+            base=base,
         )
     except BaseException as exc:
         _share_with_other_ranks(f"{type(exc).__name__}: {exc}")
@@ -141,26 +163,35 @@ def _score_and_write(
     output_dir: Path,
     started: float,
     generation_seconds: float,
+    *,
+    base: Generated | None = None,
 ) -> EvaluationResult:
+    status(f"scoring {len(generated.texts)} summaries with ROUGE")
     rouge = _score(generated.texts, examples.references, config)
-    baseline = None
+    baselines: dict[str, RougeResult] = {}
     if config.lead_k:
         leads = [lead_k(document, config.lead_k) for document in examples.documents]
-        baseline = _score(leads, examples.references, config)
-    metrics = _metrics(rouge, config.bootstrap_samples > 0)
+        baselines[f"lead-{config.lead_k}"] = _score(leads, examples.references, config)
+    if base is not None:
+        baselines[BASE_MODEL] = _score(base.texts, examples.references, config)
+    intervals = config.bootstrap_samples > 0
+    metrics = _metrics(rouge, intervals)
+    metrics["distinct_predictions"] = distinct_share(generated.texts)
     metrics["gen_len"] = sum(generated.token_counts) / len(generated.token_counts)
     metrics["samples"] = float(len(generated.texts))
     metrics["seconds"] = time.perf_counter() - started
     metrics["generation_seconds"] = generation_seconds
-    if baseline is not None:
-        metrics |= _metrics(baseline, config.bootstrap_samples > 0, prefix=f"lead{config.lead_k}_")
+    if config.lead_k:
+        metrics |= _metrics(baselines[f"lead-{config.lead_k}"], intervals, f"lead{config.lead_k}_")
+    if base is not None:
+        metrics |= _metrics(baselines[BASE_MODEL], intervals, prefix="base_")
+        metrics["base_distinct_predictions"] = distinct_share(base.texts)
     with atomic_output_dir(output_dir) as staging:
         _write_predictions(staging / PREDICTIONS_FILE, examples, generated, rouge)
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
         page = render_report(
             model=rouge,
-            baseline=baseline,
-            baseline_name=f"lead-{config.lead_k}",
+            baselines=baselines,
             documents=examples.documents,
             references=examples.references,
             predictions=generated.texts,
@@ -168,6 +199,7 @@ def _score_and_write(
                 "split": examples.split,
                 "samples": str(len(generated.texts)),
                 "mean generated tokens": f"{metrics['gen_len']:.1f}",
+                "distinct predictions": f"{100 * metrics['distinct_predictions']:.0f}%",
                 "seconds": f"{metrics['seconds']:.1f}",
             },
         )
@@ -176,8 +208,47 @@ def _score_and_write(
         "%s: %s", examples.split, ", ".join(f"{k} {rouge.scores[k]:.2f}" for k in ROUGE_TYPES)
     )
     return EvaluationResult(
-        split=examples.split, metrics=metrics, rouge=rouge, baseline=baseline, output_dir=output_dir
+        split=examples.split,
+        metrics=metrics,
+        rouge=rouge,
+        baseline=baselines.get(f"lead-{config.lead_k}"),
+        output_dir=output_dir,
     )
+
+
+def distinct_share(texts: Sequence[str]) -> float:
+    """Share of the texts that are distinct (1.0: all differ; near 0: one text repeated):
+    a model that has not learned to read its input writes the same summary for all."""
+    return len({" ".join(text.split()) for text in texts}) / max(1, len(texts))
+
+
+def load_base_model(model_dir: str | os.PathLike[str], tokenizer: Any) -> Any:
+    """The model the fine-tuned one started from, rebuilt from the `model` settings recorded
+    in its folder with the training seed (so a random initialisation is the same one)."""
+    from transformers import set_seed
+
+    recorded = Path(model_dir) / RESOLVED_CONFIG_FILE
+    try:
+        payload = json.loads(recorded.read_text(encoding="utf-8"))
+        model_config = ModelConfig.model_validate(payload["model"])
+        seed = int(payload.get("train", {}).get("seed", 42))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvaluationError(
+            f"evaluate.score_base_model: {recorded} does not say which model training started "
+            f"from ({exc}); it is written by the finetune step"
+        ) from exc
+    set_seed(seed)
+    try:
+        model = load_model(model_config, tokenizer)
+    except UserError as exc:
+        raise EvaluationError(f"evaluate.score_base_model: {exc}") from exc
+    device = default_device()
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    # The same device and precision as `load_seq2seq` gives the fine-tuned model.
+    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
+    cast(Any, model).to(device, dtype=torch.bfloat16 if bf16 else torch.float32)
+    model.eval()
+    return model
 
 
 def _score(predictions: list[str], references: list[str], config: EvaluateConfig) -> RougeResult:

@@ -16,7 +16,10 @@ import numpy as np
 
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
 
-__all__ = ["render_report"]
+__all__ = ["PIPELINE_VIEW", "render_report", "report_page"]
+
+#: Where the run report puts the pipeline's view (steps, loss curve, gate) into this page.
+PIPELINE_VIEW = "<!-- pipeline view -->"
 
 #: Examples shown at each end of the ranking.
 EXAMPLES_EACH = 20
@@ -48,14 +51,15 @@ def render_report(
     documents: Sequence[str],
     references: Sequence[str],
     predictions: Sequence[str],
-    baseline: RougeResult | None = None,
-    baseline_name: str = "lead-3",
+    baselines: Mapping[str, RougeResult] | None = None,
     facts: Mapping[str, str] | None = None,
     title: str = "Summarization evaluation",
 ) -> str:
-    """The report page: scores beside the baseline, summary lengths, best and worst examples.
+    """The report page: scores beside the baselines, summary lengths, best and worst examples.
 
-    `facts` are short "name: value" items shown under the title (model, split, samples...).
+    `baselines` maps a name (`lead-3`, `before fine-tuning`) to its scores on the same
+    examples. `facts` are short "name: value" items shown under the title (model, split,
+    samples...).
     """
     n = model.n_examples
     if not len(documents) == len(references) == len(predictions) == n:
@@ -67,8 +71,9 @@ def render_report(
     sections = [
         f"<h1>{_e(title)}</h1>",
         _facts(facts or {}),
+        PIPELINE_VIEW,
         "<h2>Scores</h2>",
-        _scores_table(model, baseline, baseline_name),
+        _scores_table(model, baselines or {}),
         "<h2>Summary lengths (words)</h2>",
         _length_histogram(predictions, references),
         f"<h2>Best {len(best)} examples by {RANK_BY}</h2>",
@@ -77,7 +82,11 @@ def render_report(
     if worst:  # fewer examples than two full lists: every one is already shown above
         sections.append(f"<h2>Worst {len(worst)} examples by {RANK_BY}</h2>")
         sections += [_example(i, model, documents, references, predictions) for i in worst]
-    body = "\n".join(sections)
+    return report_page(title, "\n".join(sections))
+
+
+def report_page(title: str, body: str) -> str:
+    """A whole self-contained page around `body` (HTML), in the report's style."""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -114,18 +123,18 @@ def _score_cell(result: RougeResult, name: str) -> str:
     return f'<td>{score} <span class="ci">[{low:.2f}, {high:.2f}]</span></td>'
 
 
-def _scores_table(model: RougeResult, baseline: RougeResult | None, baseline_name: str) -> str:
+def _scores_table(model: RougeResult, baselines: Mapping[str, RougeResult]) -> str:
     level = round(100 * model.confidence)
     head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
-    if baseline is not None:
-        head += f"<th>{_e(baseline_name)}</th><th>model − {_e(baseline_name)}</th>"
+    for name in baselines:
+        head += f"<th>{_e(name)}</th><th>model − {_e(name)}</th>"
     rows = []
-    for name in ROUGE_TYPES:
-        cells = f"<td>{_e(name)}</td>{_score_cell(model, name)}"
-        if baseline is not None:
-            delta = model.scores[name] - baseline.scores[name]
+    for metric in ROUGE_TYPES:
+        cells = f"<td>{_e(metric)}</td>{_score_cell(model, metric)}"
+        for baseline in baselines.values():
+            delta = model.scores[metric] - baseline.scores[metric]
             tone = "up" if delta > 0 else "down" if delta < 0 else ""
-            cells += f'{_score_cell(baseline, name)}<td class="{tone}">{delta:+.2f}</td>'
+            cells += f'{_score_cell(baseline, metric)}<td class="{tone}">{delta:+.2f}</td>'
         rows.append(f"<tr>{cells}</tr>")
     note = (
         f'<p class="ci">ROUGE F1 ×100 (rouge-score definitions); intervals: percentile '

@@ -15,11 +15,14 @@ from typing import Any
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from llm_pipeline.steps.artifacts import RESOLVED_CONFIG_FILE
+from llm_pipeline.config.base import RESOLVED_CONFIG_FILE
 from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
+
+#: In the model folder: the Trainer's log history (train and eval loss per logged step).
+TRAINING_LOG_FILE = "training_log.json"
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -57,6 +60,9 @@ def save_final_model(
             }
             text = json.dumps(payload, indent=2, default=str) + "\n"
             (Path(folder) / RESOLVED_CONFIG_FILE).write_text(text, encoding="utf-8")
+            # The loss curves, for the run report: every logged train and eval loss.
+            history = json.dumps(trainer.state.log_history, indent=1, default=str) + "\n"
+            (Path(folder) / TRAINING_LOG_FILE).write_text(history, encoding="utf-8")
     dist.barrier()
 
 
