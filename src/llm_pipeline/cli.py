@@ -4,21 +4,23 @@ Exit codes: 0 success, 1 a step failed, 2 the config or the command line is wron
 """
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from llm_pipeline import registry_cli, vertex_cli
-from llm_pipeline.config import ConfigError, LoadedConfig, load_config
+from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
+from llm_pipeline.evaluation.evaluate import PREDICTIONS_FILE
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
+from llm_pipeline.runner.run_report import write_run_report
+from llm_pipeline.runner.summary import format_summary
 
 DEFAULT_LOCAL_ROOT = Path("runs")
-#: Metrics printed per step in the run summary; all of them are in the step's metrics file.
-SHOWN_METRICS = 8
-#: Output values longer than this are named, not printed.
-LONGEST_SHOWN = 300
+#: Characters of a real document put in the summary's ready `curl` command.
+EXAMPLE_CHARS = 200
 
 EXAMPLES = """\
 examples:
@@ -88,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Validate the config, print it resolved and the steps that would run; run nothing.",
     )
     parser.add_argument(
-        "--quiet", action="store_true", help="Hide KFP's per-step log dump of executor inputs."
+        "--verbose",
+        action="store_true",
+        help="Print everything the steps print (KFP's executor inputs, every rank's logs) "
+        "instead of one line per step and its status; the run's pipeline.log has it all anyway.",
     )
     parser.add_argument(
         "--help-config",
@@ -99,42 +104,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_structured(value: str) -> bool:
-    """JSON objects and lists (configure's sections and worker pools), or anything long:
-    settings to look up in the step's folder, not lines to read in a summary."""
-    return len(value) > LONGEST_SHOWN or value.lstrip("'\"").startswith(("{", "["))
+def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
+    """Write the run report into the run's folder and print the summary that points at it."""
+    report = write_run_report(run, title=config.name if config else "Pipeline run")
+    registry = None
+    if config is not None and config.deploy.target == "local":
+        registry = Path(config.deploy.registry_dir).expanduser()
+    print(format_summary(run, report=report, registry=registry, example=_example_document(run)))
 
 
-def print_summary(run: LocalRun) -> None:
-    """Each step's outcome, outputs and values, the gate's decision and what was shipped."""
-    print()
-    print(f"Run folder: {run.run_dir}" if run.run_dir else "Run folder: (none was created)")
-    marks = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
-    steps = {step.name: step for step in run.steps}
-    for step in run.steps:
-        print(f"  [{marks[step.status]}] {step.name}")
-        long = [name for name, value in step.outputs.items() if _is_structured(value)]
-        for name, where in step.outputs.items():
-            if name not in long:
-                print(f"           {name}: {where}")
-        if long:
-            print(f"           ({', '.join(long)}: in the step's folder)")
-        if step.metrics:
-            items = sorted(step.metrics.items())
-            shown = ", ".join(f"{key}={value:g}" for key, value in items[:SHOWN_METRICS])
-            more = len(items) - SHOWN_METRICS
-            print(f"           values: {shown}" + (f" (+{more} more)" if more > 0 else ""))
-        if step.error:
-            print(f"           {step.error}")
-    gate, shipped = steps.get("should-deploy"), steps.get("deploy")
-    if gate is not None and gate.status == "succeeded":
-        decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"
-        print(f"Gate: {decision}: {gate.outputs.get('reason', '')}")
-    if shipped is not None and shipped.status == "succeeded":
-        endpoint = shipped.outputs.get("endpoint", "")
-        print(f"Deployed {shipped.outputs.get('version', '')} to endpoint {endpoint}.")
-        print(f"Serve it: python pipeline.py serve --endpoint {endpoint}")
-    print("Pipeline succeeded." if run.succeeded else "Pipeline failed.")
+def _example_document(run: LocalRun) -> str | None:
+    """The first evaluated document, shortened: something real to put in the curl command."""
+    evaluate = next((step for step in run.steps if step.name == "evaluate"), None)
+    if evaluate is None or "predictions" not in evaluate.outputs:
+        return None
+    try:
+        with (Path(evaluate.outputs["predictions"]) / PREDICTIONS_FILE).open() as lines:
+            document = str(json.loads(next(lines))["document"])
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None
+    return document[:EXAMPLE_CHARS].rsplit(" ", 1)[0] if len(document) > EXAMPLE_CHARS else document
 
 
 def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedConfig:
@@ -177,6 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = step_order(pipeline)
         print(f"\nWould run locally under {local_root}/: {' → '.join(steps)}")
         return 0
-    run = run_local(pipeline, pipeline_root=local_root, quiet=args.quiet)
-    print_summary(run)
+    run = run_local(pipeline, pipeline_root=local_root, verbose=args.verbose)
+    print_summary(run, config)
     return 0 if run.succeeded else 1

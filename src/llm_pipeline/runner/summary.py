@@ -1,0 +1,129 @@
+"""What `pipeline.py` prints when a local run ends: the few lines a person reads.
+
+Each step's outcome and time; the model's headline score beside its baselines (the
+un-fine-tuned model, lead-k) and the share of distinct predictions; the gate's decision
+and why; where the outputs are (absolute paths, the report an `.html` a browser opens); and
+how to call the endpoint. Everything else is in the run's folder and its `pipeline.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from llm_pipeline.progress import format_duration
+from llm_pipeline.runner.local import LocalRun, StepOutcome
+
+#: The score the summary leads with; what summarization papers report first.
+HEADLINE = "rougeLsum"
+#: Where `pipeline.py serve` listens unless told otherwise.
+SERVE_PORT = 8080
+_MARKS = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
+
+
+def format_summary(
+    run: LocalRun,
+    *,
+    report: Path | None = None,
+    registry: Path | None = None,
+    example: str | None = None,
+) -> str:
+    """The summary as text. `registry` is a local registry's folder; `example` a document
+    to put in the ready `curl` command."""
+    steps = {step.name: step for step in run.steps}
+    lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
+    lines += [_step_line(step) for step in run.steps]
+    lines += _scores(steps.get("evaluate"))
+    lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
+    lines += _places(run, steps, report=report, registry=registry)
+    lines += _serving(steps.get("deploy"), example)
+    took = format_duration(sum(step.seconds for step in run.steps))
+    lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
+    return "\n".join(lines)
+
+
+def _step_line(step: StepOutcome) -> str:
+    if step.cached:
+        took = "reused: same inputs as an earlier run"
+    elif step.status == "not run":
+        took = ""
+    else:
+        took = format_duration(step.seconds)
+    line = f"  [{_MARKS[step.status]}] {step.name:<14} {took}".rstrip()
+    if step.error:
+        line += f"\n         {step.error}"
+    return line
+
+
+def _scores(evaluate: StepOutcome | None) -> list[str]:
+    if evaluate is None or evaluate.status != "succeeded" or HEADLINE not in evaluate.metrics:
+        return []
+    m = evaluate.metrics
+    samples = int(m.get("samples", 0))
+    lines = ["", f"Scores on {samples} held-out examples ({HEADLINE}, 95% interval):"]
+    rows = [("fine-tuned model", "", "distinct_predictions")]
+    rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
+    for key in m:
+        if lead := re.fullmatch(rf"lead(\d+)_{HEADLINE}", key):
+            rows.append((f"lead-{lead.group(1)}", f"lead{lead.group(1)}_", ""))
+    for name, prefix, distinct in rows:
+        if f"{prefix}{HEADLINE}" not in m:
+            continue
+        score = f"{m[f'{prefix}{HEADLINE}']:6.2f}"
+        low, high = m.get(f"{prefix}{HEADLINE}_low"), m.get(f"{prefix}{HEADLINE}_high")
+        interval = f"[{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        share = f"distinct predictions {100 * m[distinct]:.0f}%" if distinct in m else ""
+        lines.append(f"  {name:<20}{score} {interval:<16} {share}".rstrip())
+    return lines
+
+
+def _gate(gate: StepOutcome | None, shipped: StepOutcome | None) -> list[str]:
+    lines = []
+    if gate is not None and gate.status == "succeeded":
+        decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"
+        lines.append(f"Gate: {decision}: {gate.outputs.get('reason', '')}")
+    if shipped is not None and shipped.status == "succeeded":
+        version, endpoint = shipped.outputs.get("version", ""), shipped.outputs.get("endpoint", "")
+        lines.append(f"Deployed {version} to endpoint {endpoint}.")
+    return ["", *lines] if lines else []
+
+
+def _places(
+    run: LocalRun,
+    steps: dict[str, StepOutcome],
+    *,
+    report: Path | None,
+    registry: Path | None,
+) -> list[str]:
+    places = []
+    if report is not None:
+        places.append(("report", f"{report.resolve()}"))
+    finetune, evaluate = steps.get("finetune"), steps.get("evaluate")
+    if finetune is not None and "trained_model" in finetune.outputs:
+        places.append(("model", finetune.outputs["trained_model"]))
+    if evaluate is not None and "predictions" in evaluate.outputs:
+        places.append(("metrics", str(Path(evaluate.outputs["predictions"]) / "metrics.json")))
+        places.append(("predictions", str(Path(evaluate.outputs["predictions"]) / "report.html")))
+    if registry is not None:
+        places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
+    if run.log_file is not None:
+        places.append(("log", str(run.log_file)))
+    if not places:
+        return []
+    return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
+
+
+def _serving(shipped: StepOutcome | None, example: str | None) -> list[str]:
+    if shipped is None or shipped.status != "succeeded" or not shipped.outputs.get("endpoint"):
+        return []
+    endpoint = shipped.outputs["endpoint"]
+    body = json.dumps({"instances": [example or "Paste a document to summarize here."]})
+    return [
+        "",
+        f"Serve it:   python pipeline.py serve --endpoint {endpoint} --port {SERVE_PORT}",
+        f"Then ask:   curl -s localhost:{SERVE_PORT}/predict -H 'Content-Type: application/json' "
+        f"-d {shlex.quote(body)}",
+        f"Or open     http://localhost:{SERVE_PORT}/ in a browser.",
+    ]
