@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.json
 DATA ?=
+VERBOSE ?=
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint format docs clean images
@@ -23,7 +24,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	# Offline by design: fail at once instead of retrying an unreachable hub.
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA))
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA)) $(if $(VERBOSE),--verbose)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

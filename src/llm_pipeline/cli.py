@@ -107,10 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
 def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     """Write the run report into the run's folder and print the summary that points at it."""
     report = write_run_report(run, title=config.name if config else "Pipeline run")
-    registry = None
+    registry, endpoint = None, None
     if config is not None and config.deploy.target == "local":
         registry = Path(config.deploy.registry_dir).expanduser()
-    print(format_summary(run, report=report, registry=registry, example=_example_document(run)))
+        endpoint = config.deploy.endpoint_name()
+    example = _example_document(run)
+    print(format_summary(run, report=report, registry=registry, example=example, endpoint=endpoint))
 
 
 def _example_document(run: LocalRun) -> str | None:

@@ -1,4 +1,5 @@
-"""The pipeline under KFP's local runner, on real DialogSum text, checked on disk."""
+"""The pipeline under KFP's local runner, on real text (the tests' docstring pairs, built
+offline: nothing beside the checkout), checked on disk."""
 
 import json
 import subprocess
@@ -12,24 +13,27 @@ from llm_pipeline.config import load_config
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, run_local
 
-REPO = Path(__file__).resolve().parents[2]
-DIALOGSUM = REPO.parent / "shared" / "data" / "dialogsum"
+from ..chromium import render_in_chromium
+from ..docstring_data import DocstringData
 
-pytestmark = pytest.mark.skipif(
-    not DIALOGSUM.exists(), reason=f"DialogSum not found at {DIALOGSUM} (../shared/data)"
-)
+REPO = Path(__file__).resolve().parents[2]
+#: The config as shipped: the names the run registers under, the baseline it scores.
+SHIPPED = load_config(REPO / "configs" / "local.json").config
 
 SMALL = [
-    'data.max_samples={"train": 64, "validation": 16}',
+    'data.max_samples={"train": 64, "validation": 16, "test": 16}',
     "data.max_source_length=128",
     "data.max_target_length=32",
     "evaluate.max_samples=16",
     "evaluate.max_new_tokens=16",
     "train.epochs=1",
+    "train.logging_steps=4",  # the run is 8 steps: log a training loss within them
 ]
 
 
-ENDPOINT = "dialogsum-minilm-endpoint"
+MODEL = SHIPPED.deploy.model_display_name
+ENDPOINT = SHIPPED.deploy.endpoint_name()
+LEAD = SHIPPED.evaluate.lead_k
 #: Pipeline parameters the first run sets (the config says 8 and 3e-4).
 RUN_ARGUMENTS = {"per_device_batch_size": 4, "learning_rate": 1e-4}
 
@@ -51,19 +55,21 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
-    """configs/local.json end to end (MiniLM encoder-decoder, ZeRO-3 on 2 CPU processes),
-    shipping to a registry of its own. Two pipeline parameters are set for the run, as a
-    person does in the Vertex "Create run" form: they must reach finetune."""
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pipeline root both runs share, as two `make demo` runs share `runs/`."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def local_run(runs_root: Path, registry_dir: Path) -> LocalRun:
+    """configs/local.json end to end as `make demo` runs it (the docstrings of the installed
+    packages, a MiniLM encoder-decoder, one CPU process), smaller, shipping to a registry of
+    its own. Two pipeline parameters are set for the run, as a person does in the Vertex
+    "Create run" form: they must reach finetune."""
     overrides = [*SMALL, f"deploy.registry_dir={registry_dir}"]
     config = load_config(REPO / "configs" / "local.json", overrides).config
-    root = tmp_path_factory.mktemp("runs")
-    return run_local(
-        build_pipeline(config),
-        pipeline_root=root,
-        quiet=True,
-        arguments=RUN_ARGUMENTS,
-    )
+    assert config.data.dataset == "builtin:docstrings"  # the demo's own data, nothing else
+    return run_local(build_pipeline(config), pipeline_root=runs_root, arguments=RUN_ARGUMENTS)
 
 
 @pytest.mark.slow
@@ -86,9 +92,17 @@ def test_download_then_preprocess_writes_artifacts(local_run: LocalRun) -> None:
     steps = {step.name: step for step in local_run.steps}
 
     raw = load_from_disk(steps["download"].outputs["dataset"])
-    assert {split: raw[split].num_rows for split in raw} == {"train": 64, "validation": 16}
+    assert {split: raw[split].num_rows for split in raw} == {
+        "train": 64,
+        "validation": 16,
+        "test": 16,
+    }
     assert raw["train"].column_names == ["document", "summary"]
-    assert steps["download"].metrics == {"rows_train": 64.0, "rows_validation": 16.0}
+    assert steps["download"].metrics == {
+        "rows_train": 64.0,
+        "rows_validation": 16.0,
+        "rows_test": 16.0,
+    }
 
     tokenized_dir = Path(steps["preprocess"].outputs["tokenized"])
     tokenized = load_from_disk(str(tokenized_dir))
@@ -115,8 +129,8 @@ def test_finetune_writes_a_model_that_reloads(local_run: LocalRun) -> None:
     generated = model.generate(**inputs, max_new_tokens=5)
     assert generated.shape[0] == 1
     metrics = steps["finetune"].metrics
-    # The run's parameters reached the trainer: 64 rows / (4 per process x 2 processes).
-    assert metrics["global_step"] == 8
+    # The run's parameters reached the trainer: 64 rows / (4 per process x 1 process).
+    assert metrics["global_step"] == 16
     resolved = json.loads((model_dir / "llm_pipeline_config.json").read_text())
     assert resolved["train"]["per_device_batch_size"] == 4
     assert resolved["train"]["learning_rate"] == 1e-4
@@ -132,7 +146,11 @@ def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
     for name in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
         assert 0 <= metrics[f"{name}_low"] <= metrics[name] <= metrics[f"{name}_high"] <= 100
     assert metrics["samples"] == 16
-    assert metrics["lead3_rouge1"] > 10  # the baseline, scored through the same path
+    assert metrics[f"lead{LEAD}_rouge1"] > 10  # the baseline, scored through the same path
+    # The un-fine-tuned model, generated and scored the same way, and how varied each is.
+    assert 0 <= metrics["base_rougeLsum_low"] <= metrics["base_rougeLsum"] <= 100
+    assert 0 < metrics["distinct_predictions"] <= 1
+    assert 0 < metrics["base_distinct_predictions"] <= 1
     report = Path(steps["evaluate"].outputs["report"]).read_text()
     assert "<table" in report and "rougeLsum" in report
     predictions = Path(steps["evaluate"].outputs["predictions"]) / "predictions.jsonl"
@@ -140,23 +158,27 @@ def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
 
 
 @pytest.mark.slow
-def test_cli_names_the_failing_step_and_its_reason(tmp_path: Path) -> None:
+def test_cli_names_the_failing_step_and_its_reason(
+    tmp_path: Path, docstring_data: DocstringData
+) -> None:
     result = pipeline_cli(
         "--config",
         str(REPO / "configs" / "local.json"),
         "--set",
-        "data.columns.document=no_such_column",
+        f"data.dataset={docstring_data.folder}",
+        "--set",
+        'data.columns={"document": "no_such_column", "summary": "summary"}',
         "--pipeline-root",
         str(tmp_path),
-        "--quiet",
         timeout=300,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     summary = result.stdout
     assert "[FAIL] download" in summary
-    assert "no_such_column" in summary and "dialogue" in summary  # names what exists
+    assert "no_such_column" in summary
+    assert "(columns there: document, summary)" in summary  # names what exists
     assert "[skip] preprocess" in summary
-    assert "Pipeline failed." in summary
+    assert "Pipeline failed" in summary
 
 
 @pytest.mark.slow
@@ -169,9 +191,9 @@ def test_the_first_run_deploys_to_an_empty_endpoint(
     gate = steps["should-deploy"]
     assert gate.outputs["Output"] == "True"
     assert "serves nothing yet" in gate.outputs["reason"]
-    assert steps["deploy"].outputs["version"] == "dialogsum-minilm@1"
+    assert steps["deploy"].outputs["version"] == f"{MODEL}@1"
     served = LocalRegistry(registry_dir).served_version(ENDPOINT)
-    assert served is not None and served.ref == "dialogsum-minilm@1"
+    assert served is not None and served.ref == f"{MODEL}@1"
     # The registered metrics are the evaluation's, and the files outlive the run folder.
     assert served.metrics["rougeLsum"] == steps["evaluate"].metrics["rougeLsum"]
     assert (Path(served.uri) / "model.safetensors").is_file()
@@ -180,9 +202,10 @@ def test_the_first_run_deploys_to_an_empty_endpoint(
 
 @pytest.mark.slow
 def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
-    local_run: LocalRun, registry_dir: Path, tmp_path: Path
+    local_run: LocalRun, registry_dir: Path, runs_root: Path
 ) -> None:
-    """Through the CLI, as a user runs it: the gate compares with version 1, which the
+    """Through the CLI, as a user runs it, in the same runs folder: download and preprocess
+    are reused (same data, same settings); the gate compares with version 1, which the
     endpoint serves, and says so; `override: always` ships version 2 (the same data and seed
     train the same model, which `auto` would not ship); rollback restores version 1.
     tests/runner/test_local_condition.py covers a gate that says no."""
@@ -195,23 +218,43 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
         "--set",
         "deploy_policy.override=always",
         "--pipeline-root",
-        str(tmp_path),
-        "--quiet",
+        str(runs_root),
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     summary = result.stdout
     gate = next(line for line in summary.splitlines() if line.startswith("Gate: "))
     assert gate.startswith("Gate: deploy: rougeLsum ")
-    assert "served by version dialogsum-minilm@1" in gate
+    assert f"served by version {MODEL}@1" in gate
     assert gate.endswith("deploy_policy.override is 'always', deploying")
-    assert f"Deployed dialogsum-minilm@2 to endpoint {ENDPOINT}." in summary
-    assert f"Serve it: python pipeline.py serve --endpoint {ENDPOINT}" in summary
+    assert f"Deployed {MODEL}@2 to endpoint {ENDPOINT}." in summary
+    assert f"python pipeline.py serve --endpoint {ENDPOINT} --port 8080" in summary
+    assert "curl -s localhost:8080/predict" in summary
+    for step in ("download", "preprocess"):
+        assert f"[ok  ] {step:<14} reused: same inputs as an earlier run" in summary
+    assert "[ok  ] finetune       reused" not in summary  # training always runs again
 
     rollback = pipeline_cli(
         "rollback", "--endpoint", ENDPOINT, "--registry-dir", str(registry_dir), timeout=120
     )
     assert rollback.returncode == 0, rollback.stderr
-    assert "rolled back from dialogsum-minilm@2 to dialogsum-minilm@1" in rollback.stdout
+    assert f"rolled back from {MODEL}@2 to {MODEL}@1" in rollback.stdout
     registry = pipeline_cli("registry", "--registry-dir", str(registry_dir), timeout=120)
-    assert f"endpoint {ENDPOINT}: serves dialogsum-minilm@1 " in registry.stdout
+    assert f"endpoint {ENDPOINT}: serves {MODEL}@1 " in registry.stdout
+
+
+@pytest.mark.slow
+def test_the_run_report_shows_the_run_in_a_browser(local_run: LocalRun, tmp_path: Path) -> None:
+    """One page per run, in its folder: steps and times, the loss curves, the scores beside
+    the baselines (the un-fine-tuned model among them), the gate, the resolved config."""
+    from llm_pipeline.cli import print_summary
+
+    assert local_run.run_dir is not None
+    print_summary(local_run, load_config(REPO / "configs" / "local.json", SMALL).config)
+    report = local_run.run_dir / "report.html"
+    shown = render_in_chromium(report, tmp_path, size="1200,2400")
+    assert '<svg id="loss-curve"' in shown.dom and 'data-name="train loss"' in shown.dom
+    assert '<table id="scores">' in shown.dom and "before fine-tuning" in shown.dom
+    assert '<table id="steps">' in shown.dom and "Gate: deploy." in shown.dom
+    assert "builtin:docstrings" in shown.dom  # the resolved config
+    assert len(shown.colours) > 1, "the screenshot is blank"

@@ -120,3 +120,24 @@ def test_a_run_that_failed_early_still_gets_a_report(tmp_path: Path) -> None:
     text = format_summary(run, report=report)
     assert "[FAIL] download" in text and "data.dataset: x.jsonl: no such file" in text
     assert "[skip] finetune" in text and "Pipeline failed" in text
+
+
+def test_when_nothing_ships_the_summary_says_what_the_endpoint_still_serves(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path)
+    steps = [step for step in run.steps if step.name != "deploy"]
+    gate = StepOutcome(
+        "should-deploy",
+        "succeeded",
+        {"Output": "False", "reason": "+0 is no improvement", "served_version": "demo@1"},
+    )
+    steps = [gate if step.name == "should-deploy" else step for step in steps]
+    text = format_summary(
+        LocalRun(run.run_dir, True, (*steps, StepOutcome("deploy", "not run"))),
+        endpoint="demo-endpoint",
+    )
+    assert "Gate: do not deploy: +0 is no improvement" in text
+    assert "The endpoint demo-endpoint still serves demo@1." in text
+    assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
+    assert "Deployed" not in text

@@ -85,7 +85,8 @@ def _gate(steps: dict[str, StepOutcome]) -> list[str]:
     if gate is None or gate.status != "succeeded":
         return []
     decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"
-    lines = [f"<p id='gate'><b>Gate: {_e(decision)}.</b> {_e(gate.outputs.get('reason', ''))}"]
+    reason = gate.outputs.get("reason", "").rstrip(".")
+    lines = [f"<p id='gate'><b>Gate: {_e(decision)}.</b> {_e(reason)}."]
     if shipped is not None and shipped.status == "succeeded":
         version, endpoint = shipped.outputs.get("version", ""), shipped.outputs.get("endpoint", "")
         lines.append(f" Deployed <b>{_e(version)}</b> to endpoint <b>{_e(endpoint)}</b>.")

@@ -29,16 +29,18 @@ def format_summary(
     report: Path | None = None,
     registry: Path | None = None,
     example: str | None = None,
+    endpoint: str | None = None,
 ) -> str:
     """The summary as text. `registry` is a local registry's folder; `example` a document
-    to put in the ready `curl` command."""
+    to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
+    run deployed nothing but the endpoint serves an earlier version."""
     steps = {step.name: step for step in run.steps}
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
     lines += _scores(steps.get("evaluate"))
     lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
     lines += _places(run, steps, report=report, registry=registry)
-    lines += _serving(steps.get("deploy"), example)
+    lines += _serving(steps.get("should-deploy"), steps.get("deploy"), example, endpoint)
     took = format_duration(sum(step.seconds for step in run.steps))
     lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
     return "\n".join(lines)
@@ -115,13 +117,22 @@ def _places(
     return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
 
 
-def _serving(shipped: StepOutcome | None, example: str | None) -> list[str]:
-    if shipped is None or shipped.status != "succeeded" or not shipped.outputs.get("endpoint"):
+def _serving(
+    gate: StepOutcome | None,
+    shipped: StepOutcome | None,
+    example: str | None,
+    endpoint: str | None,
+) -> list[str]:
+    if shipped is not None and shipped.status == "succeeded" and shipped.outputs.get("endpoint"):
+        endpoint, lead = shipped.outputs["endpoint"], []
+    elif gate is not None and gate.outputs.get("served_version") and endpoint:
+        lead = [f"The endpoint {endpoint} still serves {gate.outputs['served_version']}."]
+    else:
         return []
-    endpoint = shipped.outputs["endpoint"]
     body = json.dumps({"instances": [example or "Paste a document to summarize here."]})
     return [
         "",
+        *lead,
         f"Serve it:   python pipeline.py serve --endpoint {endpoint} --port {SERVE_PORT}",
         f"Then ask:   curl -s localhost:{SERVE_PORT}/predict -H 'Content-Type: application/json' "
         f"-d {shlex.quote(body)}",
