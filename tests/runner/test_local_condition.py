@@ -81,4 +81,4 @@ def test_a_gate_that_says_no_skips_deploy_and_the_run_succeeds(
         "Gate: do not deploy: rougeLsum 21.5, the endpoint serves nothing yet: "
         "deploy_policy.override is 'never', not deploying"
     ) in summary
-    assert "[skip] deploy" in summary and "Pipeline succeeded." in summary
+    assert "[skip] deploy" in summary and "Pipeline succeeded (" in summary
