@@ -351,5 +351,5 @@ def test_cli_dry_run_prints_resolved_config_and_steps() -> None:
     result = run_cli("--config", "configs/local.json", "--dry-run")
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout.split("\nWould run")[0])
-    assert resolved["cluster"]["processes"] == 2
+    assert resolved["cluster"]["processes"] == 1
     assert "download → preprocess" in result.stdout
