@@ -66,6 +66,15 @@ def init_process_group(spec: WorkerSpec) -> None:
         logging.getLogger("transformers").setLevel(logging.WARNING)
 
 
+def leave_process_group() -> None:
+    """Leave the group once every rank is done: a process that exits with the group still
+    up can abort in a C++ destructor (SIGABRT, "terminate called without an active
+    exception"), which the launcher reports as a failed rank after a good run."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _default_group_timeout(timeout: timedelta) -> None:
     """Give process groups that libraries create later the same timeout as the world group.
 

@@ -75,6 +75,7 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     }
     save_final_model(trainer, tokenizer, spec, resolved=resolved)
     write_result(spec, _result(trainer, layout, metrics))
+    stages.leave_process_group()
 
 
 def _metrics(
