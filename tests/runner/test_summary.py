@@ -94,7 +94,7 @@ def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None
     assert report is not None and report.name == "report.html"
     page = report.read_text()
     assert "<h1>demo &lt;run&gt;</h1>" in page
-    assert '<table id="steps">' in page and "reused (same inputs as an earlier run)" in page
+    assert '<table id="steps">' in page and "reused: same inputs as an earlier run" in page
     assert '<svg id="loss-curve"' in page
     assert page.count('class="series"') == 2  # train and eval
     assert "eval loss 4.500 at step 12" in page

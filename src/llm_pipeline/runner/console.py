@@ -25,6 +25,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"Executing task '([^']+)'")
 _FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
 _CACHED = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
+#: How a step served from KFP's cache is described, wherever a run is shown.
+REUSED = "reused: same inputs as an earlier run"
 #: Lines of a failed step's own output shown under it (its error is among the last).
 TAIL_LINES = 15
 
@@ -105,7 +107,7 @@ class StepConsole(io.TextIOBase):
     def _served_from_cache(self, name: str, key: str) -> None:
         now = time.monotonic()
         self.timings[name] = StepTiming(started=now, ended=now, cache_key=key)
-        self._show(f"✓ {name} (reused: same inputs as an earlier run)")
+        self._show(f"✓ {name} ({REUSED})")
 
     def _show(self, line: str) -> None:
         if not self.verbose:

@@ -18,7 +18,8 @@ from typing import Any, Literal, TextIO
 
 from kfp import local
 
-from llm_pipeline.runner.console import StepConsole, open_log
+from llm_pipeline.progress import format_duration
+from llm_pipeline.runner.console import REUSED, StepConsole, open_log
 from llm_pipeline.steps.errors import ERROR_FILE
 
 #: The run's full output (KFP's and every step's), kept in the run's folder.
@@ -40,6 +41,13 @@ class StepOutcome:
     seconds: float = 0.0
     #: The outputs are an earlier run's, reused because the inputs were the same.
     cached: bool = False
+
+    @property
+    def time_taken(self) -> str:
+        """How long the step took, as the summary and the run report say it ("" if not run)."""
+        if self.cached:
+            return REUSED
+        return "" if self.status == "not run" else format_duration(self.seconds)
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,7 @@ def _e(text: object) -> str:
 def _steps_table(run: LocalRun) -> str:
     rows = []
     for step in run.steps:
-        if step.cached:
-            took = "reused (same inputs as an earlier run)"
-        elif step.status == "not run":
-            took = "—"
-        else:
-            took = format_duration(step.seconds)
+        took = step.time_taken or "—"
         rows.append(
             f"<tr><td>{_e(step.name)}</td><td>{_e(step.status)}</td><td>{_e(took)}</td></tr>"
         )

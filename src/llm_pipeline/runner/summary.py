@@ -47,13 +47,7 @@ def format_summary(
 
 
 def _step_line(step: StepOutcome) -> str:
-    if step.cached:
-        took = "reused: same inputs as an earlier run"
-    elif step.status == "not run":
-        took = ""
-    else:
-        took = format_duration(step.seconds)
-    line = f"  [{_MARKS[step.status]}] {step.name:<14} {took}".rstrip()
+    line = f"  [{_MARKS[step.status]}] {step.name:<14} {step.time_taken}".rstrip()
     if step.error:
         line += f"\n         {step.error}"
     return line
