@@ -59,6 +59,11 @@ class LocalRun:
     steps: tuple[StepOutcome, ...]
     log_file: Path | None = None
 
+    @property
+    def seconds(self) -> float:
+        """Time spent in steps (reused ones count nothing)."""
+        return sum(step.seconds for step in self.steps)
+
 
 def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
     output_file = task_dir / "executor_output.json"

@@ -64,7 +64,7 @@ def _steps_table(run: LocalRun) -> str:
         rows.append(
             f"<tr><td>{_e(step.name)}</td><td>{_e(step.status)}</td><td>{_e(took)}</td></tr>"
         )
-    total = format_duration(sum(step.seconds for step in run.steps))
+    total = format_duration(run.seconds)
     outcome = "succeeded" if run.succeeded else "failed"
     return (
         f'<p class="facts"><span><b>run:</b> {_e(outcome)}</span>'

@@ -41,7 +41,7 @@ def format_summary(
     lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
     lines += _places(run, steps, report=report, registry=registry)
     lines += _serving(steps.get("should-deploy"), steps.get("deploy"), example, endpoint)
-    took = format_duration(sum(step.seconds for step in run.steps))
+    took = format_duration(run.seconds)
     lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
     return "\n".join(lines)
 
