@@ -112,11 +112,15 @@ _ENGLISH = frozenset(
 
 @dataclass(frozen=True)
 class DocstringPair:
-    """One (document, summary) pair, and the file it came from (for the record)."""
+    """One pair: the documented object's qualified name, the docstring's prose, its summary."""
 
-    document: str
+    name: str
+    body: str
     summary: str
-    origin: str
+
+    @property
+    def document(self) -> str:
+        return f"{self.name}: {self.body}"
 
 
 def default_roots() -> list[Path]:
@@ -195,7 +199,7 @@ def docstring_pairs(path: Path) -> list[DocstringPair]:
         parts = split_docstring(docstring)
         if parts is not None and reads_as_prose(*parts):
             summary, body = parts
-            pairs.append(DocstringPair(f"{name}: {body}", summary, str(path)))
+            pairs.append(DocstringPair(name, body, summary))
     return pairs
 
 
@@ -243,7 +247,7 @@ def deduplicated(pairs: Iterable[DocstringPair]) -> list[DocstringPair]:
     seen: set[str] = set()
     kept = []
     for pair in pairs:
-        body = " ".join(pair.document.split(": ", 1)[-1].lower().split())
+        body = " ".join(pair.body.lower().split())
         summary = " ".join(pair.summary.lower().split())
         if f"b:{body}" in seen or f"s:{summary}" in seen:
             continue
