@@ -12,10 +12,9 @@ from pathlib import Path
 from llm_pipeline import registry_cli, vertex_cli
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
-from llm_pipeline.evaluation.evaluate import PREDICTIONS_FILE
+from llm_pipeline.output_files import PREDICTIONS_FILE
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
-from llm_pipeline.runner.run_report import write_run_report
 from llm_pipeline.runner.summary import format_summary
 
 DEFAULT_LOCAL_ROOT = Path("runs")
@@ -106,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     """Write the run report into the run's folder and print the summary that points at it."""
+    # Here, not at the top: the report's page code loads ROUGE (nltk), a second at start-up
+    # that --help, --dry-run and the Vertex commands do not need.
+    from llm_pipeline.runner.run_report import write_run_report
+
     report = write_run_report(run, title=config.name if config else "Pipeline run")
     registry, endpoint = None, None
     if config is not None and config.deploy.target == "local":

@@ -6,9 +6,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llm_pipeline.config.errors import ConfigError, problems_from
 
-#: Written into every output folder: the settings it was made with (STYLE #6).
-RESOLVED_CONFIG_FILE = "llm_pipeline_config.json"
-
 
 class Section(BaseModel):
     """A config section.

@@ -23,7 +23,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from llm_pipeline.config.base import RESOLVED_CONFIG_FILE
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.errors import UserError
@@ -41,6 +40,12 @@ from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
 from llm_pipeline.models.generation import default_device
 from llm_pipeline.models.loading import load_model
+from llm_pipeline.output_files import (
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    REPORT_FILE,
+    RESOLVED_CONFIG_FILE,
+)
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir, to_uri
 
@@ -53,9 +58,6 @@ logger = logging.getLogger(__name__)
 
 #: The un-fine-tuned model's name among the baselines.
 BASE_MODEL = "before fine-tuning"
-PREDICTIONS_FILE = "predictions.jsonl"
-REPORT_FILE = "report.html"
-METRICS_FILE = "metrics.json"
 
 
 @dataclass(frozen=True)

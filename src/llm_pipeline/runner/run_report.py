@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.evaluation.report import PIPELINE_VIEW, report_page
+from llm_pipeline.output_files import TRAINING_LOG_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
-from llm_pipeline.train.outputs import TRAINING_LOG_FILE
 
 #: The page's file name in the run folder.
 REPORT_FILE = "report.html"

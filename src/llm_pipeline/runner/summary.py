@@ -13,6 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
+from llm_pipeline.output_files import METRICS_FILE, REPORT_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
 
@@ -100,8 +101,9 @@ def _places(
     if finetune is not None and "trained_model" in finetune.outputs:
         places.append(("model", finetune.outputs["trained_model"]))
     if evaluate is not None and "predictions" in evaluate.outputs:
-        places.append(("metrics", str(Path(evaluate.outputs["predictions"]) / "metrics.json")))
-        places.append(("predictions", str(Path(evaluate.outputs["predictions"]) / "report.html")))
+        folder = Path(evaluate.outputs["predictions"])
+        places.append(("metrics", str(folder / METRICS_FILE)))
+        places.append(("predictions", str(folder / REPORT_FILE)))
     if registry is not None:
         places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
     if run.log_file is not None:

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from llm_pipeline.config.base import RESOLVED_CONFIG_FILE
+from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
 
 __all__ = ["RESOLVED_CONFIG_FILE", "MetricsSink", "log_metrics", "save_resolved_config"]
 

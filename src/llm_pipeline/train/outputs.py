@@ -15,14 +15,11 @@ from typing import Any
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from llm_pipeline.config.base import RESOLVED_CONFIG_FILE
+from llm_pipeline.output_files import RESOLVED_CONFIG_FILE, TRAINING_LOG_FILE
 from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
-
-#: In the model folder: the Trainer's log history (train and eval loss per logged step).
-TRAINING_LOG_FILE = "training_log.json"
 
 
 def check_output_dir(output_dir: str) -> None:
