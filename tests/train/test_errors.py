@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.train.errors import TrainError
@@ -93,7 +94,7 @@ def test_a_model_source_that_cannot_load_names_what_was_tried(
 
 def test_missing_local_model_folder_is_named(tiny_t5_model: ModelConfig, minilm: str) -> None:
     tokenizer = load_tokenizer(tiny_t5_model)
-    with pytest.raises(TrainError, match=r"model.source '/no/such/model': .*no such local folder"):
+    with pytest.raises(ModelError, match=r"model.source '/no/such/model': .*no such local folder"):
         load_model(ModelConfig(source="/no/such/model", tokenizer=minilm), tokenizer)
 
 
@@ -104,7 +105,7 @@ def test_unloadable_encoder_names_both_checkpoints(
     empty = tmp_path / "empty"
     empty.mkdir()
     config = ModelConfig(encoder_decoder={"encoder": str(empty), "decoder": minilm})
-    with pytest.raises(TrainError) as caught:
+    with pytest.raises(ModelError) as caught:
         load_model(config, tokenizer)
     message = str(caught.value)
     assert f"encoder '{empty}' (folder {empty})" in message
@@ -116,5 +117,5 @@ def test_unknown_architecture_is_refused_with_its_model_type(
 ) -> None:
     tokenizer = load_tokenizer(tiny_t5_model)
     config = ModelConfig(architecture={"model_type": "no-such-model"}, tokenizer=minilm)
-    with pytest.raises(TrainError, match="model_type 'no-such-model'"):
+    with pytest.raises(ModelError, match="model_type 'no-such-model'"):
         load_model(config, tokenizer)

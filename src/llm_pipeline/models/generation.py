@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import torch
 
 from llm_pipeline.errors import UserError
+from llm_pipeline.models.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from transformers import (
@@ -62,10 +63,6 @@ _WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 _EXPECTED = "the finetune step's model folder (config.json, model.safetensors, tokenizer files)"
-
-
-class ModelLoadError(UserError, ValueError):
-    """A model folder that cannot be loaded for generation; the message says why."""
 
 
 class GenerationOptions(Protocol):

