@@ -1,14 +1,13 @@
 """Turn validation failures into one message per problem, each with its JSON path."""
 
 import difflib
-import types
-import typing
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from llm_pipeline.config.annotations import submodel
 from llm_pipeline.errors import UserError
 
 #: Keys an older config may still hold, by path, and what replaces each: such a config is
@@ -38,25 +37,13 @@ class ConfigError(UserError):
         return "\n".join([head, *(f"  - {problem}" for problem in self.problems)])
 
 
-def _submodel(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation such as `X`, `X | None`."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            found = _submodel(arg)
-            if found is not None:
-                return found
-    return None
-
-
 def _model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
     """The section model that owns the keys at `loc` (for "did you mean" suggestions)."""
     model: type[BaseModel] | None = root
     for part in loc:
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             return None
-        model = _submodel(model.model_fields[part].annotation)
+        model = submodel(model.model_fields[part].annotation)
     return model
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from llm_pipeline.config.annotations import submodel
 from llm_pipeline.config.pipeline import PipelineConfig
 
 
@@ -38,18 +39,11 @@ def _default(info: FieldInfo) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def _submodel(annotation: Any) -> type[BaseModel] | None:
-    for arg in (annotation, *typing.get_args(annotation)):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
-
-
 def _table(model: type[BaseModel], prefix: str, out: list[str]) -> None:
     nested: list[tuple[str, type[BaseModel]]] = []
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
-        sub = _submodel(info.annotation)
+        sub = submodel(info.annotation)
         key = f"{prefix}{name}"
         if sub is not None:
             nested.append((key, sub))
