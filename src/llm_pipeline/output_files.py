@@ -6,6 +6,8 @@ modules that write them would load torch just to learn a file name.
 
 #: Written into every output folder: the settings it was made with (STYLE #6).
 RESOLVED_CONFIG_FILE = "llm_pipeline_config.json"
+#: Beside a failed step's outputs: its one-line error, which the run summary repeats.
+ERROR_FILE = "error.txt"
 #: In the model folder: the Trainer's log history (train and eval loss per logged step).
 TRAINING_LOG_FILE = "training_log.json"
 #: In evaluate's predictions folder: one row per example, the flat metrics, the HTML report.

@@ -18,9 +18,9 @@ from typing import Any, Literal, TextIO
 
 from kfp import local
 
+from llm_pipeline.output_files import ERROR_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.console import REUSED, StepConsole, open_log
-from llm_pipeline.steps.errors import ERROR_FILE
 
 #: The run's full output (KFP's and every step's), kept in the run's folder.
 LOG_FILE = "pipeline.log"

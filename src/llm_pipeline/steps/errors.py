@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from llm_pipeline.errors import UserError
-
-#: Written beside a failed step's outputs so `pipeline.py` can repeat it in its summary.
-ERROR_FILE = "error.txt"
+from llm_pipeline.output_files import ERROR_FILE
 
 P = ParamSpec("P")
 R = TypeVar("R")
