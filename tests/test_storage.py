@@ -11,6 +11,7 @@ from llm_pipeline.storage import (
     atomic_output_dir,
     is_remote,
     local_copy,
+    looks_like_path,
     open_uri,
     to_uri,
 )
@@ -23,6 +24,18 @@ def test_remote_and_local_uris():
     assert not is_remote("relative/train.jsonl")
     assert not is_remote("file:///data/train.jsonl")
     assert to_uri("file:///data/train.jsonl") == "/data/train.jsonl"
+
+
+@pytest.mark.parametrize("hub_id", ["t5-small", "google/flan-t5-base", "knkarthick/dialogsum"])
+def test_hub_ids_are_not_paths(hub_id):
+    assert not looks_like_path(hub_id)
+
+
+@pytest.mark.parametrize(
+    "path", ["/data/model", "./model", "../model", "~/model", "runs/2024/model", "file:///m"]
+)
+def test_names_that_start_or_nest_like_a_path_are_paths(path):
+    assert looks_like_path(path)
 
 
 @pytest.mark.skipif(GCS_MOUNT.is_dir(), reason="a real /gcs mount is present")

@@ -42,6 +42,17 @@ def is_remote(uri: str | Path) -> bool:
     return get_protocol(to_uri(uri)) not in _LOCAL_PROTOCOLS
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether `name`, which names nothing local, was meant as a path rather than a hub id.
+
+    Hugging Face hub ids are `name` or `owner/name`; a name that starts like a path (`/`,
+    `./`, `../`, `~`) or has more than one `/` is a mistyped path, and sending it to the hub
+    would only produce a confusing 404. Check for an existing local path first: `owner/name`
+    can be a local folder too.
+    """
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+
+
 def open_uri(uri: str | Path, mode: str = "rb") -> fsspec.core.OpenFile:
     """An fsspec file for `uri` (use as a context manager); local, remote or `/gcs/` alike."""
     return fsspec.open(to_uri(uri), mode)

@@ -21,7 +21,7 @@ from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstrings
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
-from llm_pipeline.storage import is_remote, local_copy, to_uri
+from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,8 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
                 "data.subset and data.revision apply to hub datasets; %s ignores them", name
             )
         return Source(_load_path(local, name, config.train_split, cache), name)
-    if _looks_like_path(name):
+    # A data file's name (`train.jsonl`) is never a hub dataset id.
+    if looks_like_path(name) or _format_of(Path(name)) is not None:
         raise DataError(f"data.dataset: {name}: no such file or folder")
     return Source(load_hub_dataset(name, config.subset, config.revision), name)
 
@@ -93,15 +94,6 @@ def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
         )
     splits = docstrings.build_docstring_splits(seed=seed)
     return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
-
-
-def _looks_like_path(name: str) -> bool:
-    """Hub ids are `name` or `owner/name`; anything else the user typed is a path."""
-    return (
-        name.startswith(("/", "./", "../", "~"))
-        or name.count("/") > 1
-        or _format_of(Path(name)) is not None
-    )
 
 
 def _format_of(path: Path) -> str | None:

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.models.errors import ModelSourceError
-from llm_pipeline.storage import atomic_output_dir, is_remote, local_copy, to_uri
+from llm_pipeline.storage import (
+    atomic_output_dir,
+    is_remote,
+    local_copy,
+    looks_like_path,
+    to_uri,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -56,15 +62,9 @@ def resolve_model_path(source: str, *, cache_dir: Path | None = None) -> str:
             f"model source {source!r} is a file; give the folder that holds config.json and "
             "the tokenizer files"
         )
-    if _looks_like_path(source):
+    if looks_like_path(source):
         raise ModelSourceError(f"model source {source!r}: no such local folder")
     return source
-
-
-def _looks_like_path(source: str) -> bool:
-    # Hub ids are `name` or `org/name`; anything else that does not exist locally is a
-    # mistyped path, and sending it to the hub would only produce a confusing 404.
-    return source.startswith(("/", "./", "../", "~")) or source.count("/") > 1
 
 
 def _package_folder(source: str) -> Path:
