@@ -4,6 +4,24 @@ Steps report these as one clear message instead of a traceback; anything else is
 and keeps its traceback.
 """
 
+from collections.abc import Iterator
+
 
 class UserError(Exception):
     """A problem the user can fix; the message says what and where."""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it wraps (its explicit cause, else the exception it arose during),
+    and so on down to the first.
+
+    Libraries wrap the error that says what really happened (`datasets` wraps a reader's
+    error, `transformers` a hub client's), so callers look down the chain for it. A chain
+    can loop back on itself; each exception comes once.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

@@ -12,6 +12,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
 from llm_pipeline.data.errors import DataError
+from llm_pipeline.errors import exception_chain
 
 #: Seconds to wait for the hub before calling the machine offline.
 PROBE_TIMEOUT_S = 10.0
@@ -62,8 +63,7 @@ def _check_on_hub(name: str, subset: str | None, revision: str | None) -> None:
 
 def _is_network_error(exc: BaseException) -> bool:
     """Whether `exc`, or anything it wraps, is a failure to reach a server."""
-    current: BaseException | None = exc
-    while current is not None:
+    for current in exception_chain(exc):
         if isinstance(current, (ConnectionError, TimeoutError, socket.gaierror)):
             return True
         # httpx (huggingface_hub 1.x), httpx2 (2.x) and requests (0.x) use their own
@@ -73,7 +73,6 @@ def _is_network_error(exc: BaseException) -> bool:
             for cls in type(current).__mro__
         ):
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 

@@ -21,6 +21,7 @@ from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstrings
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
+from llm_pipeline.errors import exception_chain
 from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
 
 logger = logging.getLogger(__name__)
@@ -211,9 +212,7 @@ def _load_saved_split(folder: Path, shown: str, split: str) -> datasets.Dataset:
 
 def _reason(exc: BaseException) -> str:
     """The most specific message in an exception chain (`datasets` wraps the real one)."""
-    current: BaseException | None = exc
-    while current is not None:
+    for current in exception_chain(exc):
         if not isinstance(current, DatasetGenerationError) and str(current):
             return f"{type(current).__name__}: {current}"
-        current = current.__cause__ or current.__context__
     return type(exc).__name__

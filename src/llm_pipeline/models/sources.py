@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from llm_pipeline.config import ModelConfig
+from llm_pipeline.errors import exception_chain
 from llm_pipeline.models.errors import ModelSourceError
 from llm_pipeline.storage import (
     atomic_output_dir,
@@ -138,12 +139,10 @@ def _is_hub_unreachable(exc: BaseException) -> bool:
     """Whether a from_pretrained failure means "not cached and the hub can't be reached"."""
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, LocalEntryNotFoundError | OfflineModeIsEnabled):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(
+        isinstance(seen, LocalEntryNotFoundError | OfflineModeIsEnabled)
+        for seen in exception_chain(exc)
+    )
 
 
 def load_tokenizer(model: ModelConfig) -> "PreTrainedTokenizerBase":
