@@ -2,8 +2,6 @@
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,27 +9,9 @@ import pytest
 
 from llm_pipeline.config import ConfigError, PipelineConfig, load_config, parse_override
 
-REPO = Path(__file__).resolve().parents[2]
+from .minimal_config import MINIMAL, REPO, run_cli, with_change
+
 CONFIGS = sorted((REPO / "configs").glob("*.json"))
-
-MINIMAL: dict[str, Any] = {
-    "data": {"dataset": "abisee/cnn_dailymail", "columns": {"document": "a", "summary": "h"}},
-    "model": {"source": "google-t5/t5-small"},
-}
-
-
-def with_change(path: str, value: Any) -> dict[str, Any]:
-    """MINIMAL plus one change at a dotted path (value `...` deletes the key)."""
-    raw = copy.deepcopy(MINIMAL)
-    *parents, leaf = path.split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-    if value is ...:
-        del node[leaf]
-    else:
-        node[leaf] = value
-    return raw
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -309,16 +289,6 @@ def test_flat_keys_are_mapped_with_one_notice() -> None:
     assert config.vertex.region == "us-central1"
     assert len(loaded.notices) == 1
     assert "zone → vertex.region" in loaded.notices[0]
-
-
-def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "pipeline.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(
