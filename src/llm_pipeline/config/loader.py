@@ -4,6 +4,7 @@ Every problem is collected and reported together (a user fixes a config in one p
 each with its JSON path.
 """
 
+import codecs
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from llm_pipeline.config import strict_json
 from llm_pipeline.config.errors import ConfigError, problems_from
 from llm_pipeline.config.flat_keys import FLAT_KEYS, get_path, map_flat_keys, set_path
 from llm_pipeline.config.pipeline import PipelineConfig
@@ -41,7 +43,11 @@ class LoadedConfig:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=value` → ("a.b", value), the value parsed as JSON where it parses."""
+    """`a.b=value` → ("a.b", value), the value parsed as JSON where it parses.
+
+    Raises ValueError for a malformed override, and for a value that parses to a number
+    that is not finite (`1e400`, `NaN`) or an object with a key given twice.
+    """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -49,9 +55,12 @@ def parse_override(text: str) -> tuple[str, Any]:
             f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. train.epochs=3"
         )
     try:
-        value = json.loads(raw)
+        value = strict_json.loads(raw)
     except json.JSONDecodeError:
-        value = raw
+        return key, raw
+    problems = strict_json.problems(value, key)
+    if problems:
+        raise ValueError("; ".join(problems))
     return key, value
 
 
@@ -85,31 +94,74 @@ def _resolve_paths(tree: dict[str, Any], base: Path, keys: Iterable[str]) -> Non
             set_path(tree, dotted, resolved)
 
 
-def _missing_files(config: PipelineConfig) -> list[str]:
-    """Local paths that a user named and that do not exist: caught now, not hours in."""
-    problems = []
-    checks = {
+_NOT_FOUND = (
+    "not found (relative paths are taken from the config file's folder, or the working "
+    "directory for --set)"
+)
+_CHECKPOINT_FOLDER = "give the folder that holds config.json and the tokenizer files"
+
+
+def _local_path(value: str | None, *, relative_ok: bool = False) -> Path | None:
+    """The local path a config value names (resolved ones are absolute), else None."""
+    if not value or not _is_local(value):
+        return None
+    path = Path(value).expanduser()
+    return path if relative_ok or path.is_absolute() else None
+
+
+def _path_problems(config: PipelineConfig) -> list[str]:
+    """Local paths that a user named and that cannot serve: caught now, not hours in.
+
+    The dataset and a DeepSpeed JSON must exist; any path that exists must be of its kind
+    (a folder where a file is meant, or a file where a folder is, fails only once the step
+    that uses it runs). Folders that are made when missing are judged only if they exist.
+    """
+    model, train, deploy = config.model, config.train, config.deploy
+    pair = model.encoder_decoder
+    must_exist = {
         "data.dataset": config.data.dataset,
-        "train.deepspeed_config": config.train.deepspeed_config,
+        "train.deepspeed_config": train.deepspeed_config,
     }
-    for dotted, value in checks.items():
-        if value and _is_local(value) and Path(value).is_absolute() and not Path(value).exists():
-            problems.append(
-                f"{dotted}: {value!r} not found (relative paths are taken from the config "
-                "file's folder, or the working directory for --set)"
-            )
+    folders = {
+        "model.source": (model.source, _CHECKPOINT_FOLDER),
+        "model.tokenizer": (model.tokenizer, "give the folder that holds the tokenizer files"),
+        "model.encoder_decoder.encoder": (pair.encoder if pair else None, _CHECKPOINT_FOLDER),
+        "model.encoder_decoder.decoder": (pair.decoder if pair else None, _CHECKPOINT_FOLDER),
+        "train.checkpoint_dir": (train.checkpoint_dir, "name a folder (made if missing)"),
+        "train.nvme_path": (train.nvme_path, "name a folder on the NVMe disk"),
+    }
+    problems = []
+    for dotted, value in must_exist.items():
+        path = _local_path(value)
+        if path is not None and not path.exists():
+            problems.append(f"{dotted}: {value!r} {_NOT_FOUND}")
+    deepspeed = _local_path(train.deepspeed_config)
+    if deepspeed is not None and deepspeed.is_dir():
+        problems.append(
+            f"train.deepspeed_config: {train.deepspeed_config!r} is a folder; name the "
+            "DeepSpeed JSON file"
+        )
+    if deploy.target == "local":
+        folders["deploy.registry_dir"] = (deploy.registry_dir, "name a folder (made if missing)")
+    for dotted, (value, hint) in folders.items():
+        path = _local_path(value, relative_ok=dotted == "deploy.registry_dir")
+        if path is not None and path.exists() and not path.is_dir():
+            problems.append(f"{dotted}: {value!r} is a file, not a folder; {hint}")
     return problems
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError([f"config file {str(path)!r} not found"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"config file {str(path)!r} is a folder, not a JSON file"]) from None
     except OSError as exc:
         raise ConfigError([f"config file {str(path)!r} cannot be read: {exc.strerror}"]) from None
+    text = _decode(data, path)
     try:
-        raw = json.loads(text)
+        raw = strict_json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             [f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"],
@@ -120,6 +172,32 @@ def _read_json(path: Path) -> dict[str, Any]:
             [f"the top level must be a JSON object, got {type(raw).__name__}"], source=str(path)
         )
     return raw
+
+
+def _decode(data: bytes, path: Path) -> str:
+    """The file's text: JSON is UTF-8 (a UTF-8 byte-order mark, as some editors write, is
+    allowed). Anything else is refused with the first byte that is not UTF-8 text."""
+    body = data.removeprefix(codecs.BOM_UTF8)
+    skipped = len(data) - len(body)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = exc.start
+    else:
+        # UTF-16 without a byte-order mark decodes as UTF-8 full of NULs, which JSON never holds.
+        offset = body.find(b"\x00")
+        if offset < 0:
+            return text
+    offset += skipped
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or data[offset] == 0
+    line = data.count(b"\n", 0, offset) + 1
+    raise ConfigError(
+        [
+            f"config file {str(path)!r} is not UTF-8 text (byte 0x{data[offset]:02x} at line "
+            f"{line}, offset {offset}{'; it looks like UTF-16' if utf16 else ''}); "
+            "save it as UTF-8"
+        ]
+    )
 
 
 def load_config(
@@ -137,6 +215,12 @@ def load_config(
         if source is None:
             raise ValueError("load_config needs a path or a raw dict")
         raw = _read_json(source)
+    where = str(source) if source is not None else None
+    # Checked before anything reads the values: a duplicated key or an infinite number is
+    # not what the user meant, and validating it would only add a second message.
+    content = strict_json.problems(raw)
+    if content:
+        raise ConfigError(content, source=where)
     base = source.resolve().parent if source is not None else Path.cwd()
     tree, mapped, problems = map_flat_keys(raw)
     _resolve_paths(tree, base, PATH_OR_HUB_KEYS + PATH_KEYS)
@@ -159,8 +243,8 @@ def load_config(
         config = PipelineConfig.model_validate(tree)
     except ValidationError as exc:
         problems.extend(problems_from(exc, PipelineConfig))
-        raise ConfigError(problems, source=str(source) if source else None) from None
-    problems.extend(_missing_files(config))
+        raise ConfigError(problems, source=where) from None
+    problems.extend(_path_problems(config))
     if problems:
-        raise ConfigError(problems, source=str(source) if source else None)
+        raise ConfigError(problems, source=where)
     return LoadedConfig(config=config, path=source, notices=tuple(notices))
