@@ -1,5 +1,9 @@
 """Paths through fsspec (local, gs:// on the emulator, /gcs/) and outputs that appear whole."""
 
+import json
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -10,10 +14,12 @@ from llm_pipeline.storage import (
     GCS_MOUNT,
     atomic_output_dir,
     is_remote,
+    is_temp_file,
     local_copy,
     looks_like_path,
     open_uri,
     to_uri,
+    write_atomic,
 )
 
 
@@ -119,3 +125,44 @@ def test_atomic_output_dir_replaces_on_success_and_keeps_on_failure(tmp_path):
 def test_atomic_output_dir_refuses_object_store_paths():
     with pytest.raises(ValueError, match="writes local folders"), atomic_output_dir("gs://b/x"):
         pass
+
+
+# Rewrites one JSON file as fast as it can, each version a megabyte, until it is killed.
+_REWRITER = """
+import json, sys
+from llm_pipeline.storage import write_atomic
+print("ready", flush=True)
+n = 0
+while True:
+    n += 1
+    write_atomic(sys.argv[1], json.dumps({"n": n, "pad": "x" * 1_000_000}))
+"""
+
+
+def test_write_atomic_killed_at_any_moment_leaves_the_old_or_the_new_file(tmp_path):
+    target = tmp_path / "state.json"
+    write_atomic(target, json.dumps({"n": 0, "pad": ""}))
+    seen = set()
+    for delay in (0.0, 0.03, 0.07, 0.11, 0.19, 0.3):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _REWRITER, str(target)], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+        time.sleep(delay)
+        writer.kill()
+        writer.wait()
+        value = json.loads(target.read_text(encoding="utf-8"))  # whole, or this raises
+        assert value["pad"] in ("", "x" * 1_000_000)
+        seen.add(value["n"])
+    assert max(seen) > 0, "the writer never replaced the file: the test proved nothing"
+    strays = [path for path in tmp_path.iterdir() if path != target]
+    assert all(is_temp_file(path) for path in strays), strays
+
+
+def test_write_atomic_that_fails_keeps_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "record.json"
+    write_atomic(target, '{"version": 1}')
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(target, '{"version": "\ud800"}')  # a lone surrogate cannot be encoded
+    assert target.read_text(encoding="utf-8") == '{"version": 1}'
+    assert sorted(tmp_path.iterdir()) == [target]

@@ -2,10 +2,13 @@
 
 Steps read their inputs through fsspec so the same config works on a laptop and on Vertex,
 and write their outputs with `atomic_output_dir` so a failed step never leaves a folder
-that a later step (or a rerun) could mistake for a finished one.
+that a later step (or a rerun) could mistake for a finished one; a single file that others
+read while it changes (a checkpoint's marker, a registry record, a rendezvous note) is
+replaced whole with `write_atomic`.
 """
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -20,6 +23,10 @@ from fsspec.utils import get_protocol
 GCS_MOUNT = Path("/gcs")
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+
+#: In the name of the hidden temp file `write_atomic` writes beside its target; one that a
+#: killed writer left behind is safe to delete (`is_temp_file`).
+TEMP_MARK = ".tmp-"
 
 
 def to_uri(path: str | Path) -> str:
@@ -138,3 +145,46 @@ def _move_into_place(staging: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         old.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Replace the local file `path` with `text`: a reader, or a kill at any moment, sees the
+    old file or the new one, never half of either.
+
+    Written to a hidden temp file in the same folder (a rename is atomic only within one
+    filesystem), fsynced, `os.replace`d over `path`, and the folder fsynced so the rename
+    survives a power cut. JSON is written as `write_atomic(path, json.dumps(value))`.
+    """
+    path = Path(path)
+    temp = path.parent / f".{path.name}{TEMP_MARK}{uuid.uuid4().hex[:8]}"
+    try:
+        with open(temp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def is_temp_file(path: Path) -> bool:
+    """Whether `path` is a temp file that a killed `write_atomic` left behind."""
+    return path.name.startswith(".") and TEMP_MARK in path.name
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush `folder`'s entries, so a rename or a new file in it survives a power cut.
+
+    Some mounts (gcsfuse's /gcs/) cannot sync a folder; there the rename is still atomic and
+    only this durability is lost, so that refusal is not an error.
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS):
+            raise
+    finally:
+        os.close(fd)

@@ -1,11 +1,10 @@
-"""Crash-safe files for the local registry: atomic writes, the registry lock, staging folders.
+"""Crash-safe files for the local registry: the registry lock, staging folders.
 
 The rules that keep a registry readable whatever happens to a writer (Ctrl-C, SIGKILL, a
 full disk):
 
-- a file is replaced whole: written to a hidden temp file beside it, flushed, fsynced,
-  `os.replace`d over the old one, and the folder fsynced, so a reader sees the old file or
-  the new one, never half of either;
+- a file is replaced whole (`storage.write_atomic`), so a reader sees the old file or the
+  new one, never half of either;
 - a folder is filled under a hidden staging name and renamed into place once complete;
 - writers serialise on `fcntl.flock`, which the kernel drops when the holder dies, so a
   killed writer never blocks the next one (the lock file's mere existence means nothing);
@@ -25,44 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from llm_pipeline.registry.base import RegistryError
-from llm_pipeline.storage import is_remote, local_copy, to_uri
+from llm_pipeline.storage import fsync_dir, is_remote, local_copy, to_uri
 
 #: Seconds a writer waits for the registry lock before giving up. Writers hold it for
 #: milliseconds (model files are copied before it is taken), so a long wait means a stuck
 #: process, not a busy registry.
 LOCK_TIMEOUT_S = 120.0
-
-#: Marks the temp files `write_atomic` leaves behind when killed.
-TEMP_MARK = ".tmp-"
-
-
-def fsync_dir(folder: Path) -> None:
-    """Flush `folder`'s entries, so a rename or a new file in it survives a power cut."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text`; readers see the old content or the new, never a mix."""
-    temp = path.parent / f".{path.name}{TEMP_MARK}{uuid.uuid4().hex[:8]}"
-    try:
-        with open(temp, "x", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def is_temp_file(path: Path) -> bool:
-    """Whether `path` is a temp file a killed `write_atomic` left behind."""
-    return path.name.startswith(".") and TEMP_MARK in path.name
 
 
 @contextlib.contextmanager

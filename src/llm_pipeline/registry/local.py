@@ -50,7 +50,7 @@ from llm_pipeline.registry.local_endpoints import (
     share,
 )
 from llm_pipeline.registry.local_records import VersionRecord
-from llm_pipeline.storage import is_remote, to_uri
+from llm_pipeline.storage import fsync_dir, is_remote, to_uri, write_atomic
 
 
 def checked_name(name: str, what: str) -> str:
@@ -118,12 +118,12 @@ class LocalRegistry(Registry):
             with self._locked():
                 number = str(max(self._numbers(name), default=0) + 1)
                 record = record.model_copy(update={"created": local_records.now()})
-                files.write_atomic(stage / "version.json", local_records.dump(record))
+                write_atomic(stage / "version.json", local_records.dump(record))
                 folder = self.root / "models" / name
                 folder.mkdir(parents=True, exist_ok=True)
                 os.rename(stage, folder / number)
-                files.fsync_dir(folder)
-                files.fsync_dir(folder.parent)
+                fsync_dir(folder)
+                fsync_dir(folder.parent)
         return self._version(name, number)
 
     def models(self) -> list[str]:

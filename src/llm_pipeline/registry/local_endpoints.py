@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from llm_pipeline.registry import files
 from llm_pipeline.registry.base import Deployed, EndpointState, ModelVersion, RegistryError
 from llm_pipeline.registry.local_records import (
     NAME_PATTERN,
@@ -23,6 +22,7 @@ from llm_pipeline.registry.local_records import (
     load,
     now,
 )
+from llm_pipeline.storage import is_temp_file, write_atomic
 
 #: Turns a share into the registered version it names; the path is the file naming it,
 #: for the message when that version is missing.
@@ -102,14 +102,14 @@ class EndpointStore:
         change = Change(time=now(), action=action, before=record.deployed, after=shares)
         updated = EndpointRecord(deployed=shares, history=[*record.history, change])
         self.folder.mkdir(parents=True, exist_ok=True)
-        files.write_atomic(self.path(name), dump(updated))
+        write_atomic(self.path(name), dump(updated))
         return self.state(name, shares)
 
     def remove_temp_files(self) -> None:
         """Delete temp files of writers that were killed; call under the registry lock."""
         if self.folder.is_dir():
             for entry in self.folder.iterdir():
-                if files.is_temp_file(entry):
+                if is_temp_file(entry):
                     entry.unlink(missing_ok=True)
 
 

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,7 +28,7 @@ from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 
 from llm_pipeline.config import ModelConfig, TrainConfig
-from llm_pipeline.storage import is_remote, to_uri
+from llm_pipeline.storage import is_remote, to_uri, write_atomic
 
 MARKER = "COMPLETE.json"
 PREFIX = "checkpoint-"
@@ -144,12 +142,7 @@ def write_marker(checkpoint: str, *, step: int, world_size: int, fingerprint: st
     if is_remote(checkpoint):
         fs.pipe_file(target, body.encode())
         return
-    temporary = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-    with open(temporary, "w", encoding="utf-8") as out:
-        out.write(body)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, target)
+    write_atomic(target, body)
 
 
 def delete_checkpoint(checkpoint: str) -> None:

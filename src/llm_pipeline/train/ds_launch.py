@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llm_pipeline.storage import is_remote, to_uri
+from llm_pipeline.storage import is_remote, to_uri, write_atomic
 from llm_pipeline.train import ssh
 from llm_pipeline.train.cluster import ClusterInfo
 from llm_pipeline.train.errors import TrainError
@@ -86,7 +86,7 @@ def _primary(
     nonce = uuid.uuid4().hex
     spec_path = folder / "spec.json"
     spec.write(spec_path)
-    _write_json(folder / "ready.json", {"nonce": nonce})
+    write_atomic(folder / "ready.json", json.dumps({"nonce": nonce}))
     sshd = _start_sshd(folder, info, nonce)
     code = 1
     try:
@@ -111,7 +111,7 @@ def _primary(
         run(command, spec=spec, info=info, env={**env, "DS_ENV_FILE": str(env_file)})
         code = 0
     finally:
-        _write_json(folder / "done.json", {"nonce": nonce, "exit_code": code})
+        write_atomic(folder / "done.json", json.dumps({"nonce": nonce, "exit_code": code}))
         _stop(sshd)
 
 
@@ -135,7 +135,7 @@ def _worker_node(info: ClusterInfo, folder: Path) -> None:
                 _stop(sshd)
                 sshd = _start_sshd(folder, info, nonce)
                 installed = nonce
-                _write_json(folder / f"ack-{info.node_rank}.json", {"nonce": nonce})
+                write_atomic(folder / f"ack-{info.node_rank}.json", json.dumps({"nonce": nonce}))
             if installed is None and time.monotonic() > deadline:
                 raise TrainError(
                     f"no ssh keys from the primary in {folder} after "
@@ -179,9 +179,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    temporary.write_text(json.dumps(value), encoding="utf-8")
-    temporary.replace(path)

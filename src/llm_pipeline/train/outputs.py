@@ -16,7 +16,7 @@ import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE, TRAINING_LOG_FILE
-from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri
+from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri, write_atomic
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
@@ -76,9 +76,7 @@ def _inputs_the_model_takes(tokenizer: PreTrainedTokenizerBase, model: Any) -> N
 def write_result(spec: WorkerSpec, result: dict[str, Any]) -> None:
     """The primary's report to the launcher on this node (metrics, steps, where things are)."""
     if dist.get_rank() == 0:
-        temporary = spec.result_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        temporary.replace(spec.result_path)
+        write_atomic(spec.result_path, json.dumps(result, indent=2) + "\n")
 
 
 def tensorboard_callbacks(spec: WorkerSpec) -> list[TrainerCallback]:
