@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import fsspec
@@ -17,7 +16,6 @@ from llm_pipeline.storage import (
     is_temp_file,
     local_copy,
     looks_like_path,
-    open_uri,
     to_uri,
     write_atomic,
 )
@@ -75,14 +73,6 @@ def test_local_copy_of_gcs_folder_and_file(tmp_path, gcs_bucket):
     assert file.read_bytes() == b"{}"
     with pytest.raises(FileNotFoundError):
         local_copy(f"gs://{gcs_bucket}/nothing", tmp_path / "copies")
-
-
-def test_open_uri_writes_and_reads_gcs(gcs_bucket):
-    uri = f"gs://{gcs_bucket}/notes/{uuid.uuid4().hex}.txt"
-    with open_uri(uri, "w") as out:
-        out.write("written through fsspec")
-    with open_uri(uri, "r") as back:
-        assert back.read() == "written through fsspec"
 
 
 def siblings(path: Path) -> list[str]:

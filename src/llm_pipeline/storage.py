@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-import fsspec
 from fsspec.core import url_to_fs
 from fsspec.utils import get_protocol
 
@@ -58,11 +57,6 @@ def looks_like_path(name: str) -> bool:
     can be a local folder too.
     """
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
-
-
-def open_uri(uri: str | Path, mode: str = "rb") -> fsspec.core.OpenFile:
-    """An fsspec file for `uri` (use as a context manager); local, remote or `/gcs/` alike."""
-    return fsspec.open(to_uri(uri), mode)
 
 
 def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:

@@ -84,10 +84,6 @@ class EvaluationResult:
     def report_path(self) -> Path:
         return self.output_dir / REPORT_FILE
 
-    @property
-    def metrics_path(self) -> Path:
-        return self.output_dir / METRICS_FILE
-
 
 def evaluate_model(
     *,

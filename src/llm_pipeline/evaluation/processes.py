@@ -22,7 +22,6 @@ from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.evaluate import (
     METRICS_FILE,
-    PREDICTIONS_FILE,
     REPORT_FILE,
     evaluate_model,
 )
@@ -57,10 +56,6 @@ class EvaluationOutputs:
     @property
     def report_path(self) -> Path:
         return self.output_dir / REPORT_FILE
-
-    @property
-    def predictions_path(self) -> Path:
-        return self.output_dir / PREDICTIONS_FILE
 
 
 def evaluation_processes(config: EvaluateConfig, *, gpus: int | None = None) -> int:

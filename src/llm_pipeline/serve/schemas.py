@@ -128,18 +128,6 @@ class PredictRequest(BaseModel):
         return value
 
 
-class PredictResponse(BaseModel):
-    """One summary per instance, in order."""
-
-    predictions: list[str]
-
-
-class ErrorResponse(BaseModel):
-    """What every refused request gets: the problem and where it is."""
-
-    error: str
-
-
 def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type, for messages."""
     names = {bool: "boolean", int: "integer", float: "number", str: "string"}
