@@ -17,7 +17,8 @@ from transformers import PreTrainedTokenizerFast, T5Tokenizer
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.errors import DataError
-from llm_pipeline.data.preprocess import MODEL_COLUMNS, REPORT_FILE, preprocess_dataset
+from llm_pipeline.data.preprocess import REPORT_FILE, preprocess_dataset
+from llm_pipeline.data.saved import MODEL_COLUMNS
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 

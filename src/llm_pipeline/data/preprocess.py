@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 
 #: Written beside the dataset: resolved lengths and per-split statistics.
 REPORT_FILE = "preprocess.json"
-#: Columns a model consumes; everything else in the output is raw text for people and eval.
-MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 #: A null max_source_length uses the tokenizer's limit, but never more than this: many
 #: tokenizers report a huge sentinel (1e30) when the checkpoint sets no limit.
 SOURCE_LENGTH_LIMIT = 1024

@@ -9,6 +9,10 @@ import datasets
 from llm_pipeline.errors import UserError
 from llm_pipeline.storage import to_uri
 
+#: The columns of preprocess's output that a model consumes, and all that training reads;
+#: the rest is raw text for people and for evaluation.
+MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+
 
 def load_saved_dataset(
     dataset_dir: str | os.PathLike[str], *, made_by: str, error: type[UserError]
