@@ -37,8 +37,6 @@ from llm_pipeline.train.run import run_launcher
 __all__ = ["EvaluationOutputs", "evaluate_in_processes", "evaluation_processes"]
 
 EVALUATE_MODULE = "llm_pipeline.evaluation.evaluate"
-#: Lines of the launcher's output kept to find why it failed.
-_OUTPUT_TAIL_LINES = 400
 #: How `llm_pipeline.evaluation.evaluate.main` reports a user's mistake.
 _ERROR_MARK = "ERROR: evaluate failed:"
 
@@ -118,7 +116,7 @@ def evaluate_in_processes(
     status(f"generating in {processes} processes (torchrun)")
     with tempfile.TemporaryDirectory(prefix="llm-evaluate-") as work:
         log_dir = Path(work) / "logs"
-        ended = run_launcher(command, env=env, log_dir=log_dir, tail_lines=_OUTPUT_TAIL_LINES)
+        ended = run_launcher(command, env=env, log_dir=log_dir)
         if ended.code != 0:
             reason = _failure_reason(ended.output_tail, log_dir)
             raise EvaluationError(

@@ -32,7 +32,6 @@ from llm_pipeline.train.run import run_launcher
 from llm_pipeline.train.spec import WorkerSpec
 
 WORKER_MODULE = "llm_pipeline.train.worker"
-_OUTPUT_TAIL_LINES = 400
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ def _run_launcher(
 ) -> None:
     """Run the launcher, echoing its output; raise TrainError naming the rank that failed."""
     log_dir = Path(spec.work_dir) / "logs"
-    ended = run_launcher(command, env=env, log_dir=log_dir, tail_lines=_OUTPUT_TAIL_LINES)
+    ended = run_launcher(command, env=env, log_dir=log_dir)
     if ended.code != 0:
         raise TrainError(
             failure_message(

@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Lines of a launcher's output kept to find why it failed.
+OUTPUT_TAIL_LINES = 400
+
 
 @dataclass(frozen=True)
 class LauncherExit:
@@ -20,10 +23,8 @@ class LauncherExit:
     output_tail: str
 
 
-def run_launcher(
-    command: Sequence[str], *, env: Mapping[str, str], log_dir: Path, tail_lines: int
-) -> LauncherExit:
-    """Run `command` with `env` and wait; echo its output, keep the last `tail_lines`.
+def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Path) -> LauncherExit:
+    """Run `command` with `env` and wait; echo its output, keep its last `OUTPUT_TAIL_LINES`.
 
     torchrun reads PET_LOG_DIR and PET_TEE as its --log-dir and --tee: every rank's stderr
     and recorded exception land in files under `log_dir` and still reach the console. If
@@ -33,7 +34,7 @@ def run_launcher(
     child_env = dict(env)
     child_env.setdefault("PET_LOG_DIR", str(log_dir))
     child_env.setdefault("PET_TEE", "3")
-    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
     process = subprocess.Popen(
         list(command),
         env=child_env,
