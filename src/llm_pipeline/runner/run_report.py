@@ -20,8 +20,8 @@ from llm_pipeline.output_files import TRAINING_LOG_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
 
-#: The page's file name in the run folder.
-REPORT_FILE = "report.html"
+#: The page's file name in the run folder (evaluate's own report is output_files.REPORT_FILE).
+RUN_REPORT_FILE = "report.html"
 
 _SVG_NS = "http://www.w3.org/2000/svg"
 _SERIES = (("loss", "train loss", "#0969da"), ("eval_loss", "eval loss", "#fb8f44"))
@@ -48,7 +48,7 @@ def write_run_report(run: LocalRun, *, title: str) -> Path | None:
         )
     else:
         page = report_page(title, f"<h1>{_e(title)}</h1>\n{view}")
-    path = run.run_dir / REPORT_FILE
+    path = run.run_dir / RUN_REPORT_FILE
     path.write_text(page, encoding="utf-8")
     return path
 
