@@ -12,7 +12,8 @@
         `AIP_TENSORBOARD_LOG_DIR`; the primary writes the model to `AIP_MODEL_DIR`.
 
 Exit codes of `train`: 0 done (a replica that writes nothing included), 1 a step failed,
-2 the config or the command line is wrong. Imports stay inside functions so that a passed
+2 the config or the command line is wrong, 75 stopped by SIGTERM (preempted; a restart
+resumes from the checkpoint it saved). Imports stay inside functions so that a passed
 command starts without waiting for torch.
 """
 
@@ -132,7 +133,7 @@ def train_command(options: argparse.Namespace, env: Mapping[str, str] = os.envir
             )
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return exc.exit_code
     print(result.message, flush=True)
     if result.is_primary:
         print(f"model: {model_dir}\nmetrics: {json.dumps(result.metrics)}", flush=True)

@@ -10,6 +10,9 @@ from collections.abc import Iterator
 class UserError(Exception):
     """A problem the user can fix; the message says what and where."""
 
+    #: The exit code of a step or command that stops on this error.
+    exit_code = 1
+
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, then what it wraps (its explicit cause, else the exception it arose during),

@@ -69,7 +69,7 @@ def test_flops_count_non_embedding_parameters() -> None:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from llm_pipeline.train.stages import count_parameters
+    from llm_pipeline.train.counts import count_parameters
 
     model = T5ForConditionalGeneration(
         T5Config(vocab_size=1000, d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16)

@@ -77,7 +77,10 @@ class TrainConfig(Section):
         default=None, ge=1, description="Steps between evaluations; `null` evaluates per epoch."
     )
     save_steps: int = Field(
-        default=500, ge=1, description="Steps between checkpoints: the most work a restart loses."
+        default=500,
+        ge=1,
+        description="Steps between checkpoints: the most work a crash loses (a SIGTERM, as "
+        "Spot preemption sends, saves at the next step instead).",
     )
     save_total_limit: int = Field(
         default=2, ge=1, description="Complete checkpoints kept; older ones are deleted."
@@ -90,6 +93,12 @@ class TrainConfig(Section):
         default=1800,
         ge=10,
         description="A collective (all-reduce, barrier) that waits longer fails the step.",
+    )
+    startup_timeout_s: int = Field(
+        default=1800,
+        ge=10,
+        description="A training process that has not reached its first step after this long "
+        "fails the step, naming what it was waiting on (a build lock, a peer, a download).",
     )
 
     @model_validator(mode="after")

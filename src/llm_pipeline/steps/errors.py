@@ -24,7 +24,8 @@ def _task_dir(kwargs: dict[str, Any]) -> Path | None:
 
 
 def reports_user_errors(step: Callable[P, R]) -> Callable[P, R]:
-    """Exit the step with status 1 and the message, not a traceback, on a UserError."""
+    """Exit the step with the error's status (1; 75 for a preemption) and the message, not a
+    traceback, on a UserError."""
 
     @functools.wraps(step)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -40,6 +41,6 @@ def reports_user_errors(step: Callable[P, R]) -> Callable[P, R]:
                     (folder / ERROR_FILE).write_text(message + "\n")
                 except OSError:
                     pass  # the message is already on stderr; a read-only folder loses nothing
-            raise SystemExit(1) from None
+            raise SystemExit(exc.exit_code) from None
 
     return wrapper

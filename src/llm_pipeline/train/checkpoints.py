@@ -45,6 +45,7 @@ _OPERATIONAL_FIELDS = frozenset(
         "eval_steps",
         "per_device_eval_batch_size",
         "collective_timeout_s",
+        "startup_timeout_s",
     }
 )
 

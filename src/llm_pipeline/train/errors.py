@@ -9,26 +9,18 @@ from __future__ import annotations
 
 from llm_pipeline.errors import UserError
 
-# Settings that lower memory per device, most effective first; named in out-of-memory errors.
-OOM_ADVICE = (
-    "lower train.per_device_batch_size (and raise train.gradient_accumulation_steps to keep "
-    "the global batch), lower data.max_source_length / max_target_length, set "
-    "train.gradient_checkpointing to true, or offload with train.offload_optimizer / "
-    'train.offload_param ("cpu")'
-)
-
-_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
+#: The exit code of a worker, and of the finetune step, stopped by SIGTERM: EX_TEMPFAIL from
+#: sysexits.h, "try again later". Any non-zero exit makes Vertex AI restart the worker, and
+#: with `cluster.restart_job_on_worker_restart` the whole job, which then resumes; a distinct
+#: code tells a preemption from a failure in logs and in the local runner's summary.
+PREEMPTED_EXIT_CODE = 75
 
 
 class TrainError(UserError, RuntimeError):
     """Training could not run or did not finish; the message says why and what to change."""
 
 
-def is_out_of_memory(text: str) -> bool:
-    """Whether an error message (or a rank's stderr tail) reports device memory exhaustion."""
-    return any(marker in text for marker in _OOM_MARKERS)
+class TrainingPreempted(TrainError):
+    """Training stopped on SIGTERM; the message says which checkpoint a restart resumes from."""
 
-
-def out_of_memory_message(detail: str) -> str:
-    """The message for a rank that ran out of device memory: what happened and what to lower."""
-    return f"training ran out of GPU memory: {detail.strip()}\nTo fit: {OOM_ADVICE}."
+    exit_code = PREEMPTED_EXIT_CODE

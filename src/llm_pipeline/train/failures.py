@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_pipeline.train.errors import is_out_of_memory, out_of_memory_message
+from llm_pipeline.train.out_of_memory import is_out_of_memory, out_of_memory_message
 
 _TAIL_LINES = 25
 # One entry of torchrun's failure summary: "rank : 1 (local_rank: 1)\n exitcode : -9 (pid: ..".
@@ -72,6 +72,11 @@ class RankFailure:
     local_rank: int
     how: str
     detail: str
+
+
+def rank_exit_codes(launcher_output: str) -> list[int]:
+    """The exit code of each rank torchrun's failure summary lists (negative: a signal)."""
+    return [int(code) for _, _, code in _EXIT.findall(launcher_output)]
 
 
 def first_failure(*, log_dir: Path, launcher_output: str) -> RankFailure | None:

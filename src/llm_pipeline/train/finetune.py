@@ -24,11 +24,11 @@ import torch
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.train.checkpoints import resolve_checkpoint_root
 from llm_pipeline.train.cluster import ClusterInfo, NotATrainingNode, detect_cluster
-from llm_pipeline.train.errors import TrainError
-from llm_pipeline.train.failures import failure_message
+from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
+from llm_pipeline.train.failures import failure_message, rank_exit_codes
 from llm_pipeline.train.launch import torchrun_command
 from llm_pipeline.train.outputs import check_output_dir
-from llm_pipeline.train.run import run_launcher
+from llm_pipeline.train.run import LauncherExit, run_launcher
 from llm_pipeline.train.spec import WorkerSpec
 
 WORKER_MODULE = "llm_pipeline.train.worker"
@@ -144,17 +144,52 @@ def _run_launcher(
     """Run the launcher, echoing its output; raise TrainError naming the rank that failed."""
     log_dir = Path(spec.work_dir) / "logs"
     ended = run_launcher(command, env=env, log_dir=log_dir)
-    if ended.code != 0:
-        raise TrainError(
-            failure_message(
-                log_dir=log_dir,
-                launcher_output=ended.output_tail,
-                exit_code=ended.code,
-                node_rank=info.node_rank,
-                procs_per_node=info.procs_per_node,
-                collective_timeout_s=spec.train.collective_timeout_s,
-            )
+    if ended.code == 0:
+        return
+    preempted = _preemption_message(spec, ended)
+    if preempted is not None:
+        raise TrainingPreempted(preempted)
+    raise TrainError(
+        failure_message(
+            log_dir=log_dir,
+            launcher_output=ended.output_tail,
+            exit_code=ended.code,
+            node_rank=info.node_rank,
+            procs_per_node=info.procs_per_node,
+            collective_timeout_s=spec.train.collective_timeout_s,
         )
+    )
+
+
+def _preemption_message(spec: WorkerSpec, ended: LauncherExit) -> str | None:
+    """What a launch stopped by SIGTERM saved, or None if it was not stopped so.
+
+    Stopped so: this process passed a SIGTERM on, rank 0 reported the step it saved, or
+    every rank torchrun lists exited with the preemption code (a SIGTERM sent to the ranks).
+    """
+    saved = _read_result(spec) or {}
+    codes = rank_exit_codes(ended.output_tail)
+    by_ranks = bool(codes) and all(code == PREEMPTED_EXIT_CODE for code in codes)
+    if ended.forwarded_signal is None and "preempted_at_step" not in saved and not by_ranks:
+        return None
+    step = saved.get("preempted_at_step")
+    if step is None:
+        return (
+            "training was stopped by SIGTERM before it saved anything (before its first "
+            "step, or killed during the save); a restarted job resumes from the newest "
+            "complete checkpoint, if there is one"
+        )
+    return (
+        f"training was stopped by SIGTERM and saved a complete checkpoint at step {step} in "
+        f"{saved.get('checkpoint_folder')}; a restarted job resumes from it"
+    )
+
+
+def _read_result(spec: WorkerSpec) -> dict[str, Any] | None:
+    if not spec.result_path.is_file():
+        return None
+    payload: dict[str, Any] = json.loads(spec.result_path.read_text(encoding="utf-8"))
+    return payload
 
 
 def _result(spec: WorkerSpec, info: ClusterInfo) -> FinetuneResult:
@@ -167,9 +202,9 @@ def _result(spec: WorkerSpec, info: ClusterInfo) -> FinetuneResult:
             message=f"node {info.node_rank} of {info.node_count} trained; the primary "
             "(node 0) writes the model and metrics",
         )
-    if not spec.result_path.is_file():
+    payload = _read_result(spec)
+    if payload is None:
         raise TrainError("training ended without a result from rank 0; see the log above")
-    payload = json.loads(spec.result_path.read_text(encoding="utf-8"))
     return FinetuneResult(
         is_primary=True,
         node_rank=info.node_rank,

@@ -1,15 +1,21 @@
 """Run a launcher (torchrun, DeepSpeed's runner) to the end, as the finetune and evaluate
 steps both do: its output echoed live, its last lines and every rank's logs kept for the
-failure message (`failures.first_failure`)."""
+failure message (`failures.first_failure`). A SIGTERM this process gets (a preempted VM, a
+`kill`) is passed on to the launcher, which passes it to the ranks, and the wait goes on: the
+ranks save a checkpoint and exit, and only then does this process return."""
 
 from __future__ import annotations
 
 import collections
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 #: Lines of a launcher's output kept to find why it failed.
 OUTPUT_TAIL_LINES = 400
@@ -21,6 +27,8 @@ class LauncherExit:
 
     code: int
     output_tail: str
+    #: The signal this process received and passed on to the launcher, if any.
+    forwarded_signal: int | None = None
 
 
 def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Path) -> LauncherExit:
@@ -43,6 +51,8 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
         text=True,
         errors="replace",
     )
+    forwarded: list[int] = []
+    previous = _forward_sigterm(process, forwarded)
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -53,4 +63,24 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
         if process.poll() is None:
             process.terminate()
             process.wait()
-    return LauncherExit(code, "".join(tail))
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return LauncherExit(code, "".join(tail), forwarded[0] if forwarded else None)
+
+
+def _forward_sigterm(process: subprocess.Popen[str], forwarded: list[int]) -> Any:
+    """Pass SIGTERM on to `process` once, noting it in `forwarded`; returns the handler it
+    replaced (None off the main thread, where Python allows no signal handlers).
+
+    Once only: torchrun treats a second SIGTERM during its shutdown as a new failure and
+    stops waiting for the ranks' save.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if not forwarded and process.poll() is None:
+            forwarded.append(signum)
+            process.send_signal(signum)
+
+    return signal.signal(signal.SIGTERM, forward)

@@ -1,31 +1,47 @@
 """One training process: `python -m llm_pipeline.train.worker --spec spec.json` under torchrun.
 
-`run` is the table of contents of a training process; each line is one stage from `stages`,
-`checkpoint_sync` or `outputs`. Failures propagate: torchrun's `record` writes the exception
-to the error file the launcher reads, so the step shows this rank's message.
+`run` is the table of contents of a training process: each line is one stage, in a module
+named for what it does. Failures propagate: torchrun's `record` writes the exception to the
+error file the launcher reads, so the step shows this rank's message. SIGTERM (preemption)
+ends the process with `PREEMPTED_EXIT_CODE`, after a checkpoint if training had begun.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
-from transformers import PreTrainedModel, set_seed
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.train import checkpoints, safe_load, stages
+from llm_pipeline.train import (
+    arguments,
+    checkpoints,
+    counts,
+    loop,
+    op_builds,
+    precision,
+    process_group,
+    safe_load,
+    training_data,
+)
 from llm_pipeline.train.checkpoint_sync import (
     CheckpointLayout,
     CompleteCheckpoints,
+    plan_layout,
     prepare_resume,
 )
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
+from llm_pipeline.train.preemption import PREEMPTED_EXIT_CODE, Preempted, SaveOnSignal
 from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.startup import StartupWatchdog
 from llm_pipeline.train.status import TrainingStatus
 from llm_pipeline.train.trainer import FinetuneTrainer, Sampling, build_trainer
 
@@ -35,21 +51,18 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
 
     `sampling` overrides the example order (tests compare runs on a fixed order).
     """
-    # Under DeepSpeed's launcher, nodes other than the primary never had this folder made.
-    Path(spec.work_dir).mkdir(parents=True, exist_ok=True)
-    safe_load.install()
-    stages.init_process_group(spec)
-    layout = stages.plan_checkpoints(spec)
+    stopper, watchdog = _guard_startup(spec)
+    process_group.join(spec)
+    layout = _plan_checkpoints(spec)
     resume_from = prepare_resume(layout)
-    precision = stages.precision(spec)
+    train_precision = precision.training_precision(spec)
     tokenizer = load_tokenizer(spec.model)
-    train_set, eval_set = stages.load_splits(spec)
-    args = stages.arguments(spec, layout, precision=precision, has_eval=eval_set is not None)
-    set_seed(spec.train.seed)
-    model = load_model(spec.model, tokenizer)
-    if spec.train.freeze_encoder:
-        freeze_encoder(model)
-    clock = stages.Clock()
+    train_set, eval_set = training_data.load_splits(spec)
+    args = arguments.trainer_arguments(
+        spec, layout, precision=train_precision, has_eval=eval_set is not None
+    )
+    model = _build_model(spec, tokenizer)
+    clock = counts.Clock()
     trainer = build_trainer(
         model=model,
         tokenizer=tokenizer,
@@ -58,6 +71,8 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         eval_dataset=eval_set,
         callbacks=[
             CompleteCheckpoints(layout),
+            stopper,
+            watchdog,
             clock,
             TrainingStatus(),
             *tensorboard_callbacks(spec),
@@ -65,35 +80,68 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         label_smoothing=spec.train.label_smoothing,
     )
-    stages.train(trainer, resume_from)
-    eval_loss = stages.evaluate(trainer)
-    metrics = _metrics(trainer, model, clock, eval_loss=eval_loss, resume_from=resume_from)
-    resolved = {
-        "precision": precision,
-        "deepspeed": args.deepspeed,
-        "world_size": metrics["world_size"],
-    }
-    save_final_model(trainer, tokenizer, spec, resolved=resolved)
+    try:
+        loop.train(trainer, resume_from, stopper)
+    except Preempted as stop:
+        _report_preemption(spec, layout, stop)
+        raise
+    eval_loss = loop.final_eval_loss(trainer)
+    metrics = _metrics(trainer, clock, eval_loss=eval_loss, resume_from=resume_from)
+    resolved = {"precision": train_precision, "deepspeed": args.deepspeed}
+    save_final_model(
+        trainer, tokenizer, spec, resolved={**resolved, "world_size": dist.get_world_size()}
+    )
     write_result(spec, _result(trainer, layout, metrics))
-    stages.leave_process_group()
+    process_group.leave()
+
+
+def _guard_startup(spec: WorkerSpec) -> tuple[SaveOnSignal, StartupWatchdog]:
+    """What protects start-up: SIGTERM handling, a bounded wait, loads a kill cannot wedge."""
+    # Under DeepSpeed's launcher, nodes other than the primary never had this folder made.
+    Path(spec.work_dir).mkdir(parents=True, exist_ok=True)
+    stopper = SaveOnSignal()
+    stopper.install()
+    watchdog = StartupWatchdog(spec.train.startup_timeout_s, entry="run").start()
+    safe_load.install()
+    op_builds.install()
+    return stopper, watchdog
+
+
+def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
+    """This run's checkpoint folder (per fingerprint) and who writes, uploads and marks."""
+    fingerprint = checkpoints.run_fingerprint(
+        model=spec.model,
+        train=spec.train,
+        dataset_dir=spec.dataset_dir,
+        world_size=dist.get_world_size(),
+    )
+    return plan_layout(
+        folder=checkpoints.run_folder(spec.checkpoint_root, fingerprint),
+        staging=str(Path(spec.work_dir) / "staging"),
+        fingerprint=fingerprint,
+        keep=spec.train.save_total_limit,
+        node_count=spec.node_count,
+    )
+
+
+def _build_model(spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """The model, seeded, with the encoder frozen if the config says so."""
+    set_seed(spec.train.seed)
+    model = load_model(spec.model, tokenizer)
+    if spec.train.freeze_encoder:
+        freeze_encoder(model)
+    return model
 
 
 def _metrics(
     trainer: FinetuneTrainer,
-    model: PreTrainedModel,
-    clock: stages.Clock,
+    clock: counts.Clock,
     *,
     eval_loss: float | None,
     resume_from: str | None,
 ) -> dict[str, Any]:
-    counts = stages.gather_counts(
-        trainer,
-        seconds=clock.seconds,
-        parameters=stages.count_parameters(model),
-        non_embedding_parameters=stages.count_parameters(model, embeddings=False),
-    )
     return final_metrics(
-        counts=counts,
+        counts=counts.gather_counts(trainer, clock),
         train_loss=last_logged(trainer.state.log_history, "loss"),
         eval_loss=eval_loss,
         global_step=trainer.state.global_step,
@@ -111,6 +159,13 @@ def _result(
     }
 
 
+def _report_preemption(spec: WorkerSpec, layout: CheckpointLayout, stop: Preempted) -> None:
+    """Tell the launcher which checkpoint the stop saved; the ranks are in step, so they
+    leave the group cleanly (an exit with it up can abort, hiding the exit code)."""
+    write_result(spec, {"preempted_at_step": stop.step, "checkpoint_folder": layout.folder})
+    process_group.leave()
+
+
 @record
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -125,7 +180,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     # what the stages read.
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
-    run(WorkerSpec.read(options.spec), sampling=options.sampling)
+    try:
+        run(WorkerSpec.read(options.spec), sampling=options.sampling)
+    except Preempted as stop:
+        where = f"after saving step {stop.step}" if stop.step is not None else "before training"
+        print(f"stopped by {stop} {where}", file=sys.stderr, flush=True)
+        sys.exit(PREEMPTED_EXIT_CODE)
 
 
 if __name__ == "__main__":

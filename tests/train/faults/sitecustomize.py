@@ -1,8 +1,9 @@
 """Fault injection for the training tests, loaded by Python at start-up via PYTHONPATH.
 
 A test that puts this folder on PYTHONPATH and sets LLM_PIPELINE_TEST_FAULT to
-`<rank>:raise` or `<rank>:hang` makes that one training process fail (or stop answering) when
-it reaches the training loop, the way a real bug or a stuck peer would. The product code has no
+`<rank>:raise`, `<rank>:hang` or `<rank>:hang-startup` makes that one training process fail
+(or stop answering) when it reaches the training loop, or hang before joining the process
+group, the way a real bug, a stuck peer or a wedged start-up would. The product code has no
 test hooks; this replaces one of its functions in the chosen process only.
 """
 
@@ -13,11 +14,19 @@ _rank, _, _kind = _fault.partition(":")
 if _fault and os.environ.get("RANK") == _rank:
     import time
 
-    from llm_pipeline.train import stages
+    if _kind == "hang-startup":
+        from llm_pipeline.train import process_group
 
-    def _failing_train(trainer, resume_from):  # type: ignore[no-untyped-def]
-        if _kind == "hang":
+        def _hanging_join(spec):  # type: ignore[no-untyped-def]
             time.sleep(3600)
-        raise RuntimeError(f"injected failure on rank {_rank}: the tokenizer exploded")
 
-    stages.train = _failing_train
+        process_group.join = _hanging_join
+    else:
+        from llm_pipeline.train import loop
+
+        def _failing_train(trainer, resume_from, stopper):  # type: ignore[no-untyped-def]
+            if _kind == "hang":
+                time.sleep(3600)
+            raise RuntimeError(f"injected failure on rank {_rank}: the tokenizer exploded")
+
+        loop.train = _failing_train

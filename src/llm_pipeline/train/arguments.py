@@ -1,0 +1,36 @@
+"""The Trainer's arguments for one process: the config, the DeepSpeed settings, the
+checkpoint layout and the world size, put together."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from transformers import Seq2SeqTrainingArguments
+
+from llm_pipeline.models.loading import hidden_size
+from llm_pipeline.train.checkpoint_sync import CheckpointLayout
+from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.trainer import deepspeed_settings, training_arguments
+
+
+def trainer_arguments(
+    spec: WorkerSpec, layout: CheckpointLayout, *, precision: str, has_eval: bool
+) -> Seq2SeqTrainingArguments:
+    """Trainer arguments with the DeepSpeed config.
+
+    Create them before loading the model: under ZeRO-3 their existence is what makes
+    `from_pretrained` build the model already partitioned across ranks.
+    """
+    deepspeed = deepspeed_settings(
+        spec.train,
+        precision=precision,
+        world_size=dist.get_world_size(),
+        hidden_size=hidden_size(spec.model),
+    )
+    return training_arguments(
+        spec.train,
+        output_dir=layout.local_folder,
+        precision=precision,
+        deepspeed=deepspeed,
+        save_on_each_node=layout.save_on_each_node,
+        has_eval=has_eval,
+    )

@@ -1,0 +1,238 @@
+"""SIGTERM, as Spot preemption sends it, saves a checkpoint at the next step; a kill at any
+moment of start-up leaves nothing that blocks the next run.
+
+Real processes throughout: torchrun with 2 CPU ranks under ZeRO-3, DeepSpeed loading its
+CPU communication op through torch's JIT loader, signals sent with os.kill.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.train.checkpoints import MARKER
+from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
+from llm_pipeline.train.finetune import WORKER_MODULE, FinetuneResult, run_finetune
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS, SAVE_STEPS = 40, 10
+SHM_OP = "deepspeed_shm_comm"
+
+
+def _checkpoints(root: Path) -> dict[int, bool]:
+    """Every checkpoint folder's step, and whether it is complete."""
+    return {
+        int(folder.name.split("-")[1]): (folder / MARKER).is_file()
+        for folder in root.glob("run-*/checkpoint-*")
+    }
+
+
+def _complete(root: Path) -> list[int]:
+    return sorted(step for step, complete in _checkpoints(root).items() if complete)
+
+
+def _processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if marker in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _workers() -> list[psutil.Process]:
+    return [p for p in _processes(WORKER_MODULE) if p not in _processes("torch.distributed.run")]
+
+
+def _launcher() -> psutil.Process:
+    launchers = _processes("torch.distributed.run")
+    assert len(launchers) == 1, launchers
+    return launchers[0]
+
+
+def _wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Attempt:
+    """run_finetune in a thread, as a KFP step runs it, with its outcome kept."""
+
+    def __init__(self, step_args: dict[str, Any]) -> None:
+        self.result: FinetuneResult | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(step_args,), daemon=True)
+        self.thread.start()
+
+    def _run(self, step_args: dict[str, Any]) -> None:
+        try:
+            self.result = run_finetune(**step_args)
+        except BaseException as err:
+            self.error = err
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"run_finetune still running after {timeout} s"
+
+
+@pytest.fixture
+def step_args(
+    tokenized_docstrings: Path,
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Callable[..., TrainConfig],
+) -> dict[str, Any]:
+    return {
+        "dataset_dir": str(tokenized_docstrings),
+        "output_dir": str(tmp_path / "model"),
+        "model": tiny_t5_model,
+        "train": train_settings(
+            max_steps=MAX_STEPS, save_steps=SAVE_STEPS, save_total_limit=3, startup_timeout_s=240
+        ),
+        "cluster": ClusterConfig(processes=2),
+        "env": dict(os.environ),
+    }
+
+
+def test_sigterm_saves_a_checkpoint_that_the_rerun_resumes(step_args: dict[str, Any]) -> None:
+    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
+
+    # 1. SIGTERM arrives while the stop's own save is being written, and the save does not
+    #    finish (the VM is gone): the periodic checkpoint stays the newest complete one.
+    first = Attempt(step_args)
+    _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
+    launcher = _launcher()
+    os.kill(launcher.pid, signal.SIGTERM)
+    partial = _wait_for(
+        lambda: [s for s, done in _checkpoints(checkpoints).items() if s > SAVE_STEPS and not done],
+        timeout=60,
+        what="the stop's checkpoint folder",
+    )
+    for process in [launcher, *_workers()]:
+        process.kill()
+    first.join(60)
+    assert isinstance(first.error, TrainError), first.error
+    assert _complete(checkpoints)[-1] == SAVE_STEPS
+    assert not _checkpoints(checkpoints)[partial[0]], "a killed save must not look complete"
+
+    # 2. SIGTERM mid-training with time to save: a complete checkpoint newer than the last
+    #    periodic one, and a step that says so.
+    second = Attempt(step_args)
+    _wait_for(lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="step 20")
+    os.kill(_launcher().pid, signal.SIGTERM)
+    second.join(120)
+    assert isinstance(second.error, TrainingPreempted), second.error
+    assert second.error.exit_code == PREEMPTED_EXIT_CODE
+    saved = _complete(checkpoints)[-1]
+    assert 2 * SAVE_STEPS < saved < MAX_STEPS
+    assert f"complete checkpoint at step {saved}" in str(second.error)
+    assert not Path(step_args["output_dir"]).exists()
+
+    # 3. The rerun resumes from it and finishes; every step is logged exactly once.
+    result = run_finetune(**step_args)
+    assert result.metrics["resumed_from_step"] == saved
+    assert result.metrics["global_step"] == MAX_STEPS
+    logged = [entry["step"] for entry in result.log_history if "loss" in entry]
+    assert logged == list(range(1, MAX_STEPS + 1))
+    assert partial[0] not in _checkpoints(checkpoints) or partial[0] == saved
+
+
+def _build_lock() -> Path:
+    """The FileBaton path torch's JIT loader takes for DeepSpeed's CPU communication op."""
+    from llm_pipeline.train.op_builds import build_folder
+
+    return build_folder(SHM_OP) / "lock"
+
+
+def _leave_a_stale_build_lock() -> None:
+    """What a loader SIGKILLed inside the op load leaves: torch's own FileBaton, taken by a
+    process that then dies without releasing it."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from torch.utils.file_baton import FileBaton\n"
+            f"assert FileBaton({str(_build_lock())!r}).try_acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_run_killed_during_startup_does_not_block_the_next(
+    signum: signal.Signals, step_args: dict[str, Any], train_settings: Callable[..., TrainConfig]
+) -> None:
+    step_args["train"] = train_settings(max_steps=2, save_steps=100, startup_timeout_s=120)
+    lock = _build_lock()
+    try:
+        first = Attempt(step_args)
+        workers = _wait_for(
+            lambda: len(_workers()) == 2 and _workers(),
+            timeout=60,
+            what="the training processes",
+        )
+        time.sleep(4)  # inside start-up: imports done, joining the group, loading the op
+        for worker in workers:
+            os.kill(worker.pid, signum)
+        first.join(90)
+        assert isinstance(first.error, TrainError), first.error
+        assert first.result is None
+        if signum == signal.SIGKILL:
+            _leave_a_stale_build_lock()
+            assert lock.exists()
+        else:
+            assert not lock.exists(), "SIGTERM during start-up must release the build lock"
+
+        second = run_finetune(**step_args)
+
+        assert second.metrics["global_step"] == 2
+        assert not lock.exists()
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def test_a_hung_startup_fails_naming_where_it_waits(
+    step_args: dict[str, Any], train_settings: Callable[..., TrainConfig]
+) -> None:
+    """The watchdog ends a start-up that waits past train.startup_timeout_s, and says where."""
+    step_args["train"] = train_settings(max_steps=2, startup_timeout_s=10)
+    faults = Path(__file__).parent / "faults"
+    env = dict(step_args["env"])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(faults), env.get("PYTHONPATH")]))
+    env["LLM_PIPELINE_TEST_FAULT"] = "1:hang-startup"
+    step_args["env"] = env
+    started = time.monotonic()
+
+    with pytest.raises(TrainError) as failure:
+        run_finetune(**step_args)
+
+    assert time.monotonic() - started < 90
+    message = str(failure.value)
+    assert "did not start training within train.startup_timeout_s (10 s)" in message
+    assert "process_group.join(spec)" in message
