@@ -1,7 +1,7 @@
 """One replica of a multi-node job: calls run_finetune as the finetune component would.
 
 Run as a script (`python node_driver.py args.json`) inside a network namespace by
-test_two_nodes.py; the cluster comes from the environment (CLUSTER_SPEC), like on Vertex.
+two_nodes.run_two_replicas; the cluster comes from the environment (CLUSTER_SPEC), like on Vertex.
 """
 
 import dataclasses

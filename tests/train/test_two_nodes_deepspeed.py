@@ -16,8 +16,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +25,10 @@ import pytest
 from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.train.checkpoints import MARKER
 
+from .two_nodes import assert_one_job_of_two_nodes, run_two_replicas
+
 pytestmark = pytest.mark.slow
 
-DRIVER = Path(__file__).with_name("node_driver.py")
 SUBNET = "10.213.48"
 PORT = 29527
 # Both ends get the same name inside their namespaces, so one GLOO_SOCKET_IFNAME (carried to
@@ -82,56 +81,25 @@ def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
     tiny_t5_model: ModelConfig,
     train_settings: Callable[..., TrainConfig],
 ) -> None:
-    cluster = {
-        "workerpool0": [f"{SUBNET}.1:{PORT}"],
-        "workerpool1": [f"{SUBNET}.2:{PORT}"],
-    }
-    tasks = [{"type": "workerpool0", "index": 0}, {"type": "workerpool1", "index": 0}]
     job = f"ds-{uuid.uuid4().hex[:8]}"
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for node, (namespace, task) in enumerate(zip(two_namespaces, tasks, strict=True)):
-            args = {
-                "dataset_dir": str(tokenized_docstrings),
-                "output_dir": str(tmp_path / "model"),
-                "model": tiny_t5_model.model_dump(mode="json"),
-                "train": train_settings(max_steps=6, save_steps=3).model_dump(mode="json"),
-                "cluster": {"processes": 1, "launcher": "deepspeed"},
-                "result": str(tmp_path / f"result-{node}.json"),
-            }
-            args_file = tmp_path / f"args-{node}.json"
-            args_file.write_text(json.dumps(args))
-            env = dict(os.environ)
-            env.update(
-                CLUSTER_SPEC=json.dumps({"cluster": cluster, "task": task, "environment": "cloud"}),
-                CLOUD_ML_JOB_ID=job,
-                # One folder both nodes see, as Vertex's gs:// checkpoint folder under /gcs/:
-                # the nodes exchange the job's ssh keys through it.
-                AIP_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
-                GLOO_SOCKET_IFNAME=IFNAME,
-            )
-            command = ["ip", "netns", "exec", namespace, sys.executable, str(DRIVER)]
-            log = (tmp_path / f"node{node}.log").open("w")
-            processes.append(
-                subprocess.Popen(
-                    [*command, str(args_file)], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
-            )
-        codes = [p.wait(timeout=240) for p in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    logs = [(tmp_path / f"node{n}.log").read_text()[-4000:] for n in range(2)]
-    assert codes == [0, 0], logs
-
-    primary = json.loads((tmp_path / "result-0.json").read_text())
-    worker = json.loads((tmp_path / "result-1.json").read_text())
-    assert primary["is_primary"] and primary["node_count"] == 2
-    assert primary["metrics"]["world_size"] == 2 and primary["metrics"]["global_step"] == 6
-    assert primary["metrics"]["train_samples"] == 6 * 2 * 4
-    assert not worker["is_primary"] and worker["node_rank"] == 1 and worker["output_dir"] is None
+    primary, worker = run_two_replicas(
+        two_namespaces,
+        tmp_path,
+        dataset_dir=tokenized_docstrings,
+        address=(SUBNET, PORT),
+        ifname=IFNAME,
+        model=tiny_t5_model,
+        train=train_settings(max_steps=6, save_steps=3),
+        cluster={"processes": 1, "launcher": "deepspeed"},
+        # One folder both nodes see, as Vertex's gs:// checkpoint folder under /gcs/: the
+        # nodes exchange the job's ssh keys through it.
+        node_env=lambda node: {
+            "CLOUD_ML_JOB_ID": job,
+            "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        },
+        timeout_s=240,
+    )
+    assert_one_job_of_two_nodes(primary, worker, steps=6, batch=4)
     # The model is written once, by the primary: the output folder, and no other outside the
     # checkpoints (which hold rank 0's copy per checkpoint, as on one node).
     assert (tmp_path / "model" / "model.safetensors").is_file()
