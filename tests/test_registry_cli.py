@@ -14,18 +14,9 @@ import pytest
 
 from llm_pipeline.registry.local import LocalRegistry
 
-REPO = Path(__file__).resolve().parents[1]
+from .pipeline_cli import PIPELINE, REPO, run_pipeline
+
 ENDPOINT = "summarizer-endpoint"
-
-
-def pipeline(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "pipeline.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
 
 
 def model_folder(root: Path, name: str) -> Path:
@@ -54,7 +45,7 @@ def two_deploys(tmp_path: Path) -> Path:
 def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
     two_deploys: Path,
 ) -> None:
-    result = pipeline("registry", "--registry-dir", str(two_deploys))
+    result = run_pipeline("registry", "--registry-dir", str(two_deploys))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "model summarizer"
@@ -65,13 +56,13 @@ def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
 
 
 def test_registry_of_an_empty_folder_says_so(tmp_path: Path) -> None:
-    result = pipeline("registry", "--registry-dir", str(tmp_path / "none"))
+    result = run_pipeline("registry", "--registry-dir", str(tmp_path / "none"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["No models registered yet.", "No endpoints yet."]
 
 
 def test_rollback_restores_the_previous_version_and_names_both(two_deploys: Path) -> None:
-    result = pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(two_deploys))
+    result = run_pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(two_deploys))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
         f"endpoint {ENDPOINT}: rolled back from summarizer@2 to summarizer@1 (now 100% of traffic)"
@@ -82,14 +73,14 @@ def test_rollback_restores_the_previous_version_and_names_both(two_deploys: Path
 
 
 def test_rollback_of_an_unknown_endpoint_names_the_ones_that_exist(two_deploys: Path) -> None:
-    result = pipeline("rollback", "--endpoint", "nope", "--registry-dir", str(two_deploys))
+    result = run_pipeline("rollback", "--endpoint", "nope", "--registry-dir", str(two_deploys))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "no endpoint named 'nope'" in result.stderr and ENDPOINT in result.stderr
 
 
 def test_registry_dir_with_a_vertex_config_is_refused(tmp_path: Path) -> None:
-    result = pipeline(
+    result = run_pipeline(
         "registry",
         "--config",
         str(REPO / "configs" / "local.json"),
@@ -113,7 +104,7 @@ def test_serve_runs_the_endpoints_version_until_sigterm(
     process = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "pipeline.py"),
+            str(PIPELINE),
             "serve",
             "--endpoint",
             ENDPOINT,
@@ -156,6 +147,6 @@ def test_serve_runs_the_endpoints_version_until_sigterm(
 
 
 def test_serve_of_an_endpoint_that_serves_nothing_says_so(tmp_path: Path) -> None:
-    result = pipeline("serve", "--endpoint", ENDPOINT, "--registry-dir", str(tmp_path))
+    result = run_pipeline("serve", "--endpoint", ENDPOINT, "--registry-dir", str(tmp_path))
     assert result.returncode == 1
     assert f"endpoint '{ENDPOINT}' serves nothing (endpoints: none)" in result.stderr

@@ -2,8 +2,6 @@
 offline: nothing beside the checkout), checked on disk."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from llm_pipeline.runner import LocalRun, run_local
 
 from ..chromium import render_in_chromium
 from ..docstring_data import DocstringData
+from ..pipeline_cli import run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 #: The config as shipped: the names the run registers under, the baseline it scores.
@@ -36,17 +35,6 @@ ENDPOINT = SHIPPED.deploy.endpoint_name()
 LEAD = SHIPPED.evaluate.lead_k
 #: Pipeline parameters the first run sets (the config says 8 and 3e-4).
 RUN_ARGUMENTS = {"per_device_batch_size": 4, "learning_rate": 1e-4}
-
-
-def pipeline_cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`python pipeline.py ARGS` as a user runs it, from the repository."""
-    return subprocess.run(
-        [sys.executable, str(REPO / "pipeline.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +149,7 @@ def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
 def test_cli_names_the_failing_step_and_its_reason(
     tmp_path: Path, docstring_data: DocstringData
 ) -> None:
-    result = pipeline_cli(
+    result = run_pipeline(
         "--config",
         str(REPO / "configs" / "local.json"),
         "--set",
@@ -209,7 +197,7 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
     endpoint serves, and says so; `override: always` ships version 2 (the same data and seed
     train the same model, which `auto` would not ship); rollback restores version 1.
     tests/runner/test_local_condition.py covers a gate that says no."""
-    result = pipeline_cli(
+    result = run_pipeline(
         "--config",
         str(REPO / "configs" / "local.json"),
         *[arg for item in SMALL for arg in ("--set", item)],
@@ -234,12 +222,12 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
         assert f"[ok  ] {step:<14} reused: same inputs as an earlier run" in summary
     assert "[ok  ] finetune       reused" not in summary  # training always runs again
 
-    rollback = pipeline_cli(
+    rollback = run_pipeline(
         "rollback", "--endpoint", ENDPOINT, "--registry-dir", str(registry_dir), timeout=120
     )
     assert rollback.returncode == 0, rollback.stderr
     assert f"rolled back from {MODEL}@2 to {MODEL}@1" in rollback.stdout
-    registry = pipeline_cli("registry", "--registry-dir", str(registry_dir), timeout=120)
+    registry = run_pipeline("registry", "--registry-dir", str(registry_dir), timeout=120)
     assert f"endpoint {ENDPOINT}: serves {MODEL}@1 " in registry.stdout
 
 
