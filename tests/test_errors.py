@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from llm_pipeline.errors import exception_chain
+from llm_pipeline.errors import exception_chain, json_path
 
 
 def _raised(make: Callable[[], None]) -> Exception:
@@ -39,3 +39,10 @@ def test_a_chain_that_loops_yields_each_error_once() -> None:
     first, second = ValueError("first"), ValueError("second")
     first.__context__, second.__context__ = second, first
     assert list(exception_chain(first)) == [first, second]
+
+
+def test_a_json_path_reads_as_a_user_writes_it() -> None:
+    assert json_path(("train", "epochs")) == "train.epochs"
+    assert json_path(("instances", 3, "text")) == "instances[3].text"
+    assert json_path((0, "summary")) == "[0].summary"
+    assert json_path(()) == ""

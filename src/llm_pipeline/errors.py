@@ -4,7 +4,7 @@ Steps report these as one clear message instead of a traceback; anything else is
 and keeps its traceback.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class UserError(Exception):
@@ -28,3 +28,12 @@ def exception_chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+def json_path(loc: Iterable[str | int]) -> str:
+    """Where in a JSON document a problem is: `("train", "epochs")` as `train.epochs`,
+    `("instances", 3, "text")` as `instances[3].text` (pydantic's error locations)."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from llm_pipeline.config.annotations import submodel
-from llm_pipeline.errors import UserError
+from llm_pipeline.errors import UserError, json_path
 
 #: Keys an older config may still hold, by path, and what replaces each: such a config is
 #: refused like any unknown key, but told where the setting went.
@@ -47,13 +47,6 @@ def _model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel
     return model
 
 
-def _path(loc: Sequence[int | str]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def _got(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -84,7 +77,7 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
     loc = error["loc"]
     kind = error["type"]
     ctx = error.get("ctx", {})
-    path = _path(loc)
+    path = json_path(loc)
     if kind == "extra_forbidden" and path in RETIRED_KEYS:
         return f"{path}: {RETIRED_KEYS[path]}"
     if kind == "extra_forbidden":
@@ -94,7 +87,7 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         if close:
             return f"{path}: unknown key; did you mean {close[0]!r}?"
-        where = _path(loc[:-1]) or "the top level"
+        where = json_path(loc[:-1]) or "the top level"
         return f"{path}: unknown key (keys allowed in {where}: {', '.join(known)})"
     if kind == "missing":
         return f"{path}: required, but not given"

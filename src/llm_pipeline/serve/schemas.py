@@ -9,7 +9,7 @@ through pydantic's validation context (a `Settings`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import (
@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from llm_pipeline.errors import json_path
 
 if TYPE_CHECKING:
     from llm_pipeline.serve.settings import Settings
@@ -135,16 +137,8 @@ def json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def location(loc: Iterable[str | int]) -> str:
-    """`("instances", 3, "text")` as `instances[3].text`."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def describe_errors(
-    exc: ValidationError, *, name: Callable[[tuple[str | int, ...]], str] = location
+    exc: ValidationError, *, name: Callable[[tuple[str | int, ...]], str] = json_path
 ) -> list[str]:
     """One `where: what` line per problem pydantic found."""
     problems = []
