@@ -10,7 +10,7 @@ import pytest
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.models import ModelSourceError, load_tokenizer, resolve_model_path
-from llm_pipeline.models.sources import CACHE_ENV
+from llm_pipeline.models.sources import CACHE_ENV, is_hub_id
 
 from ..offline_models import MINILM
 
@@ -66,6 +66,17 @@ def test_a_missing_local_folder_or_a_file_is_refused(minilm_tokenizer_dir: Path)
 @pytest.mark.parametrize("hub_id", ["t5-small", "google/flan-t5-base"])
 def test_anything_else_is_a_hub_id_passed_through(hub_id: str) -> None:
     assert resolve_model_path(hub_id) == hub_id
+    assert is_hub_id(hub_id, resolve_model_path(hub_id))
+
+
+def test_a_local_folder_is_not_a_hub_id_even_by_a_relative_name(
+    minilm_tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = str(minilm_tokenizer_dir)
+    assert not is_hub_id(folder, resolve_model_path(folder))
+    monkeypatch.chdir(minilm_tokenizer_dir.parent)
+    name = minilm_tokenizer_dir.name  # reads like a hub id, names a folder here
+    assert not is_hub_id(name, resolve_model_path(name))
 
 
 def test_load_tokenizer_from_a_package_is_fast_and_real() -> None:

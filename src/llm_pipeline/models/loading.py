@@ -8,12 +8,11 @@ one runs whatever code it names.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.models.errors import ModelError
-from llm_pipeline.models.sources import resolve_model_path
+from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -229,7 +228,7 @@ def _resolve(key: str, source: str) -> tuple[str, str]:
         path = resolve_model_path(source)
     except Exception as err:
         raise ModelError(f"{key} {source!r}: {_first_line(err)}") from err
-    if path == source and not Path(path).is_dir():
+    if is_hub_id(source, path):
         return path, f"hub id {path!r}"
     return path, f"folder {path}"
 

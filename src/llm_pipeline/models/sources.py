@@ -68,6 +68,12 @@ def resolve_model_path(source: str, *, cache_dir: Path | None = None) -> str:
     return source
 
 
+def is_hub_id(source: str, resolved: str) -> bool:
+    """Whether `resolved` (what `resolve_model_path(source)` returned) is a Hugging Face hub
+    id: the source came back unchanged and names no local folder."""
+    return resolved == source and not Path(resolved).is_dir()
+
+
 def _package_folder(source: str) -> Path:
     """The folder a `package:<pkg>/<folder>` source names, without importing the package."""
     spec_text = source[len(PACKAGE_SCHEME) :]
@@ -156,7 +162,7 @@ def load_tokenizer(model: ModelConfig) -> "PreTrainedTokenizerBase":
     source = model.tokenizer_source
     key = _source_key(model)
     path = resolve_model_path(source)
-    from_hub = path == source and not Path(path).is_dir()
+    from_hub = is_hub_id(source, path)
     # `revision` pins the checkpoint in model.source; a separately named tokenizer has its own.
     revision = model.revision if from_hub and source == model.source else None
     where = f"hub id {source!r}" if from_hub else f"folder {path}"
