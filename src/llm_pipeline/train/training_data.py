@@ -9,12 +9,10 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
-from llm_pipeline.data.saved import load_saved_dataset
+from llm_pipeline.data.saved import MODEL_COLUMNS, load_saved_dataset
 from llm_pipeline.storage import local_copy
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
-
-COLUMNS = ("input_ids", "attention_mask", "labels")
 
 
 def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
@@ -24,15 +22,15 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
         raise TrainError(f"dataset {spec.dataset_dir!r}: needs a 'train' split, found {list(data)}")
     splits = {name: data[name] for name in ("train", "validation") if name in data}
     for name, split in splits.items():
-        missing = [c for c in COLUMNS if c not in split.column_names]
+        missing = [c for c in MODEL_COLUMNS if c not in split.column_names]
         if missing:
             raise TrainError(
                 f"dataset {spec.dataset_dir!r}: split {name!r} lacks {missing}; run the "
                 "preprocess step on it first"
             )
-    train = splits["train"].select_columns(list(COLUMNS))
+    train = splits["train"].select_columns(list(MODEL_COLUMNS))
     validation = splits.get("validation")
-    return train, validation.select_columns(list(COLUMNS)) if validation is not None else None
+    return train, validation.select_columns(list(MODEL_COLUMNS)) if validation is not None else None
 
 
 def _local_dataset(spec: WorkerSpec) -> Path:
