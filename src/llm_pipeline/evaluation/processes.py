@@ -29,9 +29,9 @@ from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.progress import status
 from llm_pipeline.storage import to_uri
 from llm_pipeline.train.cluster import detect_cluster
-from llm_pipeline.train.out_of_memory import is_out_of_memory
 from llm_pipeline.train.failures import first_failure, tail_lines
 from llm_pipeline.train.launch import torchrun_command
+from llm_pipeline.train.out_of_memory import is_out_of_memory
 from llm_pipeline.train.run import run_launcher
 
 __all__ = ["EvaluationOutputs", "evaluate_in_processes", "evaluation_processes"]
