@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -32,6 +33,8 @@ from llm_pipeline.train.run import LauncherExit, run_launcher
 from llm_pipeline.train.spec import WorkerSpec
 
 WORKER_MODULE = "llm_pipeline.train.worker"
+# How a rank ends on SIGTERM: with the preemption code, or killed by it before its handler.
+_STOPPED_BY_SIGTERM = frozenset({PREEMPTED_EXIT_CODE, -signal.SIGTERM})
 
 
 @dataclass(frozen=True)
@@ -165,11 +168,12 @@ def _preemption_message(spec: WorkerSpec, ended: LauncherExit) -> str | None:
     """What a launch stopped by SIGTERM saved, or None if it was not stopped so.
 
     Stopped so: this process passed a SIGTERM on, rank 0 reported the step it saved, or
-    every rank torchrun lists exited with the preemption code (a SIGTERM sent to the ranks).
+    every rank torchrun lists ended by SIGTERM, handled (the preemption code) or not yet (a
+    SIGTERM sent to the ranks themselves).
     """
     saved = _read_result(spec) or {}
     codes = rank_exit_codes(ended.output_tail)
-    by_ranks = bool(codes) and all(code == PREEMPTED_EXIT_CODE for code in codes)
+    by_ranks = bool(codes) and all(code in _STOPPED_BY_SIGTERM for code in codes)
     if ended.forwarded_signal is None and "preempted_at_step" not in saved and not by_ranks:
         return None
     step = saved.get("preempted_at_step")

@@ -4,22 +4,31 @@ Vertex AI gives a Spot VM, or one evicted for maintenance, a SIGTERM and about 3
 before it stops it. torchrun passes the signal to every rank and kills them 30 s later
 (its `--shutdown_timeout`), so a rank has that long to save. What happens on SIGTERM:
 - before the first training step (start-up: loading, joining, building the engine) there is
-  nothing worth saving: the process stops at once with `Preempted`, unwinding `finally`
-  blocks (so no build lock or partial file is left behind);
-- during training the handler only sets a flag. At each step's end the ranks agree on it (one
-  all-reduce of a single integer; a signal seen by any rank stops all of them on the same
-  step), save a checkpoint through the Trainer's usual path, which `CompleteCheckpoints` marks
-  complete once every rank's files are in, and leave the loop.
-Then the worker exits with `PREEMPTED_EXIT_CODE`, and a restarted job resumes from that
-checkpoint. If the kill comes before the save is complete, its folder has no marker and the
-previous complete checkpoint stays the newest one (see `checkpoints`).
+  nothing worth saving: the process exits at once with `PREEMPTED_EXIT_CODE` (a build lock
+  that leaves behind is cleared by the next loader, see `op_builds`);
+- during training it sets a flag. At each step's end the ranks agree on it (one all-reduce
+  of a single integer; a signal seen by any rank stops all of them on the same step), save a
+  checkpoint through the Trainer's usual path, which `CompleteCheckpoints` marks complete
+  once every rank's files are in, and leave the loop (`Preempted`); the worker then exits
+  with `PREEMPTED_EXIT_CODE` and a restarted job resumes from that checkpoint.
+If the kill comes before the save is complete, its folder has no marker and the previous
+complete checkpoint stays the newest one (see `checkpoints`).
+
+The signal is seen by a thread of its own, through Python's wakeup file descriptor, not by
+a handler in the main thread: that thread may be blocked in a collective (a peer died, and
+torchrun's SIGTERM is tearing the job down), where a Python handler would never run and the
+rank would sit out torchrun's grace period to be SIGKILLed, hiding the rank that really
+failed. If no step ends within twice the last step's time (5 to 20 s) after the signal, the
+rank exits without a checkpoint. A second SIGTERM ends it at once.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
-from types import FrameType
+import time
 from typing import Any
 
 import torch
@@ -34,10 +43,10 @@ SIGNALS = (signal.SIGTERM,)
 
 
 class Preempted(BaseException):
-    """Raised in the main thread by SIGTERM before training starts.
+    """Raised by `loop.train` once the stop's checkpoint is saved.
 
-    A BaseException, like KeyboardInterrupt, so that library code catching `Exception` while
-    loading does not swallow it.
+    A BaseException, like KeyboardInterrupt, so that code catching `Exception` on the way out
+    does not swallow it.
     """
 
     def __init__(self, signum: int, step: int | None = None) -> None:
@@ -53,34 +62,61 @@ class SaveOnSignal(TrainerCallback):
         self.signum: int | None = None  # the signal received, once one was
         self.saved_step: int | None = None  # the step saved because of it
         self._training = False
-        self._previous: dict[int, Any] = {}
+        self._step_started = 0.0
+        self._step_seconds: float | None = None
+        self._give_up: threading.Timer | None = None
 
     def install(self) -> None:
-        """Handle SIGTERM from now on; before training starts it raises `Preempted`."""
+        """Watch for SIGTERM from now on (main thread only, as Python requires)."""
         if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be set there; tests run workers in threads
+            return  # tests run workers in threads; their signals are the process's own
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            # The byte on the wakeup fd is the notice; this handler only keeps the default
+            # action (death) from happening.
+            signal.signal(signum, lambda signum, frame: None)
+        threading.Thread(
+            target=self._watch, args=(read_end,), name="sigterm-watch", daemon=True
+        ).start()
 
-    def uninstall(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
+    def _watch(self, read_end: int) -> None:
+        while True:
+            for signum in os.read(read_end, 64):
+                if signum in SIGNALS:
+                    self._on_signal(signum)
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.signum is None
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            _exit(f"a second {name}: stopping now, without a checkpoint")
         self.signum = signum
-        if not self._training and first:
-            raise Preempted(signum)
+        if not self._training:
+            _exit(f"{name} during start-up: stopping; nothing has been trained yet")
+        grace = min(max(2 * (self._step_seconds or 5.0), 5.0), 20.0)
+        self._give_up = threading.Timer(
+            grace, _exit, args=(f"no training step ended within {grace:g} s of {name}",)
+        )
+        self._give_up.daemon = True
+        self._give_up.start()
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self._training = True
 
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self._step_started = time.monotonic()
+
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
+        self._step_seconds = time.monotonic() - self._step_started
+        if self._give_up is not None:
+            self._give_up.cancel()  # at a boundary: the save may take what it needs
         if state.max_steps and state.global_step >= state.max_steps:
             return  # the last step: the run finishes and saves its model anyway
         if not self._any_rank_signalled(args.device):
@@ -97,3 +133,11 @@ class SaveOnSignal(TrainerCallback):
         if dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+def _exit(reason: str) -> None:
+    """End the process now, from any thread, with the preemption code."""
+    rank = os.environ.get("RANK", "0")
+    print(f"rank {rank}: {reason}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(PREEMPTED_EXIT_CODE)

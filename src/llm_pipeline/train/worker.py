@@ -3,7 +3,8 @@
 `run` is the table of contents of a training process: each line is one stage, in a module
 named for what it does. Failures propagate: torchrun's `record` writes the exception to the
 error file the launcher reads, so the step shows this rank's message. SIGTERM (preemption)
-ends the process with `PREEMPTED_EXIT_CODE`, after a checkpoint if training had begun.
+ends the process with `PREEMPTED_EXIT_CODE`, after a checkpoint if training had begun
+(`preemption`).
 """
 
 from __future__ import annotations
@@ -183,8 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         run(WorkerSpec.read(options.spec), sampling=options.sampling)
     except Preempted as stop:
-        where = f"after saving step {stop.step}" if stop.step is not None else "before training"
-        print(f"stopped by {stop} {where}", file=sys.stderr, flush=True)
+        print(f"stopped by {stop} after saving step {stop.step}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTED_EXIT_CODE)
 
 
