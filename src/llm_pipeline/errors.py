@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator
 class UserError(Exception):
     """A problem the user can fix; the message says what and where."""
 
-    #: The exit code of a step or command that stops on this error.
+    #: The exit code of a step or command that stops on this error (ConfigError: 2;
+    #: a preempted training run: 75).
     exit_code = 1
 
 

@@ -131,9 +131,6 @@ def main(argv: Sequence[str]) -> int:
             )
             return 0
         return _serve(registry, deploy, args)
-    except ConfigError as exc:
+    except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code

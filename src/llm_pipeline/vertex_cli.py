@@ -116,9 +116,9 @@ def run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     """Submit, schedule or upload as the flags say; the exit code."""
     try:
         return _run_vertex(args, config)
-    except UserError as exc:  # ConfigError included: a value that was checked
+    except UserError as exc:  # ConfigError included: a value that was checked; exit 2
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return exc.exit_code
 
 
 def _upload(args: argparse.Namespace, config: PipelineConfig) -> int:
@@ -246,9 +246,6 @@ def schedules_main(argv: Sequence[str]) -> int:
         past = {"pause": "Paused", "resume": "Resumed", "delete": "Deleted"}[args.action]
         print(f"{past} the schedule {schedule.display_name} ({schedule.resource_name}).")
         return 0
-    except ConfigError as exc:
+    except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code

@@ -25,6 +25,8 @@ RETIRED_KEYS = {
 class ConfigError(UserError):
     """A config that cannot be used; `problems` lists every reason, each with its path."""
 
+    exit_code = 2  # a usage error, as argparse's
+
     def __init__(self, problems: Sequence[str], *, source: str | None = None) -> None:
         self.problems = list(problems)
         self.source = source
