@@ -2,9 +2,10 @@
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from ..pipeline_cli import run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,10 +31,4 @@ def with_change(path: str, value: Any) -> dict[str, Any]:
 
 def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """`python pipeline.py ARGS` in its own process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, str(REPO / "pipeline.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    return run_pipeline(*args, cwd=cwd)

@@ -323,3 +323,23 @@ def test_cli_dry_run_prints_resolved_config_and_steps() -> None:
     resolved = json.loads(result.stdout.split("\nWould run")[0])
     assert resolved["cluster"]["processes"] == 1
     assert "download → preprocess" in result.stdout
+
+
+def test_a_dataset_that_can_only_be_a_path_is_taken_from_the_config_folder(
+    tmp_path: Path,
+) -> None:
+    """`data/sub/train.jsonl` cannot be a hub id (`owner/name`), so a missing one is a path
+    that is not there, named as such, not something to look up on the hub later."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(with_change("data.dataset", "data/sub/train.jsonl")))
+    found = problems_from_file(path)
+    assert found == [
+        f"data.dataset: '{tmp_path / 'data/sub/train.jsonl'}' not found (relative paths "
+        "are taken from the config file's folder, or the working directory for --set)"
+    ]
+
+
+def test_an_owner_slash_name_dataset_stays_a_hub_id(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(with_change("data.dataset", "abisee/cnn_dailymail")))
+    assert load_config(path).config.data.dataset == "abisee/cnn_dailymail"

@@ -18,10 +18,11 @@ from llm_pipeline.config import strict_json
 from llm_pipeline.config.errors import ConfigError, problems_from
 from llm_pipeline.config.flat_keys import FLAT_KEYS, get_path, map_flat_keys, set_path
 from llm_pipeline.config.pipeline import PipelineConfig
+from llm_pipeline.storage import looks_like_path
 
-#: Config values that are a local path or a hub id: a relative value is a path when it starts
-#: with ./ or ../ or exists; paths are taken from the config's folder (the working directory
-#: when given with --set).
+#: Config values that are a local path or a hub id: a relative value is a path when it exists
+#: or cannot be a hub id (`storage.looks_like_path`: ./, ../, or more than one /); paths are
+#: taken from the config's folder (the working directory when given with --set).
 PATH_OR_HUB_KEYS = (
     "data.dataset",
     "model.source",
@@ -75,7 +76,7 @@ def _resolve(value: str, base: Path, *, hub_possible: bool) -> str | None:
     expanded = Path(value).expanduser()
     if expanded.is_absolute():
         return str(expanded)
-    looks_local = value.startswith(("./", "../")) or (base / expanded).exists()
+    looks_local = looks_like_path(value) or (base / expanded).exists()
     if hub_possible and not looks_local:
         return None
     return str((base / expanded).resolve())
