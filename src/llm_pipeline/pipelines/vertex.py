@@ -1,6 +1,7 @@
 """How each step runs: on Vertex AI, finetune and evaluate as GPU custom jobs; everywhere,
 display names, caching, retries and resource labels per step."""
 
+import copy
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -88,8 +89,34 @@ def evaluate_job(step: PythonComponent, config: PipelineConfig) -> Any:
 
 
 def worker_pool_template(job: Any) -> list[dict[str, Any]]:
-    """The worker pools a custom job component was compiled with (its input's default)."""
-    return list(job.component_spec.inputs["worker_pool_specs"].default)
+    """The worker pools a custom job component was compiled with (its input's default), with
+    the step's Python made the container's main process (`executor_as_main_process`)."""
+    return executor_as_main_process(list(job.component_spec.inputs["worker_pool_specs"].default))
+
+
+# How KFP's lightweight-component script starts the step, in its last line.
+_EXECUTOR = "_KFP_RUNTIME=true python3 -m kfp.dsl.executor_main"
+
+
+def executor_as_main_process(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`pools` with each container's `sh -ec SCRIPT` ending in `exec env ... python3 ...`.
+
+    KFP runs a lightweight component as `sh -ec SCRIPT`, and dash does not `exec` the
+    script's last command: `sh` stays the container's PID 1 with the step as its child. PID 1
+    ignores signals it has no handler for, so the SIGTERM a preempted Spot VM gets would never
+    reach the step, and training could not save before the kill. With `exec`, the step's
+    Python is PID 1 itself, and the finetune step's handler (`train.run`) takes the signal.
+    """
+    rewritten = copy.deepcopy(pools)
+    for pool in rewritten:
+        command = pool["container_spec"]["command"]
+        if command[:2] != ["sh", "-ec"] or len(command) < 3 or _EXECUTOR not in command[2]:
+            raise ValueError(
+                f"KFP's component command changed shape ({command[:3]!r}); "
+                "executor_as_main_process needs updating"
+            )
+        command[2] = command[2].replace(_EXECUTOR, f"exec env {_EXECUTOR}", 1)
+    return rewritten
 
 
 def step_options(
