@@ -88,10 +88,12 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         raise
     eval_loss = loop.final_eval_loss(trainer)
     metrics = _metrics(trainer, clock, eval_loss=eval_loss, resume_from=resume_from)
-    resolved = {"precision": train_precision, "deepspeed": args.deepspeed}
-    save_final_model(
-        trainer, tokenizer, spec, resolved={**resolved, "world_size": dist.get_world_size()}
-    )
+    resolved = {
+        "precision": train_precision,
+        "deepspeed": args.deepspeed,
+        "world_size": dist.get_world_size(),
+    }
+    save_final_model(trainer, tokenizer, spec, resolved=resolved)
     write_result(spec, _result(trainer, layout, metrics))
     process_group.leave()
 
