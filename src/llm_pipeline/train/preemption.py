@@ -37,8 +37,6 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 
-__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "SaveOnSignal"]
-
 SIGNALS = (signal.SIGTERM,)
 
 

@@ -38,9 +38,10 @@ from llm_pipeline.train.checkpoint_sync import (
     plan_layout,
     prepare_resume,
 )
+from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
-from llm_pipeline.train.preemption import PREEMPTED_EXIT_CODE, Preempted, SaveOnSignal
+from llm_pipeline.train.preemption import Preempted, SaveOnSignal
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.startup import StartupWatchdog
 from llm_pipeline.train.status import TrainingStatus
