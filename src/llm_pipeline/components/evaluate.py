@@ -21,7 +21,7 @@ def evaluate(
     rouge-score's definitions (stemming on by default, rougeLsum one sentence per line)
     beside a lead-k baseline scored the same way. On a machine with several GPUs (on Vertex
     the pipeline runs this step on one whole training node) it starts one process per GPU
-    with torchrun (bf16 on GPUs that have it), each generating its share; rank 0 gathers them in
+    with torchrun (bf16 on GPUs with native bf16), each generating its share; rank 0 gathers them in
     order, scores and writes, so the outputs are those of one process.
 
     Args:

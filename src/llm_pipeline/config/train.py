@@ -41,7 +41,8 @@ class TrainConfig(Section):
     seed: int = Field(default=42, description="Seed for weights init, dropout and data order.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         default="auto",
-        description="`auto` is bf16 on GPUs that support it and fp32 on CPU. T5 overflows in "
+        description="`auto` is bf16 on GPUs that compute in it natively (compute capability "
+        "8.0 and up: A100, L4, H100) and fp32 elsewhere (CPU, T4, V100). T5 overflows in "
         "fp16; use it only for models known to be safe.",
     )
     freeze_encoder: bool = Field(

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -38,7 +37,7 @@ from llm_pipeline.evaluation.generate import (
 )
 from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
-from llm_pipeline.models.generation import default_device
+from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (
     METRICS_FILE,
@@ -241,10 +240,9 @@ def load_base_model(model_dir: str | os.PathLike[str], tokenizer: Any) -> Any:
     except UserError as exc:
         raise EvaluationError(f"evaluate.score_base_model: {exc}") from exc
     device = default_device()
-    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     # The same device and precision as `load_seq2seq` gives the fine-tuned model.
     # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
-    cast(Any, model).to(device, dtype=torch.bfloat16 if bf16 else torch.float32)
+    cast(Any, model).to(device, dtype=inference_dtype(device))
     model.eval()
     return model
 

@@ -12,7 +12,8 @@ Shared by evaluation (which shards this across torchrun ranks) and the predictio
   trained with. (Left padding is for decoder-only models that continue a prompt; those are
   refused here.)
 * `torch.inference_mode` (no autograd bookkeeping) and the KV cache.
-* bf16 on GPUs (T5 overflows in fp16), fp32 on CPUs (bf16 is slow there and changes results).
+* bf16 on GPUs that compute in it natively (T5 overflows in fp16), fp32 elsewhere: on CPUs
+  bf16 is slow and changes results, and on GPUs older than Ampere it is only emulated.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ __all__ = [
     "build_generation_config",
     "default_device",
     "generate_summaries",
+    "inference_dtype",
     "load_seq2seq",
+    "native_bf16",
 ]
 
 #: Generation settings a caller may lay over the model's own; unset (None) ones keep the model's.
@@ -109,6 +112,36 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
+#: The first CUDA compute capability with bf16 in its tensor cores (Ampere: A100 is 8.0, A10 and
+#: L4 8.6/8.9, H100 9.0). T4 (7.5), V100 (7.0) and P100 (6.0) only emulate it.
+NATIVE_BF16_CAPABILITY = 8
+
+
+def native_bf16(device: torch.device | None = None) -> bool:
+    """Whether `device` (default: this process's) is a GPU that computes in bf16 natively.
+
+    Not `torch.cuda.is_bf16_supported()`: since torch 2.3 it defaults to
+    `including_emulation=True` and answers True on T4 and V100, where bf16 runs as slow
+    emulation, so "bf16 where supported" would pick it on exactly the GPUs that lack it. ROCm
+    GPUs are taken at torch's word, as torch itself does.
+    """
+    if not torch.cuda.is_available():
+        return False
+    device = device or default_device()
+    if device.type != "cuda":
+        return False
+    if torch.version.hip:
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return bool(torch.cuda.get_device_properties(index).major >= NATIVE_BF16_CAPABILITY)
+
+
+def inference_dtype(device: torch.device) -> torch.dtype:
+    """The dtype evaluation and serving run a model in on `device`: bf16 where native, else
+    fp32 (never fp16, which T5's activations overflow)."""
+    return torch.bfloat16 if native_bf16(device) else torch.float32
+
+
 def load_seq2seq(
     model_dir: str | os.PathLike[str],
     *,
@@ -118,7 +151,7 @@ def load_seq2seq(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model (eval mode, on `device`) and tokenizer saved in `model_dir`.
 
-    `dtype` defaults to bf16 on GPUs that have it, else fp32. Raises `error` (a caller's
+    `dtype` defaults to `inference_dtype(device)`. Raises `error` (a caller's
     own UserError, so its step reports it) for a folder that is not a consolidated seq2seq
     checkpoint.
     """
@@ -134,9 +167,7 @@ def load_seq2seq(
             f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
         ) from exc
     device = device or default_device()
-    if dtype is None:
-        use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        dtype = torch.bfloat16 if use_bf16 else torch.float32
+    dtype = dtype or inference_dtype(device)
     loader = EncoderDecoderModel if model_type == "encoder-decoder" else AutoModelForSeq2SeqLM
     model = loader.from_pretrained(folder, dtype=dtype)
     # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.

@@ -99,7 +99,9 @@ class Settings(BaseModel):
         default=None, description="Torch device, e.g. `cpu` or `cuda:0`; unset: GPU if any."
     )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
-        default=None, description="Weights' dtype; unset: bf16 on GPUs that have it, else fp32."
+        default=None,
+        description="Weights' dtype; unset: bf16 on GPUs with native bf16 (compute "
+        "capability 8.0 and up), else fp32.",
     )
 
     @property

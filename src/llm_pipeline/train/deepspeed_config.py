@@ -32,9 +32,10 @@ _FP16_LOSS_SCALING = {
 def resolve_precision(requested: str, *, cuda_available: bool, bf16_supported: bool) -> str:
     """Turn the config's precision ("auto", "bf16", "fp16", "fp32") into the one to train in.
 
-    "auto" is bf16 on GPUs that have it (Ampere and newer) and fp32 elsewhere, never fp16: T5
-    was pre-trained in bf16 and its activations exceed fp16's range (65504), so T5 trained in
-    fp16 overflows to inf and the loss turns NaN. fp16 stays available when asked for.
+    "auto" is bf16 on GPUs that compute in it natively (Ampere and newer; the caller decides,
+    see `models.generation.native_bf16`) and fp32 elsewhere, never fp16: T5 was pre-trained in
+    bf16 and its activations exceed fp16's range (65504), so T5 trained in fp16 overflows to
+    inf and the loss turns NaN. fp16 stays available when asked for.
     """
     if requested == "auto":
         return "bf16" if cuda_available and bf16_supported else "fp32"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.train.deepspeed_config import resolve_precision
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
@@ -16,7 +17,7 @@ def training_precision(spec: WorkerSpec) -> str:
         return resolve_precision(
             spec.train.precision,
             cuda_available=cuda,
-            bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+            bf16_supported=native_bf16(),
         )
     except ValueError as err:
         raise TrainError(f"train.{err}") from err
