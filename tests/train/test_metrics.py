@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llm_pipeline.train.metrics import (
+    FlopParameters,
     RunCounts,
     bf16_peak_tflops,
     final_metrics,
@@ -20,27 +21,44 @@ from llm_pipeline.train.metrics import (
         ("NVIDIA A100-SXM4-80GB", 312.0),
         ("NVIDIA H100 80GB HBM3", 989.0),
         ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
         ("NVIDIA H200", 989.0),
+        ("NVIDIA H200 NVL", 835.0),
+        ("NVIDIA GH200 480GB", 989.0),
+        ("NVIDIA B200", 2250.0),
+        ("NVIDIA GB200", 2500.0),
         ("NVIDIA L4", 121.0),
+        ("NVIDIA L40", 181.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA A10", 125.0),
         ("NVIDIA A10G", None),
         ("Tesla V100-SXM2-16GB", None),
+        ("Tesla T4", None),
         ("Some Future GPU", None),
     ],
 )
-def test_bf16_peaks_match_the_specific_name_first(name: str, peak: float | None) -> None:
+def test_bf16_peaks_match_whole_names_specific_first(name: str, peak: float | None) -> None:
     assert bf16_peak_tflops(name) == peak
 
 
-def test_six_flops_per_parameter_per_token() -> None:
-    assert training_flops(parameters=1_000_000, tokens=2_000) == 12e9
+ONE_SIDE = FlopParameters(per_source_token=1_000_000_000, per_target_token=0)
+
+
+def test_six_flops_per_parameter_per_token_on_its_side() -> None:
+    both = FlopParameters(per_source_token=1_000_000, per_target_token=3_000_000)
+    assert training_flops(parameters=both, source_tokens=2_000, target_tokens=500) == 6 * (
+        1e6 * 2_000 + 3e6 * 500
+    )
 
 
 def test_throughput_on_a_known_gpu_reports_mfu() -> None:
     counts = RunCounts(
         samples=800,
-        tokens=400_000,
+        source_tokens=400_000,
+        target_tokens=0,
         seconds=10.0,
         parameters=1_000_000_000,
+        flop_parameters=ONE_SIDE,
         world_size=8,
         device_name="NVIDIA A100-SXM4-40GB",
     )
@@ -52,7 +70,7 @@ def test_throughput_on_a_known_gpu_reports_mfu() -> None:
 
 
 def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
-    counts = RunCounts(10, 1000, 2.0, 100, 2, device_name=None)
+    counts = RunCounts(10, 800, 200, 2.0, 100, ONE_SIDE, 2, device_name=None)
     metrics = final_metrics(
         counts=counts,
         train_loss=last_logged([{"loss": 3.0}, {"eval_loss": 2.5}, {"loss": 2.0}], "loss"),
@@ -62,28 +80,51 @@ def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
     )
     assert metrics["mfu"] is None and metrics["train_loss"] == 2.0
     assert metrics["global_step"] == 7 and metrics["train_tokens"] == 1000
+    assert metrics["train_source_tokens"] == 800 and metrics["train_target_tokens"] == 200
     assert last_logged([{"eval_loss": 1.0}], "loss") is None
 
 
-def test_flops_count_non_embedding_parameters() -> None:
-    import torch
+def test_t5_small_flops_match_a_hand_count() -> None:
+    """T5-small's shape (d_model 512, d_ff 2048, 6 + 6 layers, 8 heads of 64, 32128 tokens,
+    LM head tied to the embedding), counted by hand from its layers."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from llm_pipeline.train.counts import count_parameters
+    from llm_pipeline.train.counts import count_parameters, flop_parameters
 
+    d, ff, layers, vocab = 512, 2048, 6, 32128
+    attention = 4 * d * d  # q, k, v, o (T5 has no biases)
+    feed_forward = 2 * d * ff
+    norm = d
+    encoder = layers * (attention + feed_forward + 2 * norm) + norm  # + final norm
+    cross_key_value = layers * 2 * d * d
+    decoder_rest = layers * (attention + 2 * d * d + feed_forward + 3 * norm) + norm
+    lm_head = d * vocab
     model = T5ForConditionalGeneration(
-        T5Config(vocab_size=1000, d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16)
+        T5Config(d_model=d, d_ff=ff, num_layers=layers, num_heads=8, d_kv=64, vocab_size=vocab)
     )
-    # Tied tables (shared, encoder and decoder embed_tokens, lm_head) count once.
-    tables = {
-        id(p): p.numel()
-        for m in [*model.modules(), model.lm_head]
-        if isinstance(m, torch.nn.Embedding) or m is model.lm_head
-        for p in m.parameters()
-    }
-    total = count_parameters(model)
-    assert total == sum(p.numel() for p in model.parameters())
-    assert count_parameters(model, embeddings=False) == total - sum(tables.values())
-    assert 0 < count_parameters(model, embeddings=False) < total / 2
-    counts = RunCounts(1, 1000, 1.0, total, 1, None, non_embedding_parameters=10)
-    assert throughput(counts)["train_tflops_per_second"] == pytest.approx(6 * 10 * 1000 / 1e12)
+    counted = flop_parameters(model)
+    assert counted == FlopParameters(
+        per_source_token=encoder + cross_key_value,  # 22,026,752
+        per_target_token=decoder_rest + lm_head,  # 38,479,360
+    )
+    # The relative position tables (2 x 32 buckets x 8 heads) are the only lookups besides the
+    # shared vocabulary table, which is the LM head's weight and counted once, as the head.
+    assert count_parameters(model) == counted.total + 2 * 32 * 8
+    # At 512 source and 128 target tokens, charging every non-embedding weight for every
+    # token, as before, came to 1.74x this count.
+    source, target = 512, 128
+    flops = training_flops(parameters=counted, source_tokens=source, target_tokens=target)
+    every_weight_every_token = 6 * (counted.total - lm_head) * (source + target)
+    assert every_weight_every_token / flops == pytest.approx(1.74, abs=0.01)
+
+
+def test_a_model_without_an_encoder_counts_every_weight_per_token() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from llm_pipeline.train.counts import flop_parameters
+
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100))
+    position_table = 1024 * 32
+    counted = flop_parameters(model)
+    assert counted.per_target_token == 0
+    assert counted.per_source_token == sum(p.numel() for p in model.parameters()) - position_table

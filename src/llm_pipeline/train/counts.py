@@ -6,6 +6,7 @@ the model, the Trainer and the process group.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from llm_pipeline.train.metrics import RunCounts
+from llm_pipeline.train.metrics import FlopParameters, RunCounts
 from llm_pipeline.train.trainer import FinetuneTrainer
 
 
@@ -37,33 +38,62 @@ class Clock(TrainerCallback):
         return self.ended - self.started
 
 
-def count_parameters(model: torch.nn.Module, *, embeddings: bool = True) -> int:
-    """Parameters of the model; under ZeRO-3 each holds its full size in `ds_numel`.
+#: Decoder cross-attention key and value projections, which run on the encoder's output (one
+#: per source token): T5's `EncDecAttention.k/.v`, BART-style `encoder_attn.k_proj/.v_proj`,
+#: BERT-as-decoder's `crossattention.self.key/.value`.
+_CROSS_ATTENTION_KEY_VALUE = re.compile(
+    r"(EncDecAttention|encoder_attn|crossattention|cross_attn|cross_attention)\."
+    r"(?:.*\.)?(k|v|k_proj|v_proj|key|value)\.(weight|bias)$"
+)
 
-    `embeddings=False` leaves out embedding tables and the output projection: the
-    "non-embedding" count of Kaplan et al. (2020) that the 6·N·tokens FLOP estimate is
-    defined over. A lookup costs no matmul, and for small models with 30k-token vocabularies
-    counting them overstates the work several times over.
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Parameters of the model; under ZeRO-3 each holds its full size in `ds_numel`."""
+    return sum(_numel(p) for p in model.parameters())
+
+
+def flop_parameters(model: torch.nn.Module) -> FlopParameters:
+    """The model's matmul parameters, split by the tokens that pass through them.
+
+    Source side: the encoder and the decoder's cross-attention keys and values. Target side:
+    the rest of the decoder and the output projection (LM head), counted once even where it
+    shares its weight with the input embedding. Embedding tables are lookups, not matmuls,
+    and are left out. A model with no encoder is all source side.
     """
-    skipped: set[int] = set()
-    if not embeddings:
-        for module in model.modules():
-            if isinstance(module, torch.nn.Embedding):
-                skipped.update(id(p) for p in module.parameters())
-        get_output = getattr(model, "get_output_embeddings", None)
-        output = get_output() if callable(get_output) else None
-        if isinstance(output, torch.nn.Module):
-            skipped.update(id(p) for p in output.parameters())
-    return sum(
-        int(getattr(p, "ds_numel", p.numel())) for p in model.parameters() if id(p) not in skipped
-    )
+    lookups = {
+        id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()
+    }
+    get_output = getattr(model, "get_output_embeddings", None)
+    output = get_output() if callable(get_output) else None
+    head = list(output.parameters()) if isinstance(output, torch.nn.Module) else []
+    get_encoder = getattr(model, "get_encoder", None)
+    is_encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    encoder = get_encoder() if callable(get_encoder) and is_encoder_decoder else None
+    encoder_ids = {id(p) for p in encoder.parameters()} if encoder is not None else set()
+    head_ids = {id(p) for p in head}
+    source = target = 0
+    for name, param in model.named_parameters():
+        if id(param) in lookups or id(param) in head_ids:
+            continue
+        if encoder is None or id(param) in encoder_ids or _CROSS_ATTENTION_KEY_VALUE.search(name):
+            source += _numel(param)
+        else:
+            target += _numel(param)
+    head_size = sum(_numel(p) for p in head)
+    if encoder is None:
+        return FlopParameters(per_source_token=source + head_size, per_target_token=0)
+    return FlopParameters(per_source_token=source, per_target_token=target + head_size)
+
+
+def _numel(param: torch.nn.Parameter) -> int:
+    return int(getattr(param, "ds_numel", param.numel()))
 
 
 def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
     """Samples and tokens summed over every rank; the slowest rank's time is the run's."""
-    samples, tokens = trainer.trained_counts()
+    samples, source_tokens, target_tokens = trainer.trained_counts()
     device = trainer.args.device
-    totals = torch.tensor([samples, tokens], dtype=torch.long, device=device)
+    totals = torch.tensor([samples, source_tokens, target_tokens], dtype=torch.long, device=device)
     dist.all_reduce(totals)
     slowest = torch.tensor([clock.seconds], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -71,10 +101,11 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
     assert isinstance(model, torch.nn.Module)
     return RunCounts(
         samples=int(totals[0]),
-        tokens=int(totals[1]),
+        source_tokens=int(totals[1]),
+        target_tokens=int(totals[2]),
         seconds=float(slowest[0]),
         parameters=count_parameters(model),
+        flop_parameters=flop_parameters(model),
         world_size=dist.get_world_size(),
-        non_embedding_parameters=count_parameters(model, embeddings=False),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     )

@@ -5,16 +5,21 @@ Pure functions over counts the trainer collects, so the arithmetic is testable o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Dense bf16 tensor-core peaks per GPU in TFLOP/s, from NVIDIA's data sheets (without the 2x of
-# structured sparsity). Matched as substrings of `torch.cuda.get_device_name()`, first match
-# wins, so specific names come before the families that contain them. None: no bf16 peak
-# that can be stated (no bf16 tensor cores, or a variant whose peak NVIDIA does not publish).
+# structured sparsity). Matched as whole words of `torch.cuda.get_device_name()` (so "L4" is not
+# found in "NVIDIA L40", nor "H200" in "GH200"), first match wins, so specific names come before
+# the families that contain them. None: no bf16 peak that can be stated (no bf16 tensor cores,
+# or a variant whose peak NVIDIA does not publish).
 BF16_PEAK_TFLOPS: tuple[tuple[str, float | None], ...] = (
+    ("GB200", 2500.0),
+    ("B200", 2250.0),
     ("GH200", 989.0),
-    ("H200", 989.0),
+    ("H200 NVL", 835.0),
+    ("H200", 989.0),  # SXM
     ("H100 PCIe", 756.0),
     ("H100 NVL", 835.0),
     ("H100", 989.0),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
@@ -22,6 +27,7 @@ BF16_PEAK_TFLOPS: tuple[tuple[str, float | None], ...] = (
     ("A100", 312.0),
     ("A800", 312.0),
     ("L40S", 362.0),
+    ("L40", 181.0),
     ("L4", 121.0),
     ("A10G", None),
     ("A10", 125.0),
@@ -33,21 +39,47 @@ BF16_PEAK_TFLOPS: tuple[tuple[str, float | None], ...] = (
 def bf16_peak_tflops(device_name: str) -> float | None:
     """The bf16 dense peak of the GPU called `device_name`, or None when unknown."""
     for fragment, peak in BF16_PEAK_TFLOPS:
-        if fragment in device_name:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(fragment)}(?![A-Za-z0-9])", device_name):
             return peak
     return None
 
 
-def training_flops(*, parameters: int, tokens: int) -> float:
-    """Training FLOPs estimated as 6 x parameters x tokens.
+@dataclass(frozen=True)
+class FlopParameters:
+    """Matmul parameters by the tokens that pass through them (`train.counts.flop_parameters`).
 
-    The usual estimate (Kaplan et al. 2020), over non-embedding parameters: 2 FLOPs per
-    parameter per token forward, 4 backward. It ignores attention's sequence-length term and
-    counts every parameter for every token, which for an encoder-decoder overstates the work
-    (encoder weights see source tokens, decoder weights target tokens); read it as an
-    estimate that is comparable between runs, not as a measurement.
+    An encoder-decoder reads the source with its encoder and the target with its decoder. The
+    decoder's cross-attention projects the encoder's output, so its key and value projections
+    run once per source token; its queries, outputs, self-attention, feed-forward layers and the
+    output projection (LM head) once per target token. A model without an encoder puts all of
+    its parameters on the source side and is trained on source tokens alone.
     """
-    return 6.0 * parameters * tokens
+
+    per_source_token: int
+    per_target_token: int
+
+    @property
+    def total(self) -> int:
+        return self.per_source_token + self.per_target_token
+
+
+def training_flops(*, parameters: FlopParameters, source_tokens: int, target_tokens: int) -> float:
+    """Model FLOPs of training: 6 per parameter per token that passes through it.
+
+    2 FLOPs per weight per token forward (a multiply and an add) and 4 backward (the gradients
+    of the input and of the weight), Kaplan et al. (2020), with each weight charged only for
+    the tokens it sees (`FlopParameters`): charging every parameter for every source and
+    target token overstates T5's work about twice over at 512 source and 128 target tokens.
+    Counted: every matmul weight, and the LM head, which is a matmul per target token.
+    Not counted: input embedding lookups (no matmul); attention's score and weighted-sum
+    products, which grow with the square of the length (for T5-small at 512/128 tokens 13%
+    more); norms, softmax and activations; padding tokens; and the forward pass that
+    gradient checkpointing recomputes (hardware FLOPs, not model FLOPs). So MFU here is
+    model FLOPs utilisation in the usual sense, comparable between runs and settings.
+    """
+    return 6.0 * (
+        parameters.per_source_token * source_tokens + parameters.per_target_token * target_tokens
+    )
 
 
 @dataclass(frozen=True)
@@ -55,26 +87,29 @@ class RunCounts:
     """What one training run did, summed over every rank."""
 
     samples: int
-    tokens: int  # non-pad source tokens plus non-ignored label tokens
+    source_tokens: int  # non-pad tokens the encoder read
+    target_tokens: int  # label tokens the decoder was trained on (not the ignored ones)
     seconds: float  # wall time from the first step to the last, this run only
     parameters: int
+    flop_parameters: FlopParameters
     world_size: int
     device_name: str | None  # the GPU's name, None on the CPU
-    #: What the FLOP estimate counts (embeddings excluded); `parameters` when not given.
-    non_embedding_parameters: int | None = None
 
     @property
-    def flop_parameters(self) -> int:
-        if self.non_embedding_parameters is None:
-            return self.parameters
-        return self.non_embedding_parameters
+    def tokens(self) -> int:
+        return self.source_tokens + self.target_tokens
 
 
 def throughput(counts: RunCounts) -> dict[str, float | None]:
-    """samples/s, tokens/s, TFLOP/s (6 x non-embedding params x tokens / s) and MFU (None
-    off GPU or on an unknown GPU)."""
+    """samples/s, tokens/s, model TFLOP/s (`training_flops`) and MFU (None off GPU or on an
+    unknown GPU)."""
     seconds = max(counts.seconds, 1e-9)
-    flops_per_s = training_flops(parameters=counts.flop_parameters, tokens=counts.tokens) / seconds
+    flops = training_flops(
+        parameters=counts.flop_parameters,
+        source_tokens=counts.source_tokens,
+        target_tokens=counts.target_tokens,
+    )
+    flops_per_s = flops / seconds
     peak = bf16_peak_tflops(counts.device_name) if counts.device_name else None
     mfu = flops_per_s / (peak * 1e12 * counts.world_size) if peak else None
     return {
@@ -101,9 +136,12 @@ def final_metrics(
         "resumed_from_step": resumed_from_step,
         "train_samples": counts.samples,
         "train_tokens": counts.tokens,
+        "train_source_tokens": counts.source_tokens,
+        "train_target_tokens": counts.target_tokens,
         "train_runtime_s": counts.seconds,
         "parameters": counts.parameters,
-        "non_embedding_parameters": counts.flop_parameters,
+        "parameters_per_source_token": counts.flop_parameters.per_source_token,
+        "parameters_per_target_token": counts.flop_parameters.per_target_token,
         "world_size": counts.world_size,
         **throughput(counts),
     }

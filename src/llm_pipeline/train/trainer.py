@@ -167,7 +167,8 @@ class FinetuneTrainer(Seq2SeqTrainer):
         self.sampling = sampling
         # Tensors on the device: reading a count back every micro-batch would stall the GPU.
         self._samples = torch.zeros((), dtype=torch.long)
-        self._tokens = torch.zeros((), dtype=torch.long)
+        self._source_tokens = torch.zeros((), dtype=torch.long)
+        self._target_tokens = torch.zeros((), dtype=torch.long)
 
     def training_step(
         self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
@@ -175,12 +176,17 @@ class FinetuneTrainer(Seq2SeqTrainer):
         ids, mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
         device = ids.device
         self._samples = self._samples.to(device) + ids.shape[0]
-        self._tokens = self._tokens.to(device) + mask.sum() + (labels != LABEL_PAD).sum()
+        self._source_tokens = self._source_tokens.to(device) + mask.sum()
+        self._target_tokens = self._target_tokens.to(device) + (labels != LABEL_PAD).sum()
         return super().training_step(model, inputs, num_items_in_batch)
 
-    def trained_counts(self) -> tuple[int, int]:
-        """(samples, tokens) this process trained on in this run."""
-        return int(self._samples.item()), int(self._tokens.item())
+    def trained_counts(self) -> tuple[int, int, int]:
+        """(samples, source tokens, target tokens) this process trained on in this run."""
+        return (
+            int(self._samples.item()),
+            int(self._source_tokens.item()),
+            int(self._target_tokens.item()),
+        )
 
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
         dataset: Any = train_dataset if train_dataset is not None else self.train_dataset
