@@ -2,12 +2,14 @@
 
 A pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation from an
 architecture config plus a named tokenizer, or an encoder-decoder warm-started from two encoder
-checkpoints. Weights load from safetensors only: a `pytorch_model.bin` is a pickle, and loading
-one runs whatever code it names.
+checkpoints. Weights load from safetensors where a checkpoint has them; one that ships only
+`pytorch_model.bin` (google/t5-v1_1-xxl does) is read with torch's `weights_only` unpickler,
+which takes tensors and plain containers and refuses anything that would run code.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
@@ -16,6 +18,11 @@ from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+#: How every checkpoint's weights are read: safetensors first, else `.bin` through torch's
+#: `weights_only` unpickler (transformers' default, stated here so that no change of it
+#: ever turns on full unpickling).
+SAFE_WEIGHTS: dict[str, Any] = {"use_safetensors": None, "weights_only": True}
 
 
 def load_model(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
@@ -129,12 +136,13 @@ def _pretrained(source: str, *, model: ModelConfig) -> PreTrainedModel:
     from transformers import AutoModelForSeq2SeqLM
 
     path, where = _resolve("model.source", source)
+    _no_conversion_requests()
     try:
         return AutoModelForSeq2SeqLM.from_pretrained(
             path,
             revision=model.revision if where.startswith("hub") else None,
             trust_remote_code=model.trust_remote_code,
-            use_safetensors=True,
+            **SAFE_WEIGHTS,
         )
     except Exception as err:
         raise ModelError(_load_failure("model.source", source, where, err)) from err
@@ -153,13 +161,17 @@ def _warm_started_encoder_decoder(
 
     encoder_path, encoder_where = _resolve("model.encoder_decoder.encoder", encoder)
     decoder_path, decoder_where = _resolve("model.encoder_decoder.decoder", decoder)
+    _no_conversion_requests()
     try:
         built = EncoderDecoderModel.from_encoder_decoder_pretrained(
             encoder_path,
             decoder_path,
             tie_encoder_decoder=tie,
-            encoder_use_safetensors=True,
-            decoder_use_safetensors=True,
+            **{
+                f"{side}_{key}": value
+                for side in ("encoder", "decoder")
+                for key, value in SAFE_WEIGHTS.items()
+            },
             encoder_trust_remote_code=model.trust_remote_code,
             decoder_trust_remote_code=model.trust_remote_code,
         )
@@ -222,6 +234,16 @@ def _cross_attention_from_self_attention(decoder: Any, source: str) -> None:
                 mine.copy_(theirs)
 
 
+def _no_conversion_requests() -> None:
+    """Keep transformers from asking the hub's conversion service for a safetensors copy.
+
+    When it loads a hub checkpoint that has only `.bin` weights, transformers starts a thread
+    that opens a conversion pull request on the model's hub page; a training job, on every
+    node and every restart, must not.
+    """
+    os.environ.setdefault("DISABLE_SAFETENSORS_CONVERSION", "1")
+
+
 def _resolve(key: str, source: str) -> tuple[str, str]:
     """`from_pretrained`'s argument for `source`, and what it is in words for messages."""
     try:
@@ -241,11 +263,13 @@ def _load_failure(key: str, source: str, where: str, err: BaseException) -> str:
             "; this machine cannot reach the Hugging Face hub and the model is not cached: "
             "use a local folder, a gs:// folder or `package:<python_package>/<folder>`"
         )
-    elif "safetensors" in reason.lower():
-        hint = (
-            "; only safetensors weights are loaded (a .bin checkpoint is a pickle that can run "
-            "code): convert it with `model.save_pretrained(folder)`"
+    elif "weights only load failed" in reason.lower():
+        # torch's own advice (load with weights_only=False) is the unsafe way; say ours.
+        reason = (
+            "its pytorch_model.bin holds more than tensors (a pickle that would run code when "
+            "loaded), and only plain tensors are read"
         )
+        hint = "; save it as safetensors with `model.save_pretrained(folder)` where you trust it"
     return f"{key} {source!r}: could not load a seq2seq model from {where}: {reason}{hint}"
 
 
