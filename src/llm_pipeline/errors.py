@@ -4,7 +4,14 @@ Steps report these as one clear message instead of a traceback; anything else is
 and keeps its traceback.
 """
 
+import json
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+#: The deepest nesting of arrays and objects read from a user's JSON (a config, a `--set`
+#: value, a request body): far beyond any real one, and far below the depth at which
+#: Python's recursive decoder, or the validators after it, raise RecursionError.
+MAX_JSON_DEPTH = 64
 
 
 class UserError(Exception):
@@ -38,3 +45,38 @@ def json_path(loc: Iterable[str | int]) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+class JSONTooDeep(ValueError):
+    """A JSON document nested deeper than `MAX_JSON_DEPTH` arrays and objects."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
+
+
+def load_json(text: str | bytes | bytearray, **options: Any) -> Any:
+    """`json.loads(text, **options)` for text a user sent, refusing deep nesting.
+
+    `[[[[...]]]]` a few thousand levels deep makes `json.loads` raise RecursionError, which
+    no caller expects from bad input; such a document, and one merely deeper than
+    `MAX_JSON_DEPTH`, raises JSONTooDeep (a ValueError) instead. json.JSONDecodeError as usual.
+    """
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise JSONTooDeep() from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise JSONTooDeep()
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar: 0), without recursing."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return deepest

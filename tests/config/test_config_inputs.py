@@ -201,8 +201,14 @@ def test_paths_of_the_right_kind_are_accepted(tmp_path: Path) -> None:
         ("café".encode("latin-1"), (), "is not UTF-8 text (byte 0xe9 at line 1, offset"),
         ("dup", (), "duplicate key 'epochs' in train"),
         ("ok", ("train.epochs=1e400",), "train.epochs: 1e400 is not a finite number"),
+        ("deep", (), "not a config: nested deeper than 64 levels of arrays and objects"),
+        (
+            "ok",
+            ("data.max_samples=" + "[" * 5000 + "]" * 5000,),
+            "data.max_samples: nested deeper than 64 levels",
+        ),
     ],
-    ids=["latin-1", "duplicate-key", "infinite-override"],
+    ids=["latin-1", "duplicate-key", "infinite-override", "deep-file", "deep-override"],
 )
 def test_cli_exits_2_without_a_traceback(
     tmp_path: Path, content: str | bytes, overrides: tuple[str, ...], expected: str
@@ -212,6 +218,8 @@ def test_cli_exits_2_without_a_traceback(
         path = written(tmp_path, text.encode().replace(b"@@", content))
     elif content == "dup":
         path = written(tmp_path, minimal_with("train", '{"epochs": 2, "epochs": 3}'))
+    elif content == "deep":  # deep enough that Python's json raises RecursionError
+        path = written(tmp_path, minimal_with("data", "[" * 100_000 + "]" * 100_000))
     else:
         path = written(tmp_path, json.dumps(MINIMAL))
     sets = [arg for override in overrides for arg in ("--set", override)]

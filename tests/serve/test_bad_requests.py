@@ -28,6 +28,24 @@ BAD_REQUESTS = [
         "NaN is not a JSON number",
     ),
     ("body is a list", "POST", PREDICT, JSON, b'["a"]', 400, "must be a JSON object"),
+    (
+        "nested past the decoder",  # json.loads raises RecursionError on this
+        "POST",
+        PREDICT,
+        JSON,
+        b'{"instances": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        400,
+        "request body is not valid JSON: nested deeper than 64 levels",
+    ),
+    (
+        "nested past the limit",
+        "POST",
+        PREDICT,
+        JSON,
+        b'{"instances": [' + b'{"text": ' * 70 + b'"a"' + b"}" * 70 + b"]}",
+        400,
+        "request body is not valid JSON: nested deeper than 64 levels",
+    ),
     ("no instances", "POST", PREDICT, JSON, {"parameters": {}}, 400, "instances: required"),
     ("instances empty", "POST", PREDICT, JSON, {"instances": []}, 400, "instances: empty"),
     (

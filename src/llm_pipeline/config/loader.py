@@ -18,6 +18,7 @@ from llm_pipeline.config import strict_json
 from llm_pipeline.config.errors import ConfigError, problems_from
 from llm_pipeline.config.flat_keys import FLAT_KEYS, get_path, map_flat_keys, set_path
 from llm_pipeline.config.pipeline import PipelineConfig
+from llm_pipeline.errors import JSONTooDeep
 from llm_pipeline.storage import looks_like_path
 
 #: Config values that are a local path or a hub id: a relative value is a path when it exists
@@ -59,6 +60,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = strict_json.loads(raw)
     except json.JSONDecodeError:
         return key, raw
+    except JSONTooDeep as exc:
+        raise ValueError(f"{key}: {exc}") from None
     problems = strict_json.problems(value, key)
     if problems:
         raise ValueError("; ".join(problems))
@@ -168,6 +171,8 @@ def _read_json(path: Path) -> dict[str, Any]:
             [f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"],
             source=str(path),
         ) from None
+    except JSONTooDeep as exc:
+        raise ConfigError([f"not a config: {exc}"], source=str(path)) from None
     if not isinstance(raw, dict):
         raise ConfigError(
             [f"the top level must be a JSON object, got {type(raw).__name__}"], source=str(path)

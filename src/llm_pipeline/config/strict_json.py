@@ -5,10 +5,11 @@ and turns `1e400` into infinity. In a config each of these is a mistake the user
 hear about, by its JSON path, rather than a value they did not mean.
 """
 
-import json
 import math
 from collections.abc import Iterator
 from typing import Any
+
+from llm_pipeline.errors import load_json
 
 
 class _NonFinite(float):
@@ -47,9 +48,10 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads(text: str) -> Any:
     """Parse `text` as JSON, marking what `problems` reports.
 
-    Raises json.JSONDecodeError where the text is not JSON.
+    Raises json.JSONDecodeError where the text is not JSON, and JSONTooDeep (a ValueError)
+    where it nests deeper than any config does.
     """
-    return json.loads(
+    return load_json(
         text, parse_float=_NonFinite.of, parse_constant=_NonFinite.of, object_pairs_hook=_object
     )
 

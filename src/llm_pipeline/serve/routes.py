@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
+from llm_pipeline.errors import load_json
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import PredictRequest, describe_errors, json_type
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
@@ -123,7 +124,7 @@ async def _read_json(request: Request) -> Any:
     if not body.strip():
         raise Refused(400, 'request body is empty; send {"instances": [...]}')
     try:
-        return json.loads(body, parse_constant=_refuse_constant)
+        return load_json(body, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise Refused(400, f"request body is not valid JSON: {exc}") from None
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llm_pipeline.errors import load_json
 from llm_pipeline.serve.errors import ServeError
 from llm_pipeline.serve.schemas import GenerationParameters, describe_errors
 
@@ -127,8 +128,8 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
             continue
         if field == "parameters":
             try:
-                values[field] = json.loads(raw)
-            except json.JSONDecodeError as exc:
+                values[field] = load_json(raw)
+            except ValueError as exc:  # json.JSONDecodeError, JSONTooDeep
                 raise ServeError(f"{env_name(field)}: not JSON ({exc}): {raw!r}") from None
         else:
             values[field] = raw if raw != "" or field in {"source_prefix", "model_uri"} else None

@@ -15,6 +15,8 @@ from typing import Any
 
 import fsspec
 
+from llm_pipeline.errors import JSONTooDeep, load_json
+
 PRECISIONS = ("bf16", "fp16", "fp32")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
@@ -222,12 +224,14 @@ def load_user_deepspeed_config(path: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"deepspeed config {path!r}: cannot be read ({err})") from None
     try:
-        config = json.loads(text)
+        config = load_json(text)
     except json.JSONDecodeError as err:
         raise ValueError(
             f"deepspeed config {path!r}: not valid JSON at line {err.lineno}, "
             f"column {err.colno}: {err.msg}"
         ) from None
+    except JSONTooDeep as err:
+        raise ValueError(f"deepspeed config {path!r}: {err}") from None
     if not isinstance(config, dict):
         raise ValueError(
             f"deepspeed config {path!r}: must be a JSON object, got {type(config).__name__}"
