@@ -157,6 +157,44 @@ BAD_CONFIGS = [
         with_change("data.dataset", "./no/such/folder"),
         "data.dataset: '/",
     ),
+    (
+        "local model name that climbs out of the registry",
+        with_change("deploy", {"model_display_name": "../../x"}),
+        "deploy.model_display_name: '../../x' is not a local registry name: use letters, "
+        "digits, '-', '_' and '.', at most 128 characters, not starting with '.'",
+    ),
+    (
+        "local endpoint name with a separator",
+        with_change("deploy", {"endpoint_display_name": "a/b"}),
+        "deploy.endpoint_display_name: 'a/b' is not a local registry name",
+    ),
+    (
+        "hidden local model name",
+        with_change("deploy", {"model_display_name": ".summarizer"}),
+        "deploy.model_display_name: '.summarizer' is not a local registry name",
+    ),
+    (
+        "model name whose default endpoint name is too long",
+        with_change("deploy", {"model_display_name": "m" * 125}),
+        "the endpoint named after model_display_name, '" + "m" * 125 + "-endpoint' is not a "
+        "local registry name",
+    ),
+    (
+        "Vertex display name over 128 characters",
+        with_change("deploy", {"target": "vertex", "model_display_name": "m" * 129}),
+        "deploy.model_display_name: '" + "m" * 129 + "' is 129 characters; Vertex AI display "
+        "names are at most 128",
+    ),
+    (
+        "Vertex endpoint name with a newline",
+        with_change("deploy", {"target": "vertex", "endpoint_display_name": "a\nb"}),
+        "deploy.endpoint_display_name: 'a\\nb' holds a control character",
+    ),
+    (
+        "empty Vertex model name",
+        with_change("deploy", {"target": "vertex", "model_display_name": " "}),
+        "deploy.model_display_name: is empty; Vertex AI needs a display name",
+    ),
 ]
 
 
@@ -297,6 +335,10 @@ def test_flat_keys_are_mapped_with_one_notice() -> None:
         (with_change("train.learning_rate", -1), "train.learning_rate: must be > 0.0, got -1"),
         (with_change("taks", 1), "taks: unknown key; did you mean 'task'?"),
         (with_change("model.source", ...), "model: set exactly one of"),
+        (
+            with_change("deploy", {"model_display_name": "../../x"}),
+            "deploy.model_display_name: '../../x' is not a local registry name",
+        ),
     ],
 )
 def test_cli_exits_2_with_the_message_and_no_traceback(
@@ -343,3 +385,9 @@ def test_an_owner_slash_name_dataset_stays_a_hub_id(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(with_change("data.dataset", "abisee/cnn_dailymail")))
     assert load_config(path).config.data.dataset == "abisee/cnn_dailymail"
+
+
+def test_names_a_vertex_registry_takes_are_accepted() -> None:
+    """Vertex display names may hold any text a local folder name may not."""
+    raw = with_change("deploy", {"target": "vertex", "model_display_name": "T5 small / CNN-DM"})
+    assert load_config(raw=raw).config.deploy.endpoint_name() == "T5 small / CNN-DM-endpoint"

@@ -1,10 +1,38 @@
 """Whether a model ships, and where."""
 
+import re
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llm_pipeline.config.base import Section
+
+#: Local registry names become folder and file names: no separators, no `..`, no hidden
+#: names (the registry's temp files are hidden).
+LOCAL_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+LOCAL_NAME_RULE = "letters, digits, '-', '_' and '.', at most 128 characters, not starting with '.'"
+#: Vertex AI Model and Endpoint display names: 1 to 128 characters, any UTF-8
+#: (aiplatform.googleapis.com, `Model.display_name`, `Endpoint.display_name`).
+VERTEX_DISPLAY_NAME_LENGTH = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def registry_name_problem(name: str, target: str) -> str | None:
+    """Why `name` cannot name a model or endpoint in the `target` registry, or None."""
+    if target == "local":
+        if re.fullmatch(LOCAL_NAME_PATTERN, name):
+            return None
+        return f"{name!r} is not a local registry name: use {LOCAL_NAME_RULE}"
+    if not name.strip():
+        return "is empty; Vertex AI needs a display name"
+    if len(name) > VERTEX_DISPLAY_NAME_LENGTH:
+        return (
+            f"{name!r} is {len(name)} characters; Vertex AI display names are at most "
+            f"{VERTEX_DISPLAY_NAME_LENGTH}"
+        )
+    if _CONTROL.search(name):
+        return f"{name!r} holds a control character; Vertex AI display names are plain text"
+    return None
 
 
 class DeployPolicyConfig(Section):
@@ -72,6 +100,26 @@ class DeployConfig(Section):
         le=16,
         description="Evaluation documents sent as predictions before traffic moves.",
     )
+
+    @field_validator("model_display_name", "endpoint_display_name")
+    @classmethod
+    def _registry_names(cls, name: str | None, info: ValidationInfo) -> str | None:
+        target = info.data.get("target")
+        problem = registry_name_problem(name, target) if name is not None and target else None
+        if problem:
+            raise ValueError(problem)
+        return name
+
+    @model_validator(mode="after")
+    def _derived_endpoint_name(self) -> Self:
+        if self.endpoint_display_name is None:
+            problem = registry_name_problem(self.endpoint_name(), self.target)
+            if problem:
+                raise ValueError(
+                    f"the endpoint named after model_display_name, {problem}; shorten "
+                    "deploy.model_display_name or set deploy.endpoint_display_name"
+                )
+        return self
 
     @model_validator(mode="after")
     def _replicas_in_order(self) -> Self:

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from llm_pipeline.config.deploy import LOCAL_NAME_RULE
 from llm_pipeline.registry import files, local_records
 from llm_pipeline.registry.base import (
     DeployOutcome,
@@ -56,10 +57,7 @@ from llm_pipeline.storage import fsync_dir, is_remote, to_uri, write_atomic
 def checked_name(name: str, what: str) -> str:
     """`name` if it can be a folder or file name in the registry, else a RegistryError."""
     if not isinstance(name, str) or not re.fullmatch(local_records.NAME_PATTERN, name):
-        raise RegistryError(
-            f"{what} name {name!r} is not allowed: use letters, digits, '-', '_' and '.', "
-            "at most 128 characters, not starting with '.'"
-        )
+        raise RegistryError(f"{what} name {name!r} is not allowed: use {LOCAL_NAME_RULE}")
     return name
 
 

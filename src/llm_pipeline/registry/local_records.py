@@ -22,13 +22,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from llm_pipeline.config.deploy import LOCAL_NAME_PATTERN
 from llm_pipeline.config.errors import problems_from
 from llm_pipeline.registry.base import RegistryError
 from llm_pipeline.storage import is_remote, to_uri
 
-#: Model and endpoint names become folder and file names: no separators, no `..`, no
-#: hidden names (the registry's temp files are hidden).
-NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+#: Model and endpoint names become folder and file names (the config checks them by the
+#: same rule when it loads).
+NAME_PATTERN = LOCAL_NAME_PATTERN
 #: Versions are numbered 1, 2, 3, ...
 NUMBER_PATTERN = r"^[1-9][0-9]*$"
 
