@@ -8,7 +8,6 @@ hands every other step its validated section. The same components run locally an
 Vertex AI.
 """
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -22,12 +21,7 @@ from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
 from llm_pipeline.pipelines.signature import with_parameters
-from llm_pipeline.pipelines.vertex import (
-    evaluate_job,
-    finetune_job,
-    step_options,
-    worker_pool_template,
-)
+from llm_pipeline.pipelines.vertex import evaluate_job, finetune_job, step_options
 from llm_pipeline.storage import is_remote
 
 Target = Literal["local", "vertex"]
@@ -88,15 +82,12 @@ def build_pipeline(
     digests = None if vertex else local_input_digests(config)
     options = step_options(config, target=target, scheduled=scheduled, input_digests=digests)
     config_json = _config_for_steps(config, target=target)
-    pools = json.dumps(worker_pool_template(finetune)) if vertex else ""
 
     # Vertex fills these in where the run runs; kfp.local knows neither.
     location = {"project": PROJECT_PLACEHOLDER, "region": REGION_PLACEHOLDER} if vertex else {}
 
     def pipeline(**parameters: Any) -> None:
-        cfg = op(components.configure)(
-            config=config_json, finetune_pools=pools, **location, **parameters
-        )
+        cfg = op(components.configure)(config=config_json, **location, **parameters)
         options["configure"](cfg)
         sections = cfg.outputs
         fetched = op(components.download)(task=config.task, data=sections["data"])
@@ -108,14 +99,12 @@ def build_pipeline(
             dataset=fetched.outputs["dataset"],
         )
         options["preprocess"](tokenized)
-        pool_argument = {"worker_pool_specs": sections["worker_pool_specs"]} if vertex else {}
         trained = finetune(
             task=config.task,
             model=sections["model"],
             train=sections["train"],
             cluster=sections["cluster"],
             dataset=tokenized.outputs["tokenized"],
-            **pool_argument,
         )
         options["finetune"](trained)
         scored = evaluate(
