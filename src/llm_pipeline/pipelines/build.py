@@ -16,7 +16,9 @@ from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline import components
+from llm_pipeline.components.undeploy_preflight import undeploy_preflight
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.config.preflight import is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
@@ -60,14 +62,27 @@ def local_input_digests(config: PipelineConfig) -> dict[str, str]:
     return digests
 
 
+def _deploys_to_vertex(config: PipelineConfig) -> bool:
+    return config.deploy.target == "vertex" and config.deploy_policy.override != "never"
+
+
 def build_pipeline(
-    config: PipelineConfig, *, target: Target = "local", scheduled: bool = False
+    config: PipelineConfig,
+    *,
+    target: Target = "local",
+    scheduled: bool = False,
+    preflight: bool = False,
 ) -> Callable[..., Any]:
     """A KFP pipeline function for `config`: call it under `kfp.local`, or compile it.
 
     `scheduled` builds it for a schedule: each run downloads the data afresh instead of
-    taking an earlier run's download from the cache.
+    taking an earlier run's download from the cache. `preflight` builds a preflight's run
+    on Vertex, `config` being `config.preflight.preflight_config(...)`: when it deploys, the
+    steps run inside an exit handler whose exit task, `undeploy_preflight`, empties the
+    preflight's endpoint however they end.
     """
+    if preflight and (target != "vertex" or not is_preflight(config)):
+        raise ValueError("a preflight runs on Vertex AI, built from preflight_config(config)")
     image = config.vertex.image_uri()
 
     def op(step: PythonComponent) -> PythonComponent:
@@ -86,7 +101,7 @@ def build_pipeline(
     # Vertex fills these in where the run runs; kfp.local knows neither.
     location = {"project": PROJECT_PLACEHOLDER, "region": REGION_PLACEHOLDER} if vertex else {}
 
-    def pipeline(**parameters: Any) -> None:
+    def steps(parameters: dict[str, Any]) -> None:
         cfg = op(components.configure)(config=config_json, **location, **parameters)
         options["configure"](cfg)
         sections = cfg.outputs
@@ -136,6 +151,15 @@ def build_pipeline(
                 dataset=tokenized.outputs["tokenized"],
             )
             options["deploy"](shipped)
+
+    def pipeline(**parameters: Any) -> None:
+        if not (preflight and _deploys_to_vertex(config)):
+            steps(parameters)
+            return
+        cleanup = op(undeploy_preflight)(config=config_json, **location)
+        options["undeploy-preflight"](cleanup)
+        with dsl.ExitHandler(cleanup, name="preflight"):
+            steps(parameters)
 
     return dsl.pipeline(
         name=config.name,

@@ -31,7 +31,7 @@ CACHED_STEPS = ("download", "preprocess")
 #: Steps that reach the network (hubs, GCS, the Vertex API) and are safe to run again.
 #: Not finetune (it resumes from its checkpoints inside its custom job) and not deploy (a
 #: second attempt would register a second version).
-RETRIED_STEPS = ("download", "preprocess", "should-deploy")
+RETRIED_STEPS = ("download", "preprocess", "should-deploy", "undeploy-preflight")
 RETRIES = 3
 
 
@@ -159,4 +159,6 @@ def step_options(
         return apply
 
     names = ("configure", "download", "preprocess", "finetune", "evaluate")
-    return {name: options(name) for name in (*names, "should-deploy", "deploy")}
+    return {
+        name: options(name) for name in (*names, "should-deploy", "deploy", "undeploy-preflight")
+    }
