@@ -13,7 +13,7 @@ import pytest
 
 from llm_pipeline import cli
 from llm_pipeline.config import ConfigError, PipelineConfig, load_config
-from llm_pipeline.config.preflight import EVAL_EXAMPLES, TRAIN_EXAMPLES, preflight_config
+from llm_pipeline.config.preflight import preflight_config
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.registry.vertex import VertexRegistry
 from llm_pipeline.runner.vertex_submit import compile_for_vertex
@@ -25,7 +25,6 @@ from .conftest import PROJECT, REGION
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "small2vm16gpu.json"
-VERTEX_CONFIGS = ["small1vm1gpu.json", "small2vm16gpu.json", "xxl2vm16gpu.json", "xxl8vm16gpu.json"]
 SA = "trainer@test-project.iam.gserviceaccount.com"
 
 
@@ -82,22 +81,28 @@ def sections_the_steps_get(job: dict[str, Any], tmp_path: Path) -> dict[str, Any
     return {name: json.loads(text) for name, text in sections.items()}
 
 
-@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_a_preflight_is_tiny_on_the_same_cluster(config_name: str) -> None:
+@pytest.mark.parametrize(
+    ("config_name", "examples"),
+    [
+        # train, validation: a few dozen, and one per training GPU at least; test: a
+        # handful, and one per GPU of the one node that evaluates.
+        ("small1vm1gpu.json", {"train": 32, "validation": 8, "test": 8}),
+        ("small2vm16gpu.json", {"train": 32, "validation": 32, "test": 16}),
+        ("xxl2vm16gpu.json", {"train": 32, "validation": 32, "test": 16}),
+        ("xxl8vm16gpu.json", {"train": 128, "validation": 128, "test": 16}),
+    ],
+)
+def test_a_preflight_is_tiny_on_the_same_cluster(config_name: str, examples: dict) -> None:
     real = config_of(REPO / "configs" / config_name, "vertex.pipeline_root=gs://acme/runs")
     tiny = preflight_config(real)
-    cluster = real.cluster
-    ranks = cluster.node_count * cluster.accelerator_count
-    assert tiny.cluster.model_dump(exclude={"timeout"}) == cluster.model_dump(exclude={"timeout"})
+    timeless = {"exclude": {"timeout"}}
+    assert tiny.cluster.model_dump(**timeless) == real.cluster.model_dump(**timeless)
     assert tiny.cluster.timeout == "14400s"
     assert tiny.vertex.image_uri() == real.vertex.image_uri()
-    assert tiny.data.max_samples == {
-        "train": max(TRAIN_EXAMPLES, ranks),  # a few dozen, one per process at least
-        "validation": max(EVAL_EXAMPLES, ranks),
-        "test": max(EVAL_EXAMPLES, cluster.accelerator_count),
-    }
+    assert tiny.vertex.image_uri("serve") == real.vertex.image_uri("serve")
+    assert tiny.data.max_samples == examples
     assert (tiny.train.max_steps, tiny.train.save_steps, tiny.train.eval_steps) == (2, 2, 2)
-    assert tiny.evaluate.max_samples == max(EVAL_EXAMPLES, cluster.accelerator_count)
+    assert tiny.evaluate.max_samples == examples["test"]
     assert tiny.model == real.model and tiny.task == real.task
     assert tiny.deploy.model_display_name == f"{real.deploy.model_display_name}-preflight"
     assert tiny.deploy.endpoint_name() == f"{real.deploy.endpoint_name()}-preflight"
