@@ -14,7 +14,12 @@ from pathlib import Path
 import yaml
 
 from llm_pipeline.config import ConfigError, PipelineConfig, VertexConfig, load_config
-from llm_pipeline.config.preflight import PREFLIGHT_SUFFIX, preflight_changes, preflight_config
+from llm_pipeline.config.preflight import (
+    PREFLIGHT_SUFFIX,
+    empties_its_endpoint,
+    preflight_changes,
+    preflight_config,
+)
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
 from llm_pipeline.runner import vertex_submit as vs
@@ -237,7 +242,7 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
 def _preflight_verdict(real: PipelineConfig, preflight: PipelineConfig, succeeded: bool) -> str:
     """What a preflight's end means for the real run."""
     endpoint = preflight.deploy.endpoint_name()
-    deploys = preflight.deploy_policy.override == "always" and preflight.deploy.target == "vertex"
+    deploys = empties_its_endpoint(preflight)
     if succeeded:
         emptied = f" (its endpoint {endpoint} serves nothing again)" if deploys else ""
         return f"Preflight passed{emptied}: submit {real.name} without --preflight."

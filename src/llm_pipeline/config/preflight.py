@@ -98,6 +98,11 @@ def is_preflight(config: PipelineConfig) -> bool:
     )
 
 
+def empties_its_endpoint(preflight: PipelineConfig) -> bool:
+    """Whether a preflight deploys to a Vertex endpoint, which its run's last step empties."""
+    return preflight.deploy.target == "vertex" and preflight.deploy_policy.override == "always"
+
+
 def preflight_changes(config: PipelineConfig, preflight: PipelineConfig) -> list[str]:
     """`path: before → after` for each setting the preflight changes, for `--dry-run`."""
     before, after = config.model_dump(mode="json"), preflight.model_dump(mode="json")

@@ -18,7 +18,7 @@ from kfp.dsl.python_component import PythonComponent
 from llm_pipeline import components
 from llm_pipeline.components.undeploy_preflight import undeploy_preflight
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.config.preflight import is_preflight
+from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
@@ -60,10 +60,6 @@ def local_input_digests(config: PipelineConfig) -> dict[str, str]:
     if tokenizer_digest is not None:
         digests["preprocess"] = tokenizer_digest
     return digests
-
-
-def _deploys_to_vertex(config: PipelineConfig) -> bool:
-    return config.deploy.target == "vertex" and config.deploy_policy.override != "never"
 
 
 def build_pipeline(
@@ -153,7 +149,7 @@ def build_pipeline(
             options["deploy"](shipped)
 
     def pipeline(**parameters: Any) -> None:
-        if not (preflight and _deploys_to_vertex(config)):
+        if not (preflight and empties_its_endpoint(config)):
             steps(parameters)
             return
         cleanup = op(undeploy_preflight)(config=config_json, **location)
