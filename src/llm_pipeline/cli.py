@@ -32,15 +32,18 @@ examples:
       write the pipeline spec for the Vertex Pipelines UI
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
-  python pipeline.py --config configs/small1vm1gpu.json --project my-project \
+  python pipeline.py --config configs/small1vm1gpu.json --project my-project \\
+      --region us-central1 --pipeline-root gs://my-bucket/runs --preflight
+      first, a preflight: the same pipeline, images and cluster at tiny sizes, in minutes
+  python pipeline.py --config configs/small1vm1gpu.json --project my-project \\
       --region us-central1 --pipeline-root gs://my-bucket/runs --wait
       submit to Vertex AI Pipelines and follow the run to its end
-  python pipeline.py --config configs/small1vm1gpu.json --project my-project \
+  python pipeline.py --config configs/small1vm1gpu.json --project my-project \\
       --pipeline-root gs://my-bucket/runs --schedule "TZ=Europe/Paris 0 3 * * 1"
       retrain every Monday at 03:00 Paris time (runs never overlap)
   python pipeline.py schedules list --project my-project --region us-central1
       list schedules (also: pause|resume|delete NAME)
-  python pipeline.py --config configs/small1vm1gpu.json \
+  python pipeline.py --config configs/small1vm1gpu.json \\
       --upload-template https://us-central1-kfp.pkg.dev/my-project/pipelines
       push the compiled pipeline to Artifact Registry for the template gallery
   python pipeline.py registry

@@ -1,5 +1,5 @@
-"""`pipeline.py` on Vertex AI: submit (and watch), schedule, upload a template, and
-`pipeline.py schedules list|pause|resume|delete`.
+"""`pipeline.py` on Vertex AI: submit (and watch), preflight, schedule, upload a template,
+and `pipeline.py schedules list|pause|resume|delete`.
 
 Every value is checked before the first call (exit 2 with the problem); a refusal from
 Vertex AI is one line (exit 1); `--wait` exits 0 only when the run succeeded.
@@ -14,6 +14,12 @@ from pathlib import Path
 import yaml
 
 from llm_pipeline.config import ConfigError, PipelineConfig, VertexConfig, load_config
+from llm_pipeline.config.preflight import (
+    PREFLIGHT_SUFFIX,
+    empties_its_endpoint,
+    preflight_changes,
+    preflight_config,
+)
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
 from llm_pipeline.runner import vertex_submit as vs
@@ -50,6 +56,19 @@ def add_vertex_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"How often --wait asks for the run's state (default {vs.POLL_SECONDS:g}).",
     )
     group.add_argument(
+        "--preflight",
+        action="store_true",
+        help="Submit a preflight instead: the same pipeline, images and cluster shape at tiny "
+        "sizes (a few dozen examples, two training steps and one checkpoint, a handful of "
+        f"evaluation examples), deployed to <endpoint>{PREFLIGHT_SUFFIX} and undeployed when "
+        "the run ends; follows the run to its end. Run it before the first real run.",
+    )
+    group.add_argument(
+        "--no-deploy",
+        action="store_true",
+        help="With --preflight: stop after the gate; register and deploy nothing.",
+    )
+    group.add_argument(
         "--schedule",
         metavar="CRON",
         help='Create a schedule instead of one run, e.g. "TZ=Europe/Paris 0 3 * * 1".',
@@ -73,7 +92,8 @@ def add_vertex_arguments(parser: argparse.ArgumentParser) -> None:
 VERTEX_FLAGS = ("project", "region", "service_account", "network", "experiment", "no_cache")
 RUN_FLAGS = ("wait", "experiment")
 SCHEDULE_FLAGS = ("start_time", "end_time", "max_concurrent_runs")
-ALL_FLAGS = (*VERTEX_FLAGS, *RUN_FLAGS, *SCHEDULE_FLAGS, "schedule")
+PREFLIGHT_FLAGS = ("preflight", "no_deploy")
+ALL_FLAGS = (*VERTEX_FLAGS, *RUN_FLAGS, *SCHEDULE_FLAGS, *PREFLIGHT_FLAGS, "schedule")
 
 
 def _flag(name: str) -> str:
@@ -101,8 +121,10 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
         problems.append("--upload-template only uploads the spec: leave out the run flags")
     if args.schedule is None and (given := _given(args, SCHEDULE_FLAGS)):
         problems.append(f"{', '.join(given)} only apply with --schedule")
-    if args.schedule is not None and (given := _given(args, RUN_FLAGS)):
+    if args.schedule is not None and (given := _given(args, (*RUN_FLAGS, "preflight"))):
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
+    if args.no_deploy and not args.preflight:
+        problems.append("--no-deploy only applies with --preflight")
     root = str(args.pipeline_root or "")
     if root.startswith("gs://") and not _given(args, ALL_FLAGS) and not config.vertex.project:
         problems.append(
@@ -162,6 +184,9 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
         raise ConfigError(problems, source="the command line")
     if args.upload_template:
         return _upload(args, config)
+    real = config
+    if args.preflight:  # its experiment, names and folders are its own from here on
+        config = preflight_config(config, deploy=not args.no_deploy)
     target = request = None
     try:
         target = vertex_target(
@@ -181,11 +206,18 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
     with tempfile.TemporaryDirectory() as folder:
-        spec = vs.compile_for_vertex(config, Path(folder), scheduled=request is not None)
+        spec = vs.compile_for_vertex(
+            config, Path(folder), scheduled=request is not None, preflight=args.preflight
+        )
         if args.dry_run:
             _describe(config, spec)
+            if args.preflight:
+                print(f"Preflight of {real.name}, what differs from a real run:")
+                for line in preflight_changes(real, config):
+                    print(f"  {line}")
             where = f"{target.project}/{target.region}, root {target.pipeline_root}"
             what = f"schedule {request.cron!r}" if request else "one run"
+            what = "a preflight run" if args.preflight else what
             print(f"\nWould submit {what} to Vertex AI ({where}); nothing was called.")
             return 0
         if request is not None:
@@ -198,11 +230,30 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     print(f"  console: {submitted.console_url}")
     if target.experiment:
         print(f"  experiment: {target.experiment}")
-    if not args.wait:
+    if not (args.wait or args.preflight):
         return 0
     succeeded = vs.watch(submitted.job, poll_s=args.poll_seconds)
     print("Pipeline succeeded." if succeeded else "Pipeline did not succeed.")
+    if args.preflight:
+        print(_preflight_verdict(real, config, succeeded))
     return 0 if succeeded else 1
+
+
+def _preflight_verdict(real: PipelineConfig, preflight: PipelineConfig, succeeded: bool) -> str:
+    """What a preflight's end means for the real run."""
+    endpoint = preflight.deploy.endpoint_name()
+    deploys = empties_its_endpoint(preflight)
+    if succeeded:
+        emptied = f" (its endpoint {endpoint} serves nothing again)" if deploys else ""
+        return f"Preflight passed{emptied}: submit {real.name} without --preflight."
+    cleanup = (
+        f" Its last step, undeploy-preflight, empties {endpoint} however the others went; if "
+        "that step is the one that failed, undeploy by hand (README: Clean up)."
+    )
+    return (
+        "Preflight failed: the console shows the step that failed and its log; fix it before "
+        "the real run." + (cleanup if deploys else "")
+    )
 
 
 def _describe(config: PipelineConfig, spec: Path) -> None:

@@ -20,14 +20,12 @@ def test_parameters_override_the_config() -> None:
     values = {
         **parameter_defaults(config),
         "epochs": 0.5,
-        "node_count": 4,
         "dataset": "gs://acme-data/cnndm",
         "deploy_override": "never",
         "min_improvement": 0.25,
     }
     applied = apply_run_parameters(config.model_dump_json(), values)
     assert applied.train.epochs == 0.5
-    assert applied.cluster.node_count == 4
     assert applied.data.dataset == "gs://acme-data/cnndm"
     assert applied.deploy_policy.override == "never"
     assert applied.deploy_policy.min_improvement == 0.25
@@ -72,6 +70,9 @@ def test_bad_values_name_the_parameter_and_the_config_key() -> None:
         apply_run_parameters(config.model_dump_json(), {"learning_rate": float("nan")})
     with pytest.raises(ConfigError, match="unknown pipeline parameter"):
         apply_run_parameters(config.model_dump_json(), {"zone": "us-central1-a"})
+    # The cluster's shape is compiled into the worker pools: a run cannot change it.
+    with pytest.raises(ConfigError, match="unknown pipeline parameter"):
+        apply_run_parameters(config.model_dump_json(), {"node_count": 4})
 
 
 def test_a_spec_without_a_project_deploys_in_the_runs_own_project() -> None:

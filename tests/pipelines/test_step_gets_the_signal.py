@@ -4,7 +4,6 @@ at a `sh` that ignores it as PID 1."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,15 +20,13 @@ EXECUTOR = "-m kfp.dsl.executor_main"
 
 
 def _finetune_script(tmp_path: Path) -> str:
-    """The shell script every finetune replica runs, as configure hands it to the job."""
+    """The shell script every finetune replica runs, as compiled into the job's pools."""
     config = load_config(REPO / "configs" / "small2vm16gpu.json", ["vertex.project=acme"]).config
     spec = yaml.safe_load(
         compile_pipeline(build_pipeline(config, target="vertex"), tmp_path / "p.yaml").read_text()
     )
-    configure = spec["root"]["dag"]["tasks"]["configure"]
-    pools = json.loads(
-        configure["inputs"]["parameters"]["finetune_pools"]["runtimeValue"]["constant"]
-    )
+    finetune = spec["components"]["comp-finetune"]["inputDefinitions"]["parameters"]
+    pools = finetune["worker_pool_specs"]["defaultValue"]
     commands = {tuple(pool["container_spec"]["command"][:3]) for pool in pools}
     assert len(commands) == 1, "every replica runs the same command"
     shell, flags, script = commands.pop()

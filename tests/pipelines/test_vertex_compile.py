@@ -1,7 +1,8 @@
 """Every shipped config compiles for Vertex AI into the spec it asks for: images, worker
 pools, evaluation's node, caching and retries per step, the run parameters with the
-config's values as defaults, and the gate's condition. The specs kept under `pipelines/`
-are exactly what the code compiles."""
+config's values as defaults, and the gate's condition. No value a task gets at run time
+carries a placeholder Vertex would have to fill in. The specs kept under `pipelines/` are
+exactly what the code compiles."""
 
 import json
 from pathlib import Path
@@ -16,7 +17,6 @@ from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.pipelines.vertex import STEP_LABEL, custom_job_settings
 from llm_pipeline.runner import compile_pipeline, step_order
 from llm_pipeline.runner.compile import compile_shipped_pipelines
-from llm_pipeline.steps.configure import worker_pool_specs
 
 REPO = Path(__file__).resolve().parents[2]
 VERTEX_CONFIGS = ["small1vm1gpu.json", "small2vm16gpu.json", "xxl2vm16gpu.json", "xxl8vm16gpu.json"]
@@ -67,26 +67,55 @@ def test_finetune_runs_as_a_custom_job_on_the_configured_pools(
     assert values["strategy"] == ("SPOT" if cluster.spot else "STANDARD")
     assert values["restart_job_on_worker_restart"] is True
     assert values["labels"] == {STEP_LABEL: "finetune"}
-    # The pools the job runs with come from configure, scaled to the node_count parameter.
+    # The job runs with the pools compiled into its default, as GCPC builds them: no task
+    # hands it others at run time.
     tasks = spec["root"]["dag"]["tasks"]
-    assert tasks["finetune"]["inputs"]["parameters"]["worker_pool_specs"] == {
-        "taskOutputParameter": {
-            "outputParameterKey": "worker_pool_specs",
-            "producerTask": "configure",
-        }
+    assert "worker_pool_specs" not in tasks["finetune"]["inputs"]["parameters"]
+
+
+#: Placeholders a task argument may be, whole: GCPC passes its project and location ones
+#: as task arguments itself (`_implementation/llm/deployment_graph.py`), and KFP documents
+#: `dsl.PIPELINE_JOB_NAME_PLACEHOLDER` as one.
+ARGUMENT_PLACEHOLDERS = {
+    "{{$.pipeline_google_cloud_project_id}}",
+    "{{$.pipeline_google_cloud_location}}",
+    "{{$.pipeline_job_name}}",
+}
+
+
+def every_task(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every task of the root DAG and of the sub-DAGs (conditions, exit handlers)."""
+    dags = [spec["root"], *spec["components"].values()]
+    return {
+        name: task for dag in dags for name, task in dag.get("dag", {}).get("tasks", {}).items()
     }
-    template = json.loads(constant(tasks["configure"], "finetune_pools"))
-    scaled = worker_pool_specs(template, cluster.node_count)
-    assert [p["replica_count"] for p in scaled] == [p["replica_count"] for p in pools]
 
 
-def test_worker_pools_follow_the_node_count_parameter() -> None:
-    pool = {"machine_spec": {"machine_type": "a2-megagpu-16g"}, "replica_count": 1}
-    assert [p["replica_count"] for p in worker_pool_specs([pool], 1)] == [1]
-    assert [p["replica_count"] for p in worker_pool_specs([pool], 2)] == [1, 1]
-    assert [p["replica_count"] for p in worker_pool_specs([pool, {**pool}], 8)] == [1, 7]
-    assert [p["replica_count"] for p in worker_pool_specs([pool, {**pool}], 1)] == [1]
-    assert worker_pool_specs([], 4) == []  # locally there is no custom job to scale
+@pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
+def test_no_run_time_value_carries_a_placeholder(config_name: str, tmp_path: Path) -> None:
+    """The executor placeholder is only where GCPC puts it, in the custom jobs' compiled
+    worker pools; whether Vertex would fill in one inside a value passed at run time is not
+    documented (see `llm_pipeline.pipelines.vertex`)."""
+    spec = compiled(config_of(config_name), tmp_path)
+    for name, task in every_task(spec).items():
+        for key, value in task.get("inputs", {}).get("parameters", {}).items():
+            given = value.get("runtimeValue", {}).get("constant")
+            if isinstance(given, str) and given not in ARGUMENT_PLACEHOLDERS:
+                assert "{{$" not in given, f"{name}.{key} carries a placeholder"
+        assert "worker_pool_specs" not in task.get("inputs", {}).get("parameters", {}), name
+    escaped = [
+        component
+        for component, body in spec["components"].items()
+        if "{{$.json_escape" in json.dumps(body)
+    ]
+    assert sorted(escaped) == ["comp-evaluate", "comp-finetune"]
+    for component in escaped:
+        pools = defaults(spec, component)["worker_pool_specs"]
+        for pool in pools:
+            assert pool["container_spec"]["args"][:2] == [
+                "--executor_input",
+                "{{$.json_escape[1]}}",
+            ]
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
@@ -123,8 +152,9 @@ def test_parameters_carry_the_configs_values_as_defaults(config_name: str, tmp_p
         assert parameter["defaultValue"] == expected[name], name
         assert RUN_PARAMETERS[name].path in parameter["description"]
     assert expected["epochs"] == config.train.epochs
-    assert expected["node_count"] == config.cluster.node_count
     assert expected["gate_metric"] == config.deploy_policy.metric
+    # The cluster's shape is compiled in (the worker pools), not a run parameter.
+    assert "node_count" not in parameters
     # Every parameter goes to configure, the first step, which validates the run's config.
     configure = spec["root"]["dag"]["tasks"]["configure"]["inputs"]["parameters"]
     for name in RUN_PARAMETERS:

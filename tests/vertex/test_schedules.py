@@ -3,7 +3,6 @@ overlap and always download afresh, and `pipeline.py schedules` lists, pauses, r
 deletes schedules. The real CLI and SDK against the REST stand-in."""
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from llm_pipeline import cli
 from llm_pipeline.runner.cron import validate_cron
 
-from ..registry.vertex_standin import VertexStandIn, aiplatform_settings_restored
+from ..registry.vertex_standin import VertexStandIn
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "small1vm1gpu.json")
@@ -19,18 +18,6 @@ PROJECT, REGION = "test-project", "us-central1"
 PARENT = f"projects/{PROJECT}/locations/{REGION}"
 SA = "trainer@test-project.iam.gserviceaccount.com"
 NETWORK = "projects/123/global/networks/vpc"
-
-
-@pytest.fixture
-def api() -> Iterator[VertexStandIn]:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import aiplatform
-
-    with aiplatform_settings_restored(), VertexStandIn(PROJECT, REGION) as standin:
-        aiplatform.init(
-            api_endpoint=standin.url, api_transport="rest", credentials=AnonymousCredentials()
-        )
-        yield standin
 
 
 def schedule(*args: str) -> int:

@@ -3,7 +3,6 @@ the REST stand-in on loopback; each request's path and body is checked against t
 reference. Cloud Storage (the SDK checks the pipeline root's bucket) is the emulator."""
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from llm_pipeline import cli
 from llm_pipeline.config import load_config
 from llm_pipeline.config.run_parameters import parameter_defaults
 
-from ..registry.vertex_standin import VertexStandIn, aiplatform_settings_restored
+from ..registry.vertex_standin import VertexStandIn
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "small2vm16gpu.json")
@@ -26,18 +25,6 @@ NETWORK = "projects/123/global/networks/vpc"
 #: which no stand-in here answers (the SDK would retry for a minute, then go on).
 ROOT = f"gs://runs-{uuid.uuid4().hex[:12]}/pipelines"
 WHERE = ["--project", PROJECT, "--region", REGION, "--pipeline-root", ROOT]
-
-
-@pytest.fixture
-def api(gcs_emulator: str) -> Iterator[VertexStandIn]:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import aiplatform
-
-    with aiplatform_settings_restored(), VertexStandIn(PROJECT, REGION) as standin:
-        aiplatform.init(
-            api_endpoint=standin.url, api_transport="rest", credentials=AnonymousCredentials()
-        )
-        yield standin
 
 
 def run(*args: str) -> int:
@@ -137,7 +124,7 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
 ) -> None:
     assert run(*WHERE, "--dry-run") == 0
     out = capsys.readouterr().out
-    assert "  epochs = 3.0" in out and "  node_count = 2" in out
+    assert "  epochs = 3.0" in out and "  per_device_batch_size = 32" in out
     image = load_config(CONFIG).config.vertex.image_uri("train")
     gpus = "of a2-megagpu-16g with 16 x NVIDIA_TESLA_A100 each"
     assert f"finetune: custom job, 2 replicas {gpus}, image {image}; not cached" in out

@@ -50,7 +50,7 @@ def test_the_template_is_uploaded_with_the_version_and_latest_tags(
     assert upload.fields["tags"].decode() == f"{__version__},latest"
     spec = yaml.safe_load(upload.fields["content"])
     assert spec["pipelineInfo"]["name"] == "t5-small-cnndm"
-    assert set(spec["root"]["inputDefinitions"]["parameters"]) >= {"epochs", "node_count"}
+    assert set(spec["root"]["inputDefinitions"]["parameters"]) >= {"epochs", "learning_rate"}
     assert upload.filename == "t5-small-cnndm.yaml"
     digest = hashlib.sha256(upload.fields["content"]).hexdigest()
     out = capsys.readouterr().out

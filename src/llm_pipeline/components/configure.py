@@ -10,14 +10,12 @@ from llm_pipeline.components.image import component
 @component
 def configure(
     config: str,
-    finetune_pools: str,
     resolved: Output[Artifact],
     dataset: str,
     model_source: str,
     epochs: float,
     learning_rate: float,
     per_device_batch_size: int,
-    node_count: int,
     gate_metric: str,
     min_improvement: float,
     deploy_override: str,
@@ -34,7 +32,6 @@ def configure(
         ("deploy_policy", str),
         ("deploy", str),
         ("vertex", str),
-        ("worker_pool_specs", list),
     ],
 ):
     """Apply the pipeline's parameters to the config and validate it, as `--set` would.
@@ -44,10 +41,8 @@ def configure(
 
     Args:
         config: The whole config as JSON (`llm_pipeline.config.PipelineConfig`).
-        finetune_pools: The finetune custom job's worker pools as compiled (JSON list;
-            empty when finetune runs locally); scaled here to `node_count`.
-        dataset, model_source, epochs, learning_rate, per_device_batch_size, node_count,
-        gate_metric, min_improvement, deploy_override: the run's parameters
+        dataset, model_source, epochs, learning_rate, per_device_batch_size, gate_metric,
+        min_improvement, deploy_override: the run's parameters
             (`llm_pipeline.config.run_parameters`); an empty `model_source` keeps the
             config's model.
         project, region: Where the run runs (on Vertex AI the pipeline passes the
@@ -59,22 +54,19 @@ def configure(
         resolved: The validated config this run uses, as JSON.
         data, model, train, cluster, evaluate, deploy_policy, deploy, vertex: each section
             as JSON text, for the steps.
-        worker_pool_specs: finetune's worker pools for `node_count` nodes.
     """
     from collections import namedtuple
 
     from llm_pipeline.steps.configure import run_configure
 
-    sections, pools = run_configure(
+    sections = run_configure(
         config=config,
-        finetune_pools=finetune_pools,
         parameters={
             "dataset": dataset,
             "model_source": model_source,
             "epochs": epochs,
             "learning_rate": learning_rate,
             "per_device_batch_size": per_device_batch_size,
-            "node_count": node_count,
             "gate_metric": gate_metric,
             "min_improvement": min_improvement,
             "deploy_override": deploy_override,
@@ -93,7 +85,6 @@ def configure(
             "deploy_policy",
             "deploy",
             "vertex",
-            "worker_pool_specs",
         ],
     )
-    return Sections(**sections, worker_pool_specs=pools)
+    return Sections(**sections)

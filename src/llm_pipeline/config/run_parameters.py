@@ -4,6 +4,10 @@ A compiled spec carries the whole config as one constant; these few settings are
 pipeline parameters (the Vertex "Create run" form shows them with the config's values as
 defaults). The first step applies them to the config and validates the result, so a bad
 value fails there with the same message `--set` would give.
+
+The cluster's shape (`cluster.node_count`, machines, GPUs) is not among them: a custom
+job's worker pools are fixed when the pipeline is compiled (`llm_pipeline.pipelines.vertex`
+says why), so another node count is another compile (`--set cluster.node_count=4`).
 """
 
 import json
@@ -43,7 +47,6 @@ RUN_PARAMETERS: dict[str, RunParameter] = {
     "per_device_batch_size": RunParameter(
         "train.per_device_batch_size", int, "Training micro-batch per GPU."
     ),
-    "node_count": RunParameter("cluster.node_count", int, "Training nodes (VMs)."),
     "gate_metric": RunParameter("deploy_policy.metric", str, "Metric the gate compares."),
     "min_improvement": RunParameter(
         "deploy_policy.min_improvement", float, "Deploy only if the metric gains this much."

@@ -8,7 +8,6 @@ hands every other step its validated section. The same components run locally an
 Vertex AI.
 """
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -17,17 +16,14 @@ from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline import components
+from llm_pipeline.components.undeploy_preflight import undeploy_preflight
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
 from llm_pipeline.pipelines.signature import with_parameters
-from llm_pipeline.pipelines.vertex import (
-    evaluate_job,
-    finetune_job,
-    step_options,
-    worker_pool_template,
-)
+from llm_pipeline.pipelines.vertex import evaluate_job, finetune_job, step_options
 from llm_pipeline.storage import is_remote
 
 Target = Literal["local", "vertex"]
@@ -67,13 +63,22 @@ def local_input_digests(config: PipelineConfig) -> dict[str, str]:
 
 
 def build_pipeline(
-    config: PipelineConfig, *, target: Target = "local", scheduled: bool = False
+    config: PipelineConfig,
+    *,
+    target: Target = "local",
+    scheduled: bool = False,
+    preflight: bool = False,
 ) -> Callable[..., Any]:
     """A KFP pipeline function for `config`: call it under `kfp.local`, or compile it.
 
     `scheduled` builds it for a schedule: each run downloads the data afresh instead of
-    taking an earlier run's download from the cache.
+    taking an earlier run's download from the cache. `preflight` builds a preflight's run
+    on Vertex, `config` being `config.preflight.preflight_config(...)`: when it deploys, the
+    steps run inside an exit handler whose exit task, `undeploy_preflight`, empties the
+    preflight's endpoint however they end.
     """
+    if preflight and (target != "vertex" or not is_preflight(config)):
+        raise ValueError("a preflight runs on Vertex AI, built from preflight_config(config)")
     image = config.vertex.image_uri()
 
     def op(step: PythonComponent) -> PythonComponent:
@@ -88,15 +93,12 @@ def build_pipeline(
     digests = None if vertex else local_input_digests(config)
     options = step_options(config, target=target, scheduled=scheduled, input_digests=digests)
     config_json = _config_for_steps(config, target=target)
-    pools = json.dumps(worker_pool_template(finetune)) if vertex else ""
 
     # Vertex fills these in where the run runs; kfp.local knows neither.
     location = {"project": PROJECT_PLACEHOLDER, "region": REGION_PLACEHOLDER} if vertex else {}
 
-    def pipeline(**parameters: Any) -> None:
-        cfg = op(components.configure)(
-            config=config_json, finetune_pools=pools, **location, **parameters
-        )
+    def steps(parameters: dict[str, Any]) -> None:
+        cfg = op(components.configure)(config=config_json, **location, **parameters)
         options["configure"](cfg)
         sections = cfg.outputs
         fetched = op(components.download)(task=config.task, data=sections["data"])
@@ -108,14 +110,12 @@ def build_pipeline(
             dataset=fetched.outputs["dataset"],
         )
         options["preprocess"](tokenized)
-        pool_argument = {"worker_pool_specs": sections["worker_pool_specs"]} if vertex else {}
         trained = finetune(
             task=config.task,
             model=sections["model"],
             train=sections["train"],
             cluster=sections["cluster"],
             dataset=tokenized.outputs["tokenized"],
-            **pool_argument,
         )
         options["finetune"](trained)
         scored = evaluate(
@@ -147,6 +147,15 @@ def build_pipeline(
                 dataset=tokenized.outputs["tokenized"],
             )
             options["deploy"](shipped)
+
+    def pipeline(**parameters: Any) -> None:
+        if not (preflight and empties_its_endpoint(config)):
+            steps(parameters)
+            return
+        cleanup = op(undeploy_preflight)(config=config_json, **location)
+        options["undeploy-preflight"](cleanup)
+        with dsl.ExitHandler(cleanup, name="preflight"):
+            steps(parameters)
 
     return dsl.pipeline(
         name=config.name,

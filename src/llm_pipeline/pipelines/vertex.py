@@ -1,5 +1,18 @@
 """How each step runs: on Vertex AI, finetune and evaluate as GPU custom jobs; everywhere,
-display names, caching, retries and resource labels per step."""
+display names, caching, retries and resource labels per step.
+
+A custom job's worker pools are fixed when the pipeline is compiled, as GCPC builds them:
+`create_custom_training_job_from_component` puts them in the job component's
+`worker_pool_specs` *default*, each container's `--executor_input` being the placeholder
+`{{$.json_escape[1]}}`, and the launcher's `--payload` argument takes that input through
+`{{$.inputs.parameters['worker_pool_specs']}}`. Vertex AI fills the executor placeholder in
+when it starts the launcher; GCPC's launcher (`container/v1/custom_job/launcher.py`) only
+parses the payload it is given. Whether Vertex would also fill in a placeholder inside a
+value another task produced at run time is documented nowhere (KFP's own backend resolves
+the placeholders of a command once, in no fixed order, and does not know `json_escape` at
+all), so no run-time value here carries one: the node count is the config's
+`cluster.node_count`, not a run parameter.
+"""
 
 import copy
 from collections.abc import Callable
@@ -18,7 +31,7 @@ CACHED_STEPS = ("download", "preprocess")
 #: Steps that reach the network (hubs, GCS, the Vertex API) and are safe to run again.
 #: Not finetune (it resumes from its checkpoints inside its custom job) and not deploy (a
 #: second attempt would register a second version).
-RETRIED_STEPS = ("download", "preprocess", "should-deploy")
+RETRIED_STEPS = ("download", "preprocess", "should-deploy", "undeploy-preflight")
 RETRIES = 3
 
 
@@ -42,8 +55,8 @@ def custom_job_settings(
     """Keyword arguments for GCPC's `create_custom_training_job_from_component`.
 
     Every replica runs the component with the same command; `replica_count` becomes one
-    primary pool (workerpool0) plus `node_count - 1` workers (workerpool1). The count is
-    a pipeline parameter: the configure step scales these pools to it at run time.
+    primary pool (workerpool0) plus `node_count - 1` workers (workerpool1), fixed in the
+    compiled spec (see the module's docstring).
     """
     cluster, vertex = config.cluster, config.vertex
     return {
@@ -76,8 +89,9 @@ def _custom_job(step: PythonComponent, settings: dict[str, Any]) -> Any:
 
 
 def finetune_job(step: PythonComponent, config: PipelineConfig) -> Any:
-    """`step` wrapped as a Vertex custom training job shaped by `config.cluster`."""
-    return _custom_job(step, custom_job_settings(config))
+    """`step` wrapped as a Vertex custom training job shaped by `config.cluster`, its Python
+    the container's main process (`executor_as_main_process`)."""
+    return _custom_job(executor_as_main_process(step), custom_job_settings(config))
 
 
 def evaluate_job(step: PythonComponent, config: PipelineConfig) -> Any:
@@ -88,34 +102,28 @@ def evaluate_job(step: PythonComponent, config: PipelineConfig) -> Any:
     return _custom_job(step, custom_job_settings(config, step="evaluate", single_node=True))
 
 
-def worker_pool_template(job: Any) -> list[dict[str, Any]]:
-    """The worker pools a custom job component was compiled with (its input's default), with
-    the step's Python made the container's main process (`executor_as_main_process`)."""
-    return executor_as_main_process(list(job.component_spec.inputs["worker_pool_specs"].default))
-
-
 # How KFP's lightweight-component script starts the step, in its last line.
 _EXECUTOR = "_KFP_RUNTIME=true python3 -m kfp.dsl.executor_main"
 
 
-def executor_as_main_process(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`pools` with each container's `sh -ec SCRIPT` ending in `exec env ... python3 ...`.
+def executor_as_main_process(step: PythonComponent) -> PythonComponent:
+    """A copy of `step` whose container's `sh -ec SCRIPT` ends in `exec env ... python3 ...`.
 
     KFP runs a lightweight component as `sh -ec SCRIPT`, and dash does not `exec` the
     script's last command: `sh` stays the container's PID 1 with the step as its child. PID 1
     ignores signals it has no handler for, so the SIGTERM a preempted Spot VM gets would never
     reach the step, and training could not save before the kill. With `exec`, the step's
     Python is PID 1 itself, and the finetune step's handler (`train.run`) takes the signal.
+    GCPC copies this command into the worker pools it compiles.
     """
-    rewritten = copy.deepcopy(pools)
-    for pool in rewritten:
-        command = pool["container_spec"]["command"]
-        if command[:2] != ["sh", "-ec"] or len(command) < 3 or _EXECUTOR not in command[2]:
-            raise ValueError(
-                f"KFP's component command changed shape ({command[:3]!r}); "
-                "executor_as_main_process needs updating"
-            )
-        command[2] = command[2].replace(_EXECUTOR, f"exec env {_EXECUTOR}", 1)
+    rewritten = copy.deepcopy(step)
+    command = rewritten.component_spec.implementation.container.command
+    if command[:2] != ["sh", "-ec"] or len(command) < 3 or _EXECUTOR not in command[2]:
+        raise ValueError(
+            f"KFP's component command changed shape ({command[:3]!r}); "
+            "executor_as_main_process needs updating"
+        )
+    command[2] = command[2].replace(_EXECUTOR, f"exec env {_EXECUTOR}", 1)
     return rewritten
 
 
@@ -151,4 +159,6 @@ def step_options(
         return apply
 
     names = ("configure", "download", "preprocess", "finetune", "evaluate")
-    return {name: options(name) for name in (*names, "should-deploy", "deploy")}
+    return {
+        name: options(name) for name in (*names, "should-deploy", "deploy", "undeploy-preflight")
+    }

@@ -278,6 +278,18 @@ class VertexRegistry(Registry):
         after = self._settle(aip, found)
         return RollbackOutcome(endpoint=after, moved_from=others[0].version, moved_to=target)
 
+    def undeploy_all(self, endpoint: str) -> tuple[ModelVersion, ...]:
+        """Undeploy every model from `endpoint`, which stays, serving nothing (and billing
+        for no machine); the versions it served. Nothing to do when it does not exist."""
+        aip = self._sdk()
+        found = find_endpoint(aip, endpoint)
+        if found is None:
+            return ()
+        before = endpoint_state(aip, found)
+        with api_errors(f"undeploying every model from endpoint {endpoint!r}"):
+            found.undeploy_all()
+        return tuple(d.version for d in before.deployed)
+
     def _resource_of(self, aip: Any, version: ModelVersion) -> str:
         """`.../models/ID@VERSION` for a version known only by model name and number."""
         parent = find_model(aip, version.model)

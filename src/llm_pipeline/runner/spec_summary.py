@@ -8,17 +8,26 @@ from llm_pipeline.components import STEPS
 
 #: Steps under the gate's `dsl.If` live in a condition sub-DAG.
 CONDITION_PREFIX = "condition"
+#: An exit handler's exit task runs once the steps it guards have ended, however they ended.
+EXIT_TASK = "ALL_UPSTREAM_TASKS_COMPLETED"
 
 
 def _tasks(compiled: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every task by name, the gated ones marked, in the order the steps run."""
+    """Every task by name, the gated and the exit ones marked, in the order the steps run."""
     tasks: dict[str, dict[str, Any]] = {}
-    for name, task in compiled["root"]["dag"]["tasks"].items():
-        if name.startswith(CONDITION_PREFIX):
-            inner = compiled["components"][task["componentRef"]["name"]]["dag"]["tasks"]
-            tasks.update({f"{n} (if the gate says yes)": t for n, t in inner.items()})
-        else:
-            tasks[name] = task
+
+    def walk(dag: dict[str, Any], note: str) -> None:
+        for name, task in dag.items():
+            component = compiled["components"][task["componentRef"]["name"]]
+            if "dag" in component:  # a condition or an exit handler's group
+                gated = " (if the gate says yes)" if name.startswith(CONDITION_PREFIX) else note
+                walk(component["dag"]["tasks"], gated)
+            elif task.get("triggerPolicy", {}).get("strategy") == EXIT_TASK:
+                tasks[f"{name} (once the others end, however they end)"] = task
+            else:
+                tasks[f"{name}{note}"] = task
+
+    walk(compiled["root"]["dag"]["tasks"], "")
     order = [step.replace("_", "-") for step in STEPS]
 
     def rank(name: str) -> int:

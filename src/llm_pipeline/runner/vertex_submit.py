@@ -45,9 +45,12 @@ class Submitted:
     job: Any  #: the aiplatform.PipelineJob
 
 
-def compile_for_vertex(config: PipelineConfig, folder: Path, *, scheduled: bool = False) -> Path:
-    """The Vertex spec of `config` (for a schedule: download never from the cache)."""
-    pipeline = build_pipeline(config, target="vertex", scheduled=scheduled)
+def compile_for_vertex(
+    config: PipelineConfig, folder: Path, *, scheduled: bool = False, preflight: bool = False
+) -> Path:
+    """The Vertex spec of `config` (for a schedule: download never from the cache; for a
+    preflight, `config` being its `preflight_config`: its endpoint emptied at the end)."""
+    pipeline = build_pipeline(config, target="vertex", scheduled=scheduled, preflight=preflight)
     return compile_pipeline(pipeline, folder / f"{config.name}.yaml")
 
 

@@ -5,8 +5,6 @@ This is the first step of every run, so a bad value typed into the Vertex "Creat
 form fails here, at once, with the message `--set` would give, before any GPU starts.
 """
 
-import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +15,6 @@ from llm_pipeline.steps.errors import reports_user_errors
 
 #: The sections each step receives, as JSON text (see `Section.from_component`).
 SECTIONS = ("data", "model", "train", "cluster", "evaluate", "deploy_policy", "deploy", "vertex")
-
-
-def worker_pool_specs(template: list[dict[str, Any]], node_count: int) -> list[dict[str, Any]]:
-    """The custom job's worker pools for `node_count` nodes: the primary (workerpool0) and
-    `node_count - 1` workers (workerpool1) with the primary's spec, as GCPC builds them."""
-    if not template:
-        return []
-    primary = copy.deepcopy(template[0])
-    primary["replica_count"] = 1
-    pools = [primary]
-    if node_count > 1:
-        workers = copy.deepcopy(primary)
-        workers["replica_count"] = node_count - 1
-        pools.append(workers)
-    return pools
 
 
 def with_runtime_location(config: PipelineConfig, runtime: dict[str, str]) -> PipelineConfig:
@@ -51,18 +34,15 @@ def with_runtime_location(config: PipelineConfig, runtime: dict[str, str]) -> Pi
 def run_configure(
     *,
     config: str,
-    finetune_pools: str,
     parameters: dict[str, Any],
     resolved: Any,
     runtime: dict[str, str] | None = None,
-) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """The validated sections and finetune's worker pools; the full config to `resolved`."""
+) -> dict[str, str]:
+    """The validated sections; the full config to `resolved`."""
     validated = with_runtime_location(apply_run_parameters(config, parameters), runtime or {})
     Path(resolved.path).parent.mkdir(parents=True, exist_ok=True)
     Path(resolved.path).write_text(validated.model_dump_json(indent=2) + "\n")
     sections = {name: getattr(validated, name).model_dump_json() for name in SECTIONS}
-    template = json.loads(finetune_pools) if finetune_pools else []
-    pools = worker_pool_specs(template, validated.cluster.node_count)
     for name, value in parameters.items():
         status(f"{name} = {value!r}")
-    return sections, pools
+    return sections
