@@ -5,7 +5,8 @@ Runs inside the training processes, with the process group up. Three storage cas
   each node uploads its own ranks' files, the primary adds the shared ones, then marks.
 - a local folder every node sees (one node, NFS, Vertex's /gcs/ mount): the primary marks.
 - a local folder per node (no shared filesystem): each node keeps its own shards
-  (`save_on_each_node`) and each node's first process marks its own copy.
+  (`save_on_each_node`, DeepSpeed's `use_node_local_storage`) and each node's first process
+  adds DeepSpeed's `latest` tag, which only global rank 0 writes, and marks its own copy.
 Which case holds is measured, not assumed: the primary writes a probe file and every rank
 says whether it sees it.
 """
@@ -49,6 +50,11 @@ class CheckpointLayout:
     def save_on_each_node(self) -> bool:
         """Each node writes the shared files too: its folder is its own (staging or disk)."""
         return self.node_count > 1 and not (self.shared and not self.remote)
+
+    @property
+    def node_local(self) -> bool:
+        """Each node keeps its own copy on its own disk (no shared folder, no object store)."""
+        return not self.shared and not self.remote
 
     @property
     def marks(self) -> bool:
@@ -176,6 +182,8 @@ class CompleteCheckpoints(TrainerCallback):
             dist.barrier()
         if layout.marks:
             target = checkpoints.checkpoint_path(layout.folder, step)
+            if layout.node_local and args.deepspeed:
+                checkpoints.add_latest_tag(target)
             checkpoints.write_marker(
                 target, step=step, world_size=layout.world_size, fingerprint=layout.fingerprint
             )
