@@ -8,6 +8,7 @@ dies without a word (SIGKILL, OOM), the kernel sends the launcher SIGTERM (`life
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from llm_pipeline.train.lifetime import dies_with_this_process
+from llm_pipeline.train.lifetime import STEP_PID_ENV, dies_with_this_process
 
 #: Lines of a launcher's output kept to find why it failed.
 OUTPUT_TAIL_LINES = 400
@@ -45,6 +46,7 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
     child_env = dict(env)
     child_env.setdefault("PET_LOG_DIR", str(log_dir))
     child_env.setdefault("PET_TEE", "3")
+    child_env[STEP_PID_ENV] = str(os.getpid())  # the launcher's ranks watch this process
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
     process = subprocess.Popen(
         list(command),
