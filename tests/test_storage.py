@@ -1,6 +1,9 @@
 """Paths through fsspec (local, gs:// on the emulator, /gcs/) and outputs that appear whole."""
 
+import errno
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,8 +12,10 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from llm_pipeline import storage
 from llm_pipeline.storage import (
     GCS_MOUNT,
+    OUTPUT_MARKER,
     atomic_output_dir,
     is_remote,
     is_temp_file,
@@ -156,3 +161,137 @@ def test_write_atomic_that_fails_keeps_the_old_file_and_no_temp(tmp_path):
         write_atomic(target, '{"version": "\ud800"}')  # a lone surrogate cannot be encoded
     assert target.read_text(encoding="utf-8") == '{"version": 1}'
     assert sorted(tmp_path.iterdir()) == [target]
+
+
+# What gcsfuse answers when asked to rename a folder that holds objects, with its default
+# `--rename-dir-limit` of 0 (internal/fs/fs.go, renameNonHierarchicalDir: "too many objects
+# to be renamed: EMFILE"); files rename (copy, then delete) and empty folders rename.
+_GCSFUSE_RENAME = """
+import errno, os
+from pathlib import Path
+from llm_pipeline import storage
+
+def gcsfuse_like(mount):
+    real_rename, real_replace = os.rename, os.replace
+    storage.GCS_MOUNT = mount
+
+    def refuse_full_folders(real):
+        def rename(src, dst, *args, **kwargs):
+            source = Path(src)
+            if source.is_relative_to(mount) and source.is_dir() and any(source.iterdir()):
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(src))
+            return real(src, dst, *args, **kwargs)
+        return rename
+
+    os.rename = refuse_full_folders(real_rename)
+    os.replace = refuse_full_folders(real_replace)
+"""
+
+
+@pytest.fixture
+def gcs_mount(tmp_path, monkeypatch):
+    """A folder standing for Vertex's /gcs/ mount, whose folder renames fail as gcsfuse's do."""
+    mount = tmp_path / "gcs"
+    (mount / "bucket").mkdir(parents=True)
+    space: dict = {}
+    exec(_GCSFUSE_RENAME, space)
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "GCS_MOUNT", mount)
+        patch.setattr(os, "rename", os.rename)
+        patch.setattr(os, "replace", os.replace)
+        space["gcsfuse_like"](mount)
+        yield mount
+
+
+def test_the_fake_mount_refuses_folder_renames_as_gcsfuse_does(gcs_mount):
+    full = gcs_mount / "bucket" / "full"
+    full.mkdir()
+    (full / "f").write_text("x")
+    with pytest.raises(OSError) as refused:
+        os.rename(full, gcs_mount / "bucket" / "moved")
+    assert refused.value.errno == errno.EMFILE
+
+
+def test_reads_from_the_gcs_mount_are_copied_to_local_disk(gcs_mount, tmp_path):
+    data = gcs_mount / "bucket" / "tokenized"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "data.arrow").write_bytes(b"rows")
+    assert not is_remote(data), "written through the mount as a path"
+
+    copy = local_copy(data, tmp_path / "local")
+
+    assert copy == tmp_path / "local" / "tokenized"
+    assert (copy / "train" / "data.arrow").read_bytes() == b"rows"
+    assert local_copy(tmp_path / "local", tmp_path / "again") == tmp_path / "local"
+
+
+def test_outputs_on_the_gcs_mount_are_written_in_place_with_a_marker_last(gcs_mount):
+    final = gcs_mount / "bucket" / "run" / "model"
+    with atomic_output_dir(final) as folder:
+        (folder / "old.bin").write_bytes(b"old")
+    assert sorted(p.name for p in final.iterdir()) == [OUTPUT_MARKER, "old.bin"]
+
+    with pytest.raises(RuntimeError), atomic_output_dir(final) as folder:
+        (folder / "half.bin").write_bytes(b"half")
+        raise RuntimeError("crashed mid-write")
+    assert list(final.iterdir()) == [], "no marker, and nothing half-written left"
+
+    with atomic_output_dir(final) as folder:
+        assert folder == final
+        (folder / "new.bin").write_bytes(b"new")
+    assert sorted(p.name for p in final.iterdir()) == [OUTPUT_MARKER, "new.bin"]
+    assert siblings(final) == ["model"]
+
+
+# Saves a DatasetDict as a step's output on the mount, and is killed before it ends.
+_KILLED_WRITER = (
+    _GCSFUSE_RENAME
+    + """
+import signal, sys
+import datasets
+gcsfuse_like(Path(sys.argv[1]))
+with storage.atomic_output_dir(sys.argv[2]) as folder:
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": [1, 2]})}).save_to_disk(
+        str(folder)
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+)
+
+
+def test_a_step_output_killed_before_its_marker_is_refused(gcs_mount):
+    import datasets
+
+    from llm_pipeline.data.errors import DataError
+    from llm_pipeline.data.saved import load_saved_dataset
+
+    final = gcs_mount / "bucket" / "download" / "dataset"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(gcs_mount), str(final)])
+    assert killed.returncode == -signal.SIGKILL
+    assert (final / "dataset_dict.json").is_file(), "every file written, the marker not"
+
+    with pytest.raises(DataError, match=f"unfinished: it has no {OUTPUT_MARKER}"):
+        load_saved_dataset(final, made_by="download", error=DataError)
+
+    with atomic_output_dir(final) as folder:
+        datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": [3]})}).save_to_disk(
+            str(folder)
+        )
+    assert load_saved_dataset(final, made_by="download", error=DataError)["train"]["x"] == [3]
+
+
+def test_evaluate_refuses_a_model_folder_its_finetune_step_did_not_finish(gcs_mount, tmp_path):
+    from llm_pipeline.config.evaluate import EvaluateConfig
+    from llm_pipeline.evaluation.errors import EvaluationError
+    from llm_pipeline.evaluation.processes import evaluate_in_processes
+
+    model = gcs_mount / "bucket" / "finetune" / "trained_model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    with pytest.raises(EvaluationError, match="the finetune step's output is unfinished"):
+        evaluate_in_processes(
+            model_dir=model,
+            dataset_dir=tmp_path / "unused",
+            config=EvaluateConfig(processes=1),
+            output_dir=gcs_mount / "bucket" / "evaluate" / "predictions",
+        )

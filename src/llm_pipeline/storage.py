@@ -5,14 +5,21 @@ and write their outputs with `atomic_output_dir` so a failed step never leaves a
 that a later step (or a rerun) could mistake for a finished one; a single file that others
 read while it changes (a checkpoint's marker, a registry record, a rendezvous note) is
 replaced whole with `write_atomic`.
+
+Vertex's `/gcs/` mount is a local path for writing (the step's outputs go there), but every
+read through it is a Cloud Storage request: `local_copy` copies from it as from `gs://`.
+gcsfuse refuses to rename a folder that holds files, so an output folder there is written in
+place and committed by a marker written last (`OUTPUT_MARKER`); readers of step outputs ask
+`check_output_complete`.
 """
 
 import contextlib
 import errno
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from fsspec.core import url_to_fs
@@ -22,6 +29,11 @@ from fsspec.utils import get_protocol
 GCS_MOUNT = Path("/gcs")
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+
+#: Written last into a step's output folder on the /gcs/ mount, where the folder cannot be
+#: renamed into place: a folder there, or at its gs:// address, without it is unfinished.
+#: (The name is the one Hadoop and Spark jobs leave in their output folders on object stores.)
+OUTPUT_MARKER = "_SUCCESS"
 
 #: In the name of the hidden temp file `write_atomic` writes beside its target; one that a
 #: killed writer left behind is safe to delete (`is_temp_file`).
@@ -44,8 +56,18 @@ def to_uri(path: str | Path) -> str:
 
 
 def is_remote(uri: str | Path) -> bool:
-    """Whether `uri` lives behind a network filesystem (`gs://`, `s3://`, ...)."""
+    """Whether `uri` must be opened through fsspec (`gs://`, `s3://`, ...) rather than as a path.
+
+    A `/gcs/` path with the mount present is a path: steps write their outputs there. For
+    reading, it is as remote as `gs://` (`on_gcs_mount`).
+    """
     return get_protocol(to_uri(uri)) not in _LOCAL_PROTOCOLS
+
+
+def on_gcs_mount(path: str | Path) -> bool:
+    """Whether `path` lies under Vertex's Cloud Storage mount (gcsfuse), present here."""
+    text = str(path)
+    return text.startswith(f"{GCS_MOUNT}/") and GCS_MOUNT.is_dir()
 
 
 def looks_like_path(name: str) -> bool:
@@ -60,18 +82,29 @@ def looks_like_path(name: str) -> bool:
 
 
 def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
-    """A local path holding `uri`: the path itself when local, else a copy under `dest_dir`.
+    """A path on local disk holding `uri`: the path itself when it is one, else a copy under
+    `dest_dir`.
 
     Libraries that memory-map their inputs (`datasets`, `safetensors`) want local files; a
     copy also means a remote read fails here, with the URI in the message, not deep inside
-    them. A folder is copied whole, keeping its layout. Raises FileNotFoundError when `uri`
+    them. Vertex's `/gcs/` mount counts as remote: each read there is a Cloud Storage
+    request, so processes that read a folder many times (every rank, every epoch) read a
+    copy. A folder is copied whole, keeping its layout. Raises FileNotFoundError when `uri`
     does not exist.
     """
     if not is_remote(uri):
         local = Path(to_uri(uri)).expanduser()
         if not local.exists():
             raise FileNotFoundError(f"{uri}: no such file or folder")
-        return local
+        if not on_gcs_mount(local):
+            return local
+        target = Path(dest_dir) / local.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if local.is_dir():
+            shutil.copytree(local, target, copy_function=shutil.copyfile, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(local, target)
+        return target
     fs, root = url_to_fs(to_uri(uri))
     root = root.rstrip("/")
     if not fs.exists(root):
@@ -94,12 +127,18 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_output_dir(final: str | Path) -> Iterator[Path]:
-    """Yield an empty sibling folder to write into; it becomes `final` only on success.
+    """Yield a folder to write into; it becomes `final`, whole, only on success.
 
-    On any exception (Ctrl-C included) the sibling is deleted and `final` is left as it
-    was, so a crash never leaves a half-written output behind. An existing `final` is
-    replaced: a rerun overwrites the previous output. Local paths only (Vertex's `/gcs/`
-    mount included): object stores have no atomic folder rename.
+    On local disk: an empty sibling, renamed to `final` at the end; on any exception (Ctrl-C
+    included) the sibling is deleted and `final` is left as it was. An existing `final` is
+    replaced: a rerun overwrites the previous output.
+
+    On Vertex's `/gcs/` mount gcsfuse refuses to rename a folder that holds files (EMFILE,
+    unless mounted with a `--rename-dir-limit` above its file count) and renames one object at
+    a time where it does. There `final` itself is emptied (its marker first), written in place,
+    and `OUTPUT_MARKER` is written last: a step killed on the way leaves a folder without the
+    marker, which `check_output_complete` refuses; the previous output is gone by then.
+    Object-store URIs are refused: write to the artifact's `/gcs/` path.
     """
     if is_remote(final):
         raise ValueError(
@@ -107,6 +146,15 @@ def atomic_output_dir(final: str | Path) -> Iterator[Path]:
             "artifact's /gcs/ path"
         )
     final = Path(to_uri(final)).expanduser()
+    if on_gcs_mount(final):
+        _empty_output(final)
+        try:
+            yield final
+        except BaseException:
+            _empty_output(final, missing_ok=True)
+            raise
+        write_atomic(final / OUTPUT_MARKER, time.strftime("%Y-%m-%dT%H:%M:%S%z\n"))
+        return
     final.parent.mkdir(parents=True, exist_ok=True)
     # A sibling, so the final rename stays on one filesystem; hidden, so listings of the
     # parent folder don't show it as an output.
@@ -118,6 +166,44 @@ def atomic_output_dir(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _empty_output(folder: Path, *, missing_ok: bool = False) -> None:
+    """Make `folder` an empty folder: its marker goes first, so it is never "complete" with
+    part of its files deleted."""
+    (folder / OUTPUT_MARKER).unlink(missing_ok=True)
+    if folder.is_file() or folder.is_symlink():
+        folder.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=missing_ok)
+        else:
+            child.unlink(missing_ok=missing_ok)
+
+
+def check_output_complete(
+    folder: str | os.PathLike[str], *, made_by: str, error: Callable[[str], Exception]
+) -> None:
+    """Raise `error(message)` if the step output `folder` was written through the `/gcs/`
+    mount and is unfinished (no `OUTPUT_MARKER`).
+
+    Only `/gcs/...` paths are checked (read through the mount, or as `gs://` off Vertex):
+    those are what Vertex hands steps for their artifacts, and the only outputs written in
+    place. A local output appeared by rename, so it is whole if it exists; a `gs://` folder
+    a user uploaded is not a step's output. A missing folder passes, for the reader to report.
+    """
+    text = os.fspath(folder)
+    if not text.startswith(f"{GCS_MOUNT}/"):
+        return
+    fs, path = url_to_fs(to_uri(text))
+    path = path.rstrip("/")
+    if fs.isdir(path) and not fs.exists(f"{path}/{OUTPUT_MARKER}"):
+        raise error(
+            f"{folder}: the {made_by} step's output is unfinished: it has no {OUTPUT_MARKER}, "
+            f"which that step writes last (it was stopped while writing?); run the {made_by} "
+            "step again"
+        )
 
 
 def _move_into_place(staging: Path, final: Path) -> None:

@@ -199,3 +199,63 @@ def test_a_mistake_in_the_processes_reads_as_in_one(
         "finetune step's model folder (config.json, model.safetensors, tokenizer files)"
     )
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_evaluation_processes_die_with_a_killed_launcher(
+    tiny_model_dir: Path, docstring_dataset: Path, tmp_path: Path
+) -> None:
+    """torchrun SIGKILLed while its ranks evaluate: they stop within seconds, not run on."""
+    import threading
+    import time
+
+    import psutil
+
+    outcome: dict[str, BaseException] = {}
+
+    def evaluate() -> None:
+        try:
+            evaluate_in_processes(
+                model_dir=tiny_model_dir,
+                dataset_dir=docstring_dataset,
+                config=EvaluateConfig(batch_size=1, processes=2),
+                output_dir=tmp_path / "predictions",
+            )
+        except BaseException as err:
+            outcome["error"] = err
+
+    def started(marker: str) -> list[psutil.Process]:
+        found = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if marker in " ".join(child.cmdline()):
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    step = threading.Thread(target=evaluate, daemon=True)
+    step.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        launchers = started("torch.distributed.run")
+        ranks = [p for p in started("llm_pipeline.evaluation.evaluate") if p not in launchers]
+        if launchers and len(ranks) == 2:
+            break
+        time.sleep(0.05)
+    assert launchers and len(ranks) == 2, "the evaluation processes never started"
+    time.sleep(1)  # past their first lines
+
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    launchers[0].kill()
+    deadline = time.monotonic() + 20
+    while any(running(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(running(p) for p in ranks), "ranks outlived their launcher"
+    step.join(30)
+    assert isinstance(outcome.get("error"), EvaluationError)
+    assert not (tmp_path / "predictions").exists()

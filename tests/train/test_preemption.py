@@ -7,8 +7,10 @@ CPU communication op through torch's JIT loader, signals sent with os.kill.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 MAX_STEPS, SAVE_STEPS = 40, 10
 SHM_OP = "deepspeed_shm_comm"
+DRIVER = Path(__file__).with_name("node_driver.py")
 
 
 def _checkpoints(root: Path) -> dict[int, bool]:
@@ -62,6 +65,18 @@ def _launcher() -> psutil.Process:
     launchers = _processes("torch.distributed.run")
     assert len(launchers) == 1, launchers
     return launchers[0]
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `processes` still running (a zombie waiting for its parent is gone)."""
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
 
 
 def _wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -236,3 +251,75 @@ def test_a_hung_startup_fails_naming_where_it_waits(
     message = str(failure.value)
     assert "did not start training within train.startup_timeout_s (10 s)" in message
     assert "process_group.join(spec)" in message
+
+
+def test_ranks_die_with_a_killed_launcher_and_a_second_run_is_refused(
+    step_args: dict[str, Any],
+) -> None:
+    """torchrun SIGKILLed mid-training: its ranks stop within seconds instead of training on as
+    orphans in the folder the rerun resumes from; while they live, they hold that folder."""
+    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
+    first = Attempt(step_args)
+    _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
+    launcher, workers = _launcher(), _workers()
+    assert len(workers) == 2
+    for worker in workers:
+        worker.suspend()  # frozen, as a busy rank would be, and still holding the folder
+
+    with pytest.raises(TrainError) as refused:
+        run_finetune(**step_args)
+    message = str(refused.value)
+    assert "is in use by another training run" in message
+    assert any(f"pid {w.pid} on host {socket.gethostname()}" in message for w in workers)
+
+    launcher.kill()
+    killed = time.monotonic()
+    for worker in workers:
+        worker.resume()
+    _wait_for(lambda: not _alive(workers), timeout=30, what="the ranks to stop")
+    assert time.monotonic() - killed < 30
+    first.join(60)
+    assert isinstance(first.error, TrainError), first.error
+
+    result = run_finetune(**step_args)
+    assert result.metrics["resumed_from_step"] >= SAVE_STEPS
+    assert result.metrics["global_step"] == MAX_STEPS
+
+
+def test_launcher_and_ranks_die_with_a_killed_step_process(
+    step_args: dict[str, Any], tmp_path: Path
+) -> None:
+    """The step's own process SIGKILLed (OOM, a kill -9): torchrun and its ranks follow."""
+    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
+    args = tmp_path / "step.json"
+    args.write_text(
+        json.dumps(
+            {
+                "dataset_dir": step_args["dataset_dir"],
+                "output_dir": step_args["output_dir"],
+                "model": step_args["model"].model_dump(mode="json"),
+                "train": step_args["train"].model_dump(mode="json"),
+                "cluster": step_args["cluster"].model_dump(mode="json"),
+                "result": str(tmp_path / "result.json"),
+            }
+        )
+    )
+    env = {k: v for k, v in step_args["env"].items() if k != "CLUSTER_SPEC"}
+    with (tmp_path / "step.log").open("w") as log:
+        step = subprocess.Popen(
+            [sys.executable, str(DRIVER), str(args)], env=env, stdout=log, stderr=log
+        )
+    try:
+        _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
+        started = psutil.Process(step.pid).children(recursive=True)
+        assert len(started) == 3, started  # torchrun and its two ranks
+    finally:
+        step.kill()
+        step.wait()
+    killed = time.monotonic()
+    _wait_for(lambda: not _alive(started), timeout=30, what="torchrun and the ranks to stop")
+    assert time.monotonic() - killed < 30
+
+    result = run_finetune(**step_args)
+    assert result.metrics["resumed_from_step"] >= SAVE_STEPS
+    assert result.metrics["global_step"] == MAX_STEPS

@@ -20,7 +20,7 @@ from llm_pipeline.config import ModelConfig, TrainConfig
 DRIVER = Path(__file__).with_name("node_driver.py")
 
 
-def run_two_replicas(
+def start_two_replicas(
     namespaces: tuple[str, str],
     tmp_path: Path,
     *,
@@ -31,30 +31,30 @@ def run_two_replicas(
     train: TrainConfig,
     cluster: Mapping[str, Any],
     node_env: Callable[[int], Mapping[str, str]],
-    timeout_s: float,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run node 0 (workerpool0) and node 1 (workerpool1) to the end; their results.
+) -> list[subprocess.Popen[bytes]]:
+    """Start node 0 (workerpool0) and node 1 (workerpool1); their driver processes.
 
     `address` is the subnet's first three octets and the rendezvous port; `node_env(node)`
-    adds what differs per node (checkpoint folder, job id). Fails with both nodes' last
-    output if either exits with an error.
+    adds what differs per node (checkpoint folder, job id). Each node logs to `node<N>.log`
+    and writes its result to `result-<N>.json` in `tmp_path`.
     """
     subnet, port = address
     pools = {"workerpool0": [f"{subnet}.1:{port}"], "workerpool1": [f"{subnet}.2:{port}"]}
     tasks = [{"type": "workerpool0", "index": 0}, {"type": "workerpool1", "index": 0}]
+    job = {
+        "dataset_dir": str(dataset_dir),
+        "output_dir": str(tmp_path / "model"),
+        "model": model.model_dump(mode="json"),
+        "train": train.model_dump(mode="json"),
+        "cluster": dict(cluster),
+    }
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for node, (namespace, task) in enumerate(zip(namespaces, tasks, strict=True)):
-            args = {
-                "dataset_dir": str(dataset_dir),
-                "output_dir": str(tmp_path / "model"),
-                "model": model.model_dump(mode="json"),
-                "train": train.model_dump(mode="json"),
-                "cluster": dict(cluster),
-                "result": str(tmp_path / f"result-{node}.json"),
-            }
             args_file = tmp_path / f"args-{node}.json"
-            args_file.write_text(json.dumps(args))
+            args_file.write_text(
+                json.dumps({**job, "result": str(tmp_path / f"result-{node}.json")})
+            )
             env = dict(os.environ)
             env.update(
                 CLUSTER_SPEC=json.dumps({"cluster": pools, "task": task, "environment": "cloud"}),
@@ -64,12 +64,25 @@ def run_two_replicas(
                 **node_env(node),
             )
             command = ["ip", "netns", "exec", namespace, sys.executable, str(DRIVER)]
-            log = (tmp_path / f"node{node}.log").open("w")
-            processes.append(
-                subprocess.Popen(
-                    [*command, str(args_file)], env=env, stdout=log, stderr=subprocess.STDOUT
+            with (tmp_path / f"node{node}.log").open("w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [*command, str(args_file)], env=env, stdout=log, stderr=subprocess.STDOUT
+                    )
                 )
-            )
+    except BaseException:
+        for process in processes:
+            process.kill()
+        raise
+    return processes
+
+
+def wait_for_replicas(
+    processes: list[subprocess.Popen[bytes]], tmp_path: Path, *, timeout_s: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both nodes' results once they exit; fails with their last output if either failed.
+    Kills whatever is still running when the wait ends."""
+    try:
         codes = [p.wait(timeout=timeout_s) for p in processes]
     finally:
         for process in processes:
@@ -80,6 +93,18 @@ def run_two_replicas(
     assert codes == [0, 0], logs
     primary, worker = (json.loads((tmp_path / f"result-{n}.json").read_text()) for n in (0, 1))
     return primary, worker
+
+
+def run_two_replicas(
+    namespaces: tuple[str, str],
+    tmp_path: Path,
+    *,
+    timeout_s: float,
+    **options: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run both nodes to the end (`start_two_replicas`' options); their results."""
+    processes = start_two_replicas(namespaces, tmp_path, **options)
+    return wait_for_replicas(processes, tmp_path, timeout_s=timeout_s)
 
 
 def assert_one_job_of_two_nodes(

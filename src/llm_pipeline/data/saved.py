@@ -7,7 +7,7 @@ from pathlib import Path
 import datasets
 
 from llm_pipeline.errors import UserError
-from llm_pipeline.storage import to_uri
+from llm_pipeline.storage import check_output_complete, to_uri
 
 #: The columns of preprocess's output that a model consumes, and all that training reads;
 #: the rest is raw text for people and for evaluation.
@@ -19,8 +19,10 @@ def load_saved_dataset(
 ) -> datasets.DatasetDict:
     """The DatasetDict in `dataset_dir`, or `error` saying why it cannot be used.
 
-    `made_by` names the step that should have written it, for the message.
+    `made_by` names the step that should have written it, for the message. A folder on the
+    `/gcs/` mount without its completion marker is refused (`storage.check_output_complete`).
     """
+    check_output_complete(dataset_dir, made_by=made_by, error=error)
     folder = to_uri(str(dataset_dir))
     try:
         loaded = datasets.load_from_disk(folder)

@@ -3,10 +3,16 @@
 `evaluate_model` reads as the step's table of contents: pick the split, load the model,
 generate, score the model and the baseline through the same ROUGE path, write the outputs.
 It also runs under torchrun (`python -m llm_pipeline.evaluation.evaluate`, see `main`):
-generation is sharded across the processes and rank 0 scores and writes.
+generation is sharded across the processes and rank 0 scores and writes; such a process dies
+with the launcher that started it (`train.lifetime`), armed before the imports below.
 """
 
 from __future__ import annotations
+
+from llm_pipeline.train.lifetime import die_with_parent
+
+if __name__ == "__main__":
+    die_with_parent()
 
 import argparse
 import json

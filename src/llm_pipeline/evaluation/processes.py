@@ -27,7 +27,7 @@ from llm_pipeline.evaluation.evaluate import (
 )
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.progress import status
-from llm_pipeline.storage import to_uri
+from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.train.cluster import detect_cluster
 from llm_pipeline.train.failures import first_failure, tail_lines
 from llm_pipeline.train.launch import torchrun_command
@@ -88,6 +88,7 @@ def evaluate_in_processes(
     Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
     rank that failed and its last output.
     """
+    check_output_complete(model_dir, made_by="finetune", error=EvaluationError)
     processes = evaluation_processes(config)
     if processes == 1:
         result = evaluate_model(
@@ -123,6 +124,7 @@ def evaluate_in_processes(
                 f"evaluation in {processes} processes failed (launcher exit code {ended.code}): "
                 + reason
             )
+    check_output_complete(output_dir, made_by="evaluate", error=EvaluationError)
     folder = Path(to_uri(str(output_dir)))
     metrics = json.loads((folder / METRICS_FILE).read_text())
     return EvaluationOutputs(evaluation_split(splits, None), metrics, folder, processes)

@@ -28,7 +28,7 @@ from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
 from llm_pipeline.steps.errors import reports_user_errors
-from llm_pipeline.storage import to_uri
+from llm_pipeline.storage import check_output_complete, to_uri
 
 
 @reports_user_errors
@@ -67,6 +67,7 @@ def run_deploy(
     # Checked now, before a version is registered for nothing, and again by the registry
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
+    check_output_complete(model.path, made_by="finetune", error=DeployError)
     probe = load_examples(dataset.path, None, deploy_config.probe_instances).documents
     registered = registry.register(
         model=deploy_config.model_display_name,

@@ -26,6 +26,11 @@ def trainer_arguments(
         world_size=dist.get_world_size(),
         hidden_size=hidden_size(spec.model),
     )
+    if deepspeed is not None and layout.save_on_each_node:
+        # Each node's folder is its own: DeepSpeed then writes the files it keeps to the first
+        # rank (ZeRO-1/2's module and scheduler state) on each node's first rank, not on
+        # global rank 0 alone, so every node can load its copy.
+        deepspeed.setdefault("checkpoint", {})["use_node_local_storage"] = True
     return training_arguments(
         spec.train,
         output_dir=layout.local_folder,

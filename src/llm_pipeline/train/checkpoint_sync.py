@@ -5,7 +5,8 @@ Runs inside the training processes, with the process group up. Three storage cas
   each node uploads its own ranks' files, the primary adds the shared ones, then marks.
 - a local folder every node sees (one node, NFS, Vertex's /gcs/ mount): the primary marks.
 - a local folder per node (no shared filesystem): each node keeps its own shards
-  (`save_on_each_node`) and each node's first process marks its own copy.
+  (`save_on_each_node`, DeepSpeed's `use_node_local_storage`) and each node's first process
+  adds DeepSpeed's `latest` tag, which only global rank 0 writes, and marks its own copy.
 Which case holds is measured, not assumed: the primary writes a probe file and every rank
 says whether it sees it.
 """
@@ -24,9 +25,12 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from llm_pipeline.storage import is_remote, to_uri
-from llm_pipeline.train import checkpoints
+from llm_pipeline.train import checkpoints, lease, run_lock
+from llm_pipeline.train.errors import TrainError
 
 logger = logging.getLogger(__name__)
+
+_leases: list[lease.Lease] = []  # the lease this process holds on an object-storage folder
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,11 @@ class CheckpointLayout:
     def save_on_each_node(self) -> bool:
         """Each node writes the shared files too: its folder is its own (staging or disk)."""
         return self.node_count > 1 and not (self.shared and not self.remote)
+
+    @property
+    def node_local(self) -> bool:
+        """Each node keeps its own copy on its own disk (no shared folder, no object store)."""
+        return not self.shared and not self.remote
 
     @property
     def marks(self) -> bool:
@@ -80,6 +89,7 @@ def plan_layout(
             shutil.rmtree(local_folder, ignore_errors=True)
         Path(local_folder).mkdir(parents=True, exist_ok=True)
     dist.barrier()
+    _hold_folder(folder, local_folder, rank=rank, remote=remote)
     shared = remote or node_count == 1 or _sees_same_folder(local_folder)
     return CheckpointLayout(
         folder=folder,
@@ -94,6 +104,38 @@ def plan_layout(
         node_count=node_count,
         procs_per_node=world // node_count,
     )
+
+
+def _hold_folder(folder: str, local_folder: str, *, rank: int, remote: bool) -> None:
+    """Hold the folder before anything there is read or deleted: on disk every rank locks its
+    own file (`run_lock`), on object storage the primary takes the lease (`lease`). If another
+    run holds it, every rank stops with the same message naming the holder."""
+    refusal: str | None = None
+    if not remote:
+        refusal = run_lock.hold(local_folder, rank=rank)
+    elif rank == 0:
+        taken = lease.acquire(folder, job=os.environ.get("CLOUD_ML_JOB_ID") or None)
+        if isinstance(taken, str):
+            refusal = taken
+        else:
+            taken.keep_renewed()
+            _leases.append(taken)
+    refusals: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(refusals, refusal)
+    holder = next((r for r in refusals if r), None)
+    if holder is not None:
+        raise TrainError(
+            f"checkpoint folder {folder} is in use by another training run ({holder}); "
+            "two runs writing one folder would delete each other's checkpoints. Wait for it "
+            "to end or stop it, or give this run its own train.checkpoint_dir"
+        )
+
+
+def release_folder() -> None:
+    """Give up this process's lease on an object-storage folder, if it holds one (disk locks
+    go with the process)."""
+    while _leases:
+        _leases.pop().release()
 
 
 def _sees_same_folder(local_folder: str) -> bool:
@@ -176,6 +218,8 @@ class CompleteCheckpoints(TrainerCallback):
             dist.barrier()
         if layout.marks:
             target = checkpoints.checkpoint_path(layout.folder, step)
+            if layout.node_local and args.deepspeed:
+                checkpoints.add_latest_tag(target)
             checkpoints.write_marker(
                 target, step=step, world_size=layout.world_size, fingerprint=layout.fingerprint
             )

@@ -32,6 +32,9 @@ from llm_pipeline.storage import is_remote, to_uri, write_atomic
 
 MARKER = "COMPLETE.json"
 PREFIX = "checkpoint-"
+#: DeepSpeed's file naming the tag (`global_step<N>`) its `load_checkpoint` reads.
+LATEST_TAG = "latest"
+_TAG = re.compile(r"^global_step\d+$")
 _STEP = re.compile(rf"^{PREFIX}(\d+)$")
 # Files that belong to one rank: DeepSpeed's ZeRO partitions and the Trainer's RNG states.
 _RANK_FILE = re.compile(r"(?:zero_pp_rank_|rng_state_)(\d+)")
@@ -144,6 +147,23 @@ def write_marker(checkpoint: str, *, step: int, world_size: int, fingerprint: st
         fs.pipe_file(target, body.encode())
         return
     write_atomic(target, body)
+
+
+def add_latest_tag(checkpoint: str | Path) -> None:
+    """Write DeepSpeed's `latest` into a node's own copy of a checkpoint, if it lacks one.
+
+    DeepSpeed writes `latest` on global rank 0 only, so on a node whose checkpoint folder is its
+    own (node-local disks) every other node's copy lacks it, and the Trainer's resume there
+    fails ("Can't find a valid checkpoint"). The tag is the copy's one `global_step<N>` folder.
+    Call before `write_marker`: a copy marked complete must be one its node can load.
+    """
+    folder = Path(checkpoint)
+    if (folder / LATEST_TAG).is_file():
+        return
+    tags = sorted(p.name for p in folder.iterdir() if p.is_dir() and _TAG.match(p.name))
+    if len(tags) != 1:
+        raise RuntimeError(f"{folder}: expected one DeepSpeed global_step folder, found {tags}")
+    write_atomic(folder / LATEST_TAG, tags[0])
 
 
 def delete_checkpoint(checkpoint: str) -> None:

@@ -34,6 +34,7 @@ from llm_pipeline.train.launch import (
     deepspeed_env_file,
     deepspeed_hostfile,
 )
+from llm_pipeline.train.lifetime import dies_with_this_process
 from llm_pipeline.train.spec import WorkerSpec
 
 SSHD = "/usr/sbin/sshd"
@@ -156,7 +157,10 @@ def _start_sshd(folder: Path, info: ClusterInfo, nonce: str) -> subprocess.Popen
         folder, local, hosts=info.hosts, client_config=home / ".ssh" / "config"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # Debian's sshd insists on it
-    return subprocess.Popen(ssh.sshd_command(files.sshd_config, sshd=SSHD))
+    # Dies with this node's step, so a dead step leaves no sshd accepting the job's key.
+    return subprocess.Popen(
+        ssh.sshd_command(files.sshd_config, sshd=SSHD), preexec_fn=dies_with_this_process()
+    )
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:

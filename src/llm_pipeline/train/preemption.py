@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from llm_pipeline.train.checkpoint_sync import release_folder
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 
 SIGNALS = (signal.SIGTERM,)
@@ -134,8 +135,13 @@ class SaveOnSignal(TrainerCallback):
 
 
 def _exit(reason: str) -> None:
-    """End the process now, from any thread, with the preemption code."""
+    """End the process now, from any thread, with the preemption code; a lease on an object
+    storage checkpoint folder is given up first, so a restart need not wait for it to expire."""
     rank = os.environ.get("RANK", "0")
     print(f"rank {rank}: {reason}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    try:
+        release_folder()
+    except Exception as err:  # the process ends either way; the lease then expires
+        print(f"rank {rank}: could not give up its lease: {err}", file=sys.stderr)
     os._exit(PREEMPTED_EXIT_CODE)

@@ -2,11 +2,13 @@
 steps both do: its output echoed live, its last lines and every rank's logs kept for the
 failure message (`failures.first_failure`). A SIGTERM this process gets (a preempted VM, a
 `kill`) is passed on to the launcher, which passes it to the ranks, and the wait goes on: the
-ranks save a checkpoint and exit, and only then does this process return."""
+ranks save a checkpoint and exit, and only then does this process return. If this process
+dies without a word (SIGKILL, OOM), the kernel sends the launcher SIGTERM (`lifetime`)."""
 
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from llm_pipeline.train.lifetime import STEP_PID_ENV, dies_with_this_process
 
 #: Lines of a launcher's output kept to find why it failed.
 OUTPUT_TAIL_LINES = 400
@@ -42,10 +46,14 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
     child_env = dict(env)
     child_env.setdefault("PET_LOG_DIR", str(log_dir))
     child_env.setdefault("PET_TEE", "3")
+    child_env[STEP_PID_ENV] = str(os.getpid())  # the launcher's ranks watch this process
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
     process = subprocess.Popen(
         list(command),
         env=child_env,
+        # The launcher gets SIGTERM when this thread ends, however it ends (SIGKILL included),
+        # and passes it to its ranks: nothing started here outlives this process.
+        preexec_fn=dies_with_this_process(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

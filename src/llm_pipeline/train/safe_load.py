@@ -7,7 +7,8 @@ What resume reads, and how:
 - DeepSpeed's `*_model_states.pt` and `*_optim_states.pt`: DeepSpeed's TorchCheckpointEngine
   passes `weights_only=False`, a full unpickle that runs whatever a file names. `install()`
   replaces that one method with a `weights_only=True` load that allows exactly the DeepSpeed
-  classes those files hold (an enum and the loss scalers, plain attribute bags);
+  classes those files hold (an enum, the loss scalers and ZeRO-1/2's fragment addresses,
+  plain attribute bags);
 - `training_args.bin` (a pickle the Trainer writes) is never read back.
 A checkpoint under a shared bucket is only as trusted as everyone who can write there; this
 keeps a tampered file from becoming code execution.
@@ -26,8 +27,9 @@ def allowed_globals() -> list[Any]:
     """DeepSpeed classes its checkpoints pickle, besides tensors and containers."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
 
-    return [ZeroStageEnum, LossScaler, DynamicLossScaler]
+    return [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
 
 
 def safe_torch_load(path: str, map_location: Any = None) -> Any:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from datasets import Dataset
 
 from llm_pipeline.data.saved import MODEL_COLUMNS, load_saved_dataset
-from llm_pipeline.storage import local_copy
+from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 
@@ -34,9 +34,11 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
 
 
 def _local_dataset(spec: WorkerSpec) -> Path:
-    """The dataset on local disk: a remote one is copied once per node, by its first process."""
+    """The dataset on local disk: a remote one, or one on the /gcs/ mount, is copied once per
+    node, by its first process, so the ranks do not each read it from Cloud Storage."""
     note = Path(spec.work_dir) / "dataset.path"
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        check_output_complete(spec.dataset_dir, made_by="preprocess", error=TrainError)
         try:
             folder = local_copy(spec.dataset_dir, Path(spec.work_dir) / "dataset")
         except FileNotFoundError as err:

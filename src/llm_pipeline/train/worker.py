@@ -4,10 +4,16 @@
 named for what it does. Failures propagate: torchrun's `record` writes the exception to the
 error file the launcher reads, so the step shows this rank's message. SIGTERM (preemption)
 ends the process with `PREEMPTED_EXIT_CODE`, after a checkpoint if training had begun
-(`preemption`).
+(`preemption`). It dies with the launcher that started it (`lifetime`), armed before the
+imports below, which take seconds.
 """
 
 from __future__ import annotations
+
+from llm_pipeline.train.lifetime import die_with_parent
+
+if __name__ == "__main__":
+    die_with_parent()
 
 import argparse
 import sys
@@ -37,6 +43,7 @@ from llm_pipeline.train.checkpoint_sync import (
     CompleteCheckpoints,
     plan_layout,
     prepare_resume,
+    release_folder,
 )
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 from llm_pipeline.train.metrics import final_metrics, last_logged
@@ -189,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except Preempted as stop:
         print(f"stopped by {stop} after saving step {stop.step}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTED_EXIT_CODE)
+    finally:
+        release_folder()
 
 
 if __name__ == "__main__":
