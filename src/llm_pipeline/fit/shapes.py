@@ -12,7 +12,6 @@ then `known_models`, the published configs of the models the shipped configs nam
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import tempfile
@@ -220,7 +219,6 @@ def _tokenizer_size(model: ModelConfig) -> int:
     """len(tokenizer): what an architecture without vocab_size gets when the model is built."""
     from llm_pipeline.models.sources import load_tokenizer
 
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
         return len(load_tokenizer(model))
     except Exception as exc:

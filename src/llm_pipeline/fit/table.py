@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llm_pipeline.fit.check import FitReport
 from llm_pipeline.fit.estimates import GIB
+from llm_pipeline.fit.rows import FitReport
 
 HEADER = ("place", "machine", "memory", "estimate", "headroom")
 
