@@ -1,12 +1,13 @@
 """The fit check's estimates against peak memory measured on this machine's CPU.
 
 For each model shape x dtype x place, a fresh process (training: two torchrun ranks under
-ZeRO-3, as the finetune step runs; generation: one process, as evaluate and the server run)
-does the real work with the project's own code, and reports its peak resident memory
-(VmHWM, the high-water mark of its own address space; `getrusage`'s ru_maxrss would start
-from the RSS of the process that started it). Beside it: the estimate `llm_pipeline.fit`
-makes for the same settings (the very functions the fit check calls, device "cpu"), and
-measured / estimate.
+ZeRO-3, as the finetune step runs on Vertex, or with `train-plain` the Trainer without
+DeepSpeed (DDP), as configs/local.json trains in one process; generation: one process, as
+evaluate and the server run) does the real work with the project's own code, and reports
+its peak resident memory (VmHWM, the high-water mark of its own address space; `getrusage`'s
+ru_maxrss would start from the RSS of the process that started it). Beside it: the estimate
+`llm_pipeline.fit` makes for the same settings (the very functions the fit check calls,
+device "cpu"), and measured / estimate.
 
 Every process's RSS starts with its runtime: the interpreter, torch, transformers,
 DeepSpeed and the buffers their first use allocates. That is not a model's memory, so it is
@@ -20,7 +21,7 @@ with the model's real dropout (0.1). The ranks run with glibc's mmap threshold f
 memory.py explains, so that RSS counts what the program holds, not what glibc kept.
 
     .venv/bin/python benchmarks/fit.py [--shapes small,base] [--dtypes fp32,bf16]
-        [--places train,train-gc,generate] [--steps 2]
+        [--places train,train-gc,train-plain,generate] [--steps 2]
 
 Runs take ~20 minutes on 2 cores (T5-base training dominates); pick fewer with the flags.
 """
@@ -83,9 +84,10 @@ def transformers_config(shape: str) -> Any:
 
 
 def measure_training(
-    shape: str, dtype: str, checkpointing: bool, steps: int, work: Path
+    shape: str, dtype: str, checkpointing: bool, steps: int, work: Path, setting: str = "zero3"
 ) -> dict[str, Any]:
-    """Two ZeRO-3 ranks training `steps` steps; the larger rank's report."""
+    """Two ranks training `steps` steps (ZeRO-3, or "dp": the plain Trainer under DDP);
+    the larger rank's report."""
     case = TRAIN[shape]
     options = argparse.Namespace(
         steps=steps,
@@ -100,7 +102,7 @@ def measure_training(
         precision=dtype,
         glibc_default=False,
     )
-    reports = memory.measure("zero3", options, RANKS, work)
+    reports = memory.measure(setting, options, RANKS, work)
     return max(reports, key=lambda report: report["peak_rss"])
 
 
@@ -108,14 +110,18 @@ def estimate_training(
     shape: str, dtype: str, checkpointing: bool, report: dict[str, Any]
 ) -> Breakdown:
     case = TRAIN[shape]
-    zero = report["deepspeed"]["zero_optimization"]
+    deepspeed = report["deepspeed"]
+    plan = None
+    if deepspeed is not None:
+        live = deepspeed["zero_optimization"]["stage3_max_live_parameters"]
+        plan = ZeroPlan(stage=3, max_live_parameters=int(live))
     breakdown, _ = training_memory(
         shape_of(transformers_config(shape), name=shape),
         lengths=Lengths(case.batch, case.source, case.target),
         dtype=dtype,
         device="cpu",
         checkpointing=checkpointing,
-        zero=ZeroPlan(stage=3, max_live_parameters=int(zero["stage3_max_live_parameters"])),
+        zero=plan,
         processes_per_node=RANKS,
         nodes=1,
     )
@@ -222,7 +228,8 @@ def main() -> None:
                     work = Path(tmp) / f"{shape}-{dtype}-{place}"
                     if place.startswith("train"):
                         gc = place == "train-gc"
-                        report = measure_training(shape, dtype, gc, options.steps, work)
+                        setting = "dp" if place == "train-plain" else "zero3"
+                        report = measure_training(shape, dtype, gc, options.steps, work, setting)
                         estimate = estimate_training(shape, dtype, gc, report)
                         measured, runtime = report["peak_rss"], report["rss_before_model"]
                         kind = "train"

@@ -1,8 +1,10 @@
 """The fit check's memory formulas: a hand count for a T5-small shape, and what autograd keeps."""
 
+from dataclasses import replace
+
 import pytest
 import torch
-from transformers import T5Config, T5ForConditionalGeneration
+from transformers import AutoConfig, T5Config, T5ForConditionalGeneration
 
 from llm_pipeline.fit.estimates import (
     Lengths,
@@ -13,23 +15,10 @@ from llm_pipeline.fit.estimates import (
     generation_memory,
     runtime_bytes,
 )
-from llm_pipeline.fit.shapes import ModelShape, Stack, shape_of
+from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.fit.shapes import shape_of
 
-# google-t5/t5-small: d_model 512, 8 heads of 64, d_ff 2048 (ReLU), 6 + 6 layers, dropout 0.1.
-T5_SMALL_STACK = Stack(
-    layers=6, hidden=512, inner=512, heads=8, ffn=2048, gated=False, dropout=True
-)
-T5_SMALL = ModelShape(
-    name="t5-small",
-    parameters=60_506_624,
-    largest_layer_parameters=16_449_536,
-    encoder_parameters=35_330_816,
-    encoder=T5_SMALL_STACK,
-    decoder=T5_SMALL_STACK,
-    vocab=32128,
-    default_max_length=20,
-    default_num_beams=1,
-)
+from .t5_small import T5_SMALL
 
 
 def test_the_cache_of_t5_small_counted_by_hand():
@@ -138,3 +127,9 @@ def test_the_cpu_formulas_count_what_autograd_keeps(dtype: str, ffn: str):
     logits_grad = lengths.batch * lengths.target * config.vocab_size * (4 if dtype == "fp32" else 2)
     estimate = everything - largest - logits_grad
     assert estimate == pytest.approx(measured, rel=0.05)
+
+
+def test_the_hand_written_shape_is_what_the_check_reads_from_t5_smalls_config():
+    settings = dict(KNOWN_MODELS["google-t5/t5-small"])
+    config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    assert replace(shape_of(config, name="t5-small"), source_note=None) == T5_SMALL

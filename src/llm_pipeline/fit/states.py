@@ -12,7 +12,8 @@ stage). Three things they leave out are added, each under its own name:
 * ZeRO-1 does not partition gradients (the estimator is ZeRO-2's).
 
 Without DeepSpeed the Trainer keeps fp32 weights, gradients and AdamW's two moments for
-what trains, and under bf16/fp16 autocast a 16-bit copy of the weights.
+what trains, DDP's gradient buckets when there are several processes, and under bf16/fp16
+autocast a 16-bit copy of the weights.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def model_states(
     accelerator): the states are counted as without offload.
     """
     if zero is None:
-        return _plain(shape, dtype=dtype, processes=processes_per_node, freeze=freeze_encoder)
+        return _plain(
+            shape, dtype=dtype, processes=processes_per_node, nodes=nodes, freeze=freeze_encoder
+        )
     if on_cpu:
         zero = ZeroPlan(zero.stage, max_live_parameters=zero.max_live_parameters)
     p, ranks = shape.parameters, processes_per_node * nodes
@@ -108,11 +111,15 @@ def model_states(
     return States(Breakdown(tuple(parts)), float(host))
 
 
-def _plain(shape: ModelShape, *, dtype: str, processes: int, freeze: bool) -> States:
-    """The HF Trainer without DeepSpeed (DDP): fp32 weights, gradients and AdamW."""
+def _plain(shape: ModelShape, *, dtype: str, processes: int, nodes: int, freeze: bool) -> States:
+    """The HF Trainer without DeepSpeed: fp32 weights, gradients and AdamW; with several
+    processes, DDP's gradient buckets (a second copy of the gradients, which the Trainer does
+    not make views of the buckets)."""
     p = shape.parameters
     trained = p - (shape.encoder_parameters if freeze else 0)
     parts = [("weights", 4.0 * p), ("gradients", 4.0 * trained), ("optimizer", 8.0 * trained)]
+    if processes * nodes > 1:
+        parts.append(("DDP buckets", 4.0 * trained))
     if DTYPE_BYTES[dtype] == 2:
         parts.append(("autocast copy", 2.0 * p))
     # Each process loads the fp32 model on the host before moving it to its GPU.
