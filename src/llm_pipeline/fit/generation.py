@@ -1,0 +1,156 @@
+"""Evaluate's and serve's rows: weights plus the generation cache, per GPU and per host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from llm_pipeline.config import PipelineConfig
+from llm_pipeline.fit.estimates import (
+    CUDA_HOST_RUNTIME_GIB,
+    DTYPE_BYTES,
+    GIB,
+    Breakdown,
+    generation_memory,
+)
+from llm_pipeline.fit.places import Target, Where, evaluation_where, serving_where, source_tokens
+from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
+from llm_pipeline.fit.serving import server_batch, serving_alternative
+from llm_pipeline.fit.shapes import ModelShape
+
+
+def generation_rows(
+    place: str,
+    where: Where,
+    shape: ModelShape,
+    *,
+    batch: int,
+    beams: int,
+    source: int,
+    new_tokens: int,
+    settings: str,
+    refusal: Callable[[Breakdown, int], str],
+) -> list[Row]:
+    """The GPU row (per process) and the host row, or the host row alone on a CPU."""
+
+    def estimate(batch: int) -> Breakdown:
+        return generation_memory(
+            shape,
+            batch=batch,
+            beams=beams,
+            source=source,
+            new_tokens=new_tokens,
+            dtype=where.dtype,
+            device=where.device,
+        )
+
+    per_process = estimate(batch)
+    if where.device == "cuda":
+        accelerator = where.place.accelerator
+        assert accelerator is not None
+        capacity = accelerator.memory_gib * GIB
+        problem = None
+        if per_process.total > capacity:
+            most = largest(lambda b: estimate(b).total <= capacity, batch)
+            problem = refusal(per_process, most)
+        gpu = Row(
+            place, where.place.label, "GPU", accelerator.memory_gib, per_process, settings, problem
+        )
+        weights = shape.parameters * DTYPE_BYTES[where.dtype]
+        host = Breakdown(
+            (
+                ("runtime", where.processes * CUDA_HOST_RUNTIME_GIB * GIB),
+                ("weights while loading", float(where.processes * weights)),
+            )
+        )
+        return [gpu, host_row(place, where, host, settings, machine_key(place, where))]
+    total = Breakdown(tuple((n, v * where.processes) for n, v in per_process.parts))
+    row = host_row(place, where, total, settings, machine_key(place, where))
+    if row.problem:
+        capacity = where.place.host_gib * GIB / where.processes
+        most = largest(lambda b: estimate(b).total <= capacity, batch)
+        row = replace(row, problem=refusal(total, most))
+    return [row]
+
+
+def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
+    """Evaluate's rows: `evaluate.batch_size × num_beams` at the configured lengths."""
+    where = evaluation_where(config, target)
+    evaluate = config.evaluate
+    beams = evaluate.num_beams or shape.default_num_beams
+    new_tokens = evaluate.max_new_tokens or shape.default_max_length
+    source = source_tokens(config)
+    settings = (
+        f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} source + "
+        f"{new_tokens} new tokens, {count(where.processes, 'process')}"
+    )
+
+    def refusal(needs: Breakdown, most: int) -> str:
+        what = f"evaluate.batch_size {evaluate.batch_size} × num_beams {beams}"
+        fix = (
+            f"at most {most} fits"
+            if most
+            else "even a batch of 1 does not fit: the "
+            "weights need a GPU with more memory (cluster.machine_type / accelerator_type)"
+        )
+        return f"{what} needs {gib(needs.total)} {memory_label(where)} ({needs.describe()}); {fix}"
+
+    return generation_rows(
+        "evaluate",
+        where,
+        shape,
+        batch=evaluate.batch_size,
+        beams=beams,
+        source=source,
+        new_tokens=new_tokens,
+        settings=settings,
+        refusal=refusal,
+    )
+
+
+def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
+    """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
+    where = serving_where(config, target)
+    limits = server_batch(config)
+    settings = (
+        f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
+        f"{limits.beams} beams, {limits.source} source + {limits.new_tokens} new tokens"
+    )
+    deploy = config.deploy
+
+    def refusal(needs: Breakdown, most: int) -> str:
+        accelerator = where.place.accelerator
+        if accelerator is None:
+            what = f"deploy.machine_type {where.place.machine}"
+        else:
+            what = (
+                f"deploy.accelerator_type {deploy.accelerator_type} on deploy.machine_type "
+                f"{deploy.machine_type}"
+            )
+            if not accelerator.has_bf16:
+                what += f" ({accelerator.label} has no bf16: the server runs fp32)"
+        text = (
+            f"{what}: serving needs {gib(needs.total)} {memory_label(where)} "
+            f"({needs.describe()}; {settings})"
+        )
+        if most:
+            text += (
+                f"; at most {most} instances per batch fit (the server's "
+                f"{limits.batch_variable} is {limits.batch})"
+            )
+        alternative = serving_alternative(shape, limits)
+        if alternative:
+            text += f"; a machine that holds it: {alternative}"
+        return text
+
+    return generation_rows(
+        "serve",
+        where,
+        shape,
+        batch=limits.batch,
+        beams=limits.beams,
+        source=limits.source,
+        new_tokens=limits.new_tokens,
+        settings=settings,
+        refusal=refusal,
+    )

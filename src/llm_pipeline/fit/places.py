@@ -1,0 +1,108 @@
+"""Where a config runs a model, on what, and in which dtype: training, evaluation, serving.
+
+The answers mirror the run: on Vertex, finetune runs on `cluster` (node_count machines,
+one process per GPU), evaluate on one node of the same machine type (one process per GPU;
+a plain pipeline step on Vertex's default machine when the cluster has no GPU), and the
+endpoint on `deploy`'s machine; a local run does all three on this computer's CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from llm_pipeline.config import PipelineConfig
+from llm_pipeline.fit.estimates import DeviceKind
+from llm_pipeline.fit.machines import (
+    MACHINE_TYPES,
+    PIPELINE_STEP_MACHINE,
+    Place,
+    this_machine,
+    vertex_place,
+)
+
+Target = Literal["local", "vertex"]
+
+#: Longest source read when data.max_source_length is unset (the tokenizer's limit, at
+#: most this: data/preprocess and the server cap it alike).
+DEFAULT_SOURCE_CAP = 1024
+
+
+@dataclass(frozen=True)
+class Where:
+    """One place: its machine, the device a process computes on, processes per machine,
+    machines, and the dtype its model is in."""
+
+    place: Place
+    device: DeviceKind
+    processes: int
+    nodes: int
+    dtype: str
+
+
+def auto_dtype(place: Place) -> str:
+    """What evaluation, serving and `train.precision: auto` pick: bf16 on GPUs with native
+    bf16 (compute capability 8.0 and up), fp32 on older GPUs and on CPU."""
+    return "bf16" if place.accelerator is not None and place.accelerator.has_bf16 else "fp32"
+
+
+def _device(place: Place) -> DeviceKind:
+    return "cuda" if place.accelerator is not None else "cpu"
+
+
+def training_where(config: PipelineConfig, target: Target) -> Where:
+    """Finetune's machines. Raises machines.UnknownMachine."""
+    cluster = config.cluster
+    if target == "local":
+        place = this_machine()
+    else:
+        place = vertex_place(
+            cluster.machine_type,
+            cluster.accelerator_type,
+            cluster.accelerator_count,
+            key="cluster",
+        )
+    processes = cluster.processes or max(place.gpus, 1)
+    precision = config.train.precision
+    dtype = auto_dtype(place) if precision == "auto" else precision
+    nodes = cluster.node_count if target == "vertex" else 1
+    return Where(place, _device(place), processes, nodes, dtype)
+
+
+def evaluation_where(config: PipelineConfig, target: Target) -> Where:
+    """Evaluate's machine: one training node with its GPUs, else a CPU."""
+    if target == "local":
+        place = this_machine()
+    elif config.cluster.accelerator_type:
+        place = training_where(config, target).place
+    else:
+        step = MACHINE_TYPES[PIPELINE_STEP_MACHINE]
+        place = Place(f"{step.name} (pipeline step)", step.memory_gib)
+    processes = config.evaluate.processes or max(place.gpus, 1)
+    return Where(place, _device(place), processes, 1, auto_dtype(place))
+
+
+def serving_where(config: PipelineConfig, target: Target) -> Where:
+    """The endpoint's machine: `deploy`'s on Vertex, else where the deploy step serves."""
+    deploy = config.deploy
+    if deploy.target == "vertex":
+        place = vertex_place(
+            deploy.machine_type, deploy.accelerator_type, deploy.accelerator_count, key="deploy"
+        )
+    elif target == "local":
+        place = this_machine()
+    else:  # a Vertex run that serves from a local registry: inside the deploy step
+        step = MACHINE_TYPES[PIPELINE_STEP_MACHINE]
+        place = Place(f"{step.name} (pipeline step)", step.memory_gib)
+    # The server computes on one device (cuda:0), whatever the replica has.
+    return Where(place, _device(place), 1, 1, auto_dtype(place))
+
+
+def source_tokens(config: PipelineConfig) -> int:
+    """Tokens per document: data.max_source_length, else the cap a tokenizer may reach."""
+    return config.data.max_source_length or DEFAULT_SOURCE_CAP
+
+
+def target_tokens(config: PipelineConfig) -> int:
+    """Tokens per summary in training: data.max_target_length, else its computed cap."""
+    return config.data.max_target_length or config.data.max_target_length_cap

@@ -1,0 +1,79 @@
+"""The prediction server's largest batch, and a serving machine that holds a model.
+
+The server batches concurrent requests (`serve/batching.py`): one generate call takes up to
+`max_batch_size` instances, each with up to `num_beams_limit` beams and
+`max_new_tokens_limit` new tokens, reading at most `max_input_tokens` of each. The deploy
+step sets only the input limit (training's max_source_length, `serve.settings.serving_env`);
+the rest are the server's defaults, read here from the same settings model, so the check and
+the server cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm_pipeline.config import PipelineConfig
+from llm_pipeline.fit.estimates import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, generation_memory
+from llm_pipeline.fit.machines import vertex_place
+from llm_pipeline.fit.places import auto_dtype
+from llm_pipeline.fit.shapes import ModelShape
+from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, env_name, load_settings, serving_env
+
+#: Single-GPU serving machines, cheapest first, that `serving_alternative` proposes.
+SERVING_MACHINES = (
+    ("n1-standard-8", "NVIDIA_TESLA_T4"),
+    ("g2-standard-8", "NVIDIA_L4"),
+    ("a2-highgpu-1g", "NVIDIA_TESLA_A100"),
+    ("a2-ultragpu-1g", "NVIDIA_A100_80GB"),
+    ("a3-highgpu-1g", "NVIDIA_H100_80GB"),
+)
+
+
+@dataclass(frozen=True)
+class ServerBatch:
+    """The largest generate call the deployed server makes."""
+
+    batch: int
+    beams: int
+    source: int
+    new_tokens: int
+    batch_variable: str  # the variable that sets `batch`
+
+
+def server_batch(config: PipelineConfig) -> ServerBatch:
+    """The server's limits for the model this config deploys, as the deploy step sets them."""
+    env = serving_env(prefix=config.data.prefix, max_input_tokens=config.data.max_source_length)
+    settings = load_settings(env)
+    return ServerBatch(
+        batch=settings.max_batch_size,
+        beams=settings.num_beams_limit,
+        source=settings.max_input_tokens or MAX_INPUT_TOKENS_CAP,
+        new_tokens=settings.max_new_tokens_limit,
+        batch_variable=env_name("max_batch_size"),
+    )
+
+
+def serving_alternative(shape: ModelShape, limits: ServerBatch) -> str | None:
+    """The cheapest machine of SERVING_MACHINES that holds the model and its largest batch,
+    as the deploy settings to write; None when none does."""
+    for machine_type, accelerator in SERVING_MACHINES:
+        place = vertex_place(machine_type, accelerator, 1, key="deploy")
+        assert place.accelerator is not None
+        dtype = auto_dtype(place)
+        needs = generation_memory(
+            shape,
+            batch=limits.batch,
+            beams=limits.beams,
+            source=limits.source,
+            new_tokens=limits.new_tokens,
+            dtype=dtype,
+            device="cuda",
+        ).total
+        host = CUDA_HOST_RUNTIME_GIB * GIB + shape.parameters * DTYPE_BYTES[dtype]
+        if needs <= place.accelerator.memory_gib * GIB and host <= place.host_gib * GIB:
+            return (
+                f"deploy.machine_type {machine_type}, deploy.accelerator_type {accelerator}, "
+                f"deploy.accelerator_count 1 (~{needs / GIB:.1f} GiB of "
+                f"{place.accelerator.memory_gib:g} in {dtype})"
+            )
+    return None

@@ -1,0 +1,256 @@
+"""A model's shape from its config alone: parameter counts and the widths memory scales with.
+
+No weights are read. The config comes from where `model` says (hub id, local folder,
+`gs://`/`s3://` folder, `package:`, an architecture dict, or two encoders to warm-start),
+and the parameters are counted on a model built on PyTorch's meta device, so every
+architecture transformers knows is counted exactly as it will load (tied weights once).
+
+The hub is asked only when it can be reached (a 3-second connection probe: offline, a
+failed request costs half a minute of retries). Otherwise the Hugging Face cache is used,
+then `known_models`, the published configs of the models the shipped configs name.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from llm_pipeline.config import ModelConfig
+from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.models.sources import is_hub_id, resolve_model_path
+from llm_pipeline.storage import is_remote, local_copy
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+#: How long the hub probe waits for a connection.
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+class ShapeUnavailable(Exception):
+    """The model's config could not be read; the message says why (shown as a note)."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One side of an encoder-decoder: what activation and cache memory scale with."""
+
+    layers: int
+    hidden: int  # d_model
+    inner: int  # attention width: heads x head dim (T5's d_kv may make it differ from d_model)
+    heads: int
+    ffn: int  # feed-forward width
+    gated: bool  # gated feed-forward (T5 v1.1's gated-gelu: two input projections)
+    dropout: bool  # dropout on (masks are kept for backward)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Everything the estimates need to know about a model."""
+
+    name: str  # where it came from, for the table
+    parameters: int
+    largest_layer_parameters: int  # DeepSpeed's `largest_layer_params`
+    encoder_parameters: int  # what train.freeze_encoder keeps out of the optimizer
+    encoder: Stack
+    decoder: Stack
+    vocab: int
+    default_max_length: int  # the model's generation config, for unset evaluate fields
+    default_num_beams: int
+    source_note: str | None = None  # e.g. "offline: google/t5-v1_1-xxl's published config"
+
+
+def model_shape(model: ModelConfig) -> ModelShape:
+    """The shape of the model `model` describes. Raises ShapeUnavailable."""
+    config, name, note = _config(model)
+    return shape_of(config, name=name, note=note)
+
+
+def shape_of(config: PretrainedConfig, *, name: str, note: str | None = None) -> ModelShape:
+    """The shape of a transformers config (built on the meta device to count parameters)."""
+    from transformers import GenerationConfig
+
+    encoder_config = getattr(config, "encoder", config)
+    decoder_config = getattr(config, "decoder", config)
+    total, largest, encoder = _count_parameters(config)
+    generation = GenerationConfig.from_model_config(config)
+    return ModelShape(
+        name=name,
+        parameters=total,
+        largest_layer_parameters=largest,
+        encoder_parameters=encoder,
+        encoder=_stack(encoder_config, decoder=False),
+        decoder=_stack(decoder_config, decoder=True),
+        vocab=int(decoder_config.vocab_size),
+        default_max_length=int(generation.max_length or 20),
+        default_num_beams=int(generation.num_beams or 1),
+        source_note=note,
+    )
+
+
+def _first(config: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    raise ShapeUnavailable(
+        f"{type(config).__name__} has none of {', '.join(names)}: the fit check cannot read "
+        "its shape"
+    )
+
+
+def _stack(config: Any, *, decoder: bool) -> Stack:
+    """Widths of one side, under the names T5, BART-style and BERT-style configs use."""
+    side = "decoder" if decoder else "encoder"
+    layer_names = ("num_decoder_layers", "decoder_layers") if decoder else ("encoder_layers",)
+    hidden = int(_first(config, "d_model", "hidden_size", "n_embd"))
+    heads = int(_first(config, f"{side}_attention_heads", "num_heads", "num_attention_heads"))
+    head_dim = getattr(config, "d_kv", None)
+    return Stack(
+        layers=int(_first(config, *layer_names, "num_layers", "num_hidden_layers")),
+        hidden=hidden,
+        inner=int(head_dim) * heads if head_dim else hidden,
+        heads=heads,
+        ffn=int(_first(config, "d_ff", f"{side}_ffn_dim", "intermediate_size", "ffn_dim")),
+        gated=bool(getattr(config, "is_gated_act", False)),
+        dropout=float(_first(config, "dropout_rate", "dropout", "hidden_dropout_prob")) > 0,
+    )
+
+
+def _count_parameters(config: PretrainedConfig) -> tuple[int, int, int]:
+    """(all parameters, the largest module's own, the encoder's), counted as DeepSpeed's
+    `model_to_params` counts them, on a model that holds no memory."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, EncoderDecoderModel
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "some weights are newly initialised" and the like
+    try:
+        with torch.device("meta"):
+            if config.model_type == "encoder-decoder":
+                model: Any = EncoderDecoderModel(config=config)
+            else:
+                model = AutoModelForSeq2SeqLM.from_config(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ShapeUnavailable(
+            f"not a seq2seq model transformers can build ({_first_line(exc)})"
+        ) from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    total = sum({id(p): p.numel() for p in model.parameters()}.values())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    encoder = sum({id(p): p.numel() for p in model.get_encoder().parameters()}.values())
+    return int(total), int(largest), int(encoder)
+
+
+def _config(model: ModelConfig) -> tuple[PretrainedConfig, str, str | None]:
+    """The model's transformers config, a name for it, and a note on where it came from."""
+    from transformers import AutoConfig, EncoderDecoderConfig
+
+    if model.architecture is not None:
+        settings = dict(model.architecture)
+        model_type = settings.pop("model_type")
+        if "vocab_size" not in settings:
+            settings["vocab_size"] = _tokenizer_size(model)
+        try:
+            config = AutoConfig.for_model(model_type, **settings)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ShapeUnavailable(f"model.architecture: {_first_line(exc)}") from exc
+        return config, f"architecture ({model_type})", None
+    if model.encoder_decoder is not None:
+        pair = model.encoder_decoder
+        encoder, note_e = _source_config(pair.encoder, model, key="model.encoder_decoder.encoder")
+        decoder, note_d = _source_config(pair.decoder, model, key="model.encoder_decoder.decoder")
+        config = EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+        config.tie_encoder_decoder = pair.tie_encoder_decoder
+        name = pair.encoder if pair.encoder == pair.decoder else f"{pair.encoder} + {pair.decoder}"
+        return config, name, note_e or note_d
+    assert model.source is not None  # ModelConfig guarantees exactly one source
+    config, note = _source_config(model.source, model, key="model.source")
+    return config, model.source, note
+
+
+def _source_config(
+    source: str, model: ModelConfig, *, key: str
+) -> tuple[PretrainedConfig, str | None]:
+    """The config of one checkpoint location, reading config.json and nothing else."""
+    from transformers import AutoConfig
+
+    revision = model.revision if source == model.source else None
+    trust = model.trust_remote_code
+    if is_remote(source):
+        with tempfile.TemporaryDirectory(prefix="fit-config-") as folder:
+            try:
+                local_copy(f"{source.rstrip('/')}/config.json", folder)
+                return AutoConfig.from_pretrained(folder, trust_remote_code=trust), None
+            except Exception as exc:
+                raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+    try:
+        path = resolve_model_path(source)
+    except Exception as exc:
+        raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+    if not is_hub_id(source, path):
+        try:
+            return AutoConfig.from_pretrained(path, trust_remote_code=trust), None
+        except Exception as exc:
+            raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+    online = hub_reachable()
+    try:
+        config = AutoConfig.from_pretrained(
+            source, revision=revision, trust_remote_code=trust, local_files_only=not online
+        )
+        return config, None
+    except Exception as exc:
+        if source in KNOWN_MODELS:
+            settings = dict(KNOWN_MODELS[source])
+            config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+            return config, f"{source}: the hub cannot be reached; used its published config"
+        why = "the hub cannot be reached and it is not cached" if not online else _first_line(exc)
+        raise ShapeUnavailable(f"{key} {source!r}: {why}") from exc
+
+
+def _tokenizer_size(model: ModelConfig) -> int:
+    """len(tokenizer): what an architecture without vocab_size gets when the model is built."""
+    from llm_pipeline.models.sources import load_tokenizer
+
+    try:
+        return len(load_tokenizer(model))
+    except Exception as exc:
+        raise ShapeUnavailable(
+            f"model.architecture has no vocab_size and the tokenizer {model.tokenizer!r} "
+            f"could not be read ({_first_line(exc)})"
+        ) from exc
+
+
+@cache
+def hub_reachable() -> bool:
+    """Whether the Hugging Face hub answers a TCP connection (never, with HF_HUB_OFFLINE)."""
+    from huggingface_hub import constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, on import; a caller may set it later.
+    flags = (os.environ.get(name, "") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if constants.HF_HUB_OFFLINE or any(
+        flag.upper() in ("1", "ON", "YES", "TRUE") for flag in flags
+    ):
+        return False
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["ModelShape", "ShapeUnavailable", "Stack", "hub_reachable", "model_shape", "shape_of"]

@@ -1,0 +1,227 @@
+"""Finetune's rows: the DeepSpeed plan as the finetune step runs it, its estimate per GPU and
+per node, and what would fit when it does not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from llm_pipeline.config import PipelineConfig
+from llm_pipeline.fit.estimates import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
+from llm_pipeline.fit.places import Target, Where, source_tokens, target_tokens, training_where
+from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
+from llm_pipeline.fit.shapes import ModelShape
+from llm_pipeline.fit.states import ZeroPlan, training_memory
+from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
+
+#: DeepSpeed's default for stage3_max_live_parameters when a user's config leaves it out.
+DEEPSPEED_MAX_LIVE_DEFAULT = 1_000_000_000
+#: The most nodes the advice looks at.
+MAX_NODES = 64
+
+Estimator = Callable[..., tuple[Breakdown, float]]
+
+
+def zero_plan(config: PipelineConfig) -> tuple[ZeroPlan | None, str | None]:
+    """The ZeRO settings the finetune step uses (generated, or the user's DeepSpeed JSON),
+    None without DeepSpeed; and a note when the user's JSON could not be read."""
+    train = config.train
+    if not train.use_deepspeed:
+        return None, None
+    if train.deepspeed_config is not None:
+        try:
+            zero = load_user_deepspeed_config(train.deepspeed_config).get("zero_optimization", {})
+        except ValueError as exc:
+            note = f"train.deepspeed_config not read ({exc}): estimated from train.*"
+        else:
+            stage = int(zero.get("stage", 0))
+            if stage == 0:
+                return None, "train.deepspeed_config: ZeRO stage 0"
+            return (
+                ZeroPlan(
+                    stage=stage,
+                    offload_optimizer=str(zero.get("offload_optimizer", {}).get("device", "none")),
+                    offload_param=str(zero.get("offload_param", {}).get("device", "none")),
+                    max_live_parameters=int(
+                        zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
+                    ),
+                ),
+                "ZeRO settings from train.deepspeed_config",
+            )
+    else:
+        note = None
+    generated = build_deepspeed_config(
+        zero_stage=train.zero_stage,
+        offload_optimizer=train.offload_optimizer,
+        offload_param=train.offload_param,
+        nvme_path=train.nvme_path,
+        precision="bf16",  # any: the ZeRO section does not depend on it
+        micro_batch_size=train.per_device_batch_size,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        world_size=1,
+        gradient_clipping=train.max_grad_norm,
+        hidden_size=None,
+    )["zero_optimization"]
+    plan = ZeroPlan(
+        stage=train.zero_stage,
+        offload_optimizer=train.offload_optimizer,
+        offload_param=train.offload_param,
+        max_live_parameters=int(
+            generated.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
+        ),
+    )
+    return plan, note
+
+
+def training_advice(
+    estimate: Estimator,
+    lengths: Lengths,
+    capacity: float,
+    *,
+    zero: ZeroPlan | None,
+    config: PipelineConfig,
+    nodes: int,
+) -> str:
+    """What fits `capacity` bytes per process: the largest micro-batch, then each other
+    change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, nodes)."""
+
+    def fits(lengths: Lengths = lengths, **change: object) -> float | None:
+        total = estimate(lengths, **change)[0].total
+        return total if total <= capacity else None
+
+    low = largest(lambda batch: fits(replace(lengths, batch=batch)) is not None, lengths.batch)
+    parts = [f"at most {low} fits" if low else "even train.per_device_batch_size 1 does not fit"]
+    options = []
+    if not config.train.gradient_checkpointing and (total := fits(checkpointing=True)):
+        options.append(f"train.gradient_checkpointing true (~{total / GIB:.1f} GiB)")
+    if zero is not None and zero.stage < 3:
+        stage3 = ZeroPlan(3, zero.offload_optimizer, "none", DEEPSPEED_MAX_LIVE_DEFAULT)
+        if total := fits(zero=stage3):
+            options.append(f"train.zero_stage 3 (~{total / GIB:.1f} GiB)")
+    if (
+        zero is not None
+        and zero.stage == 3
+        and "none" in (zero.offload_optimizer, zero.offload_param)
+    ):
+        offloaded = replace(zero, offload_optimizer="cpu", offload_param="cpu")
+        if total := fits(zero=offloaded):
+            options.append(
+                f"train.offload_optimizer and train.offload_param cpu (~{total / GIB:.1f} GiB)"
+            )
+    if zero is not None:
+        for more in range(nodes + 1, MAX_NODES + 1):
+            if total := fits(nodes=more):
+                options.append(f"cluster.node_count {more} (~{total / GIB:.1f} GiB)")
+                break
+    if options:
+        parts.append("or at this micro-batch: " + "; ".join(options))
+    return "; ".join(parts)
+
+
+def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
+    """Finetune's rows: per GPU and per node's host memory (or host memory alone on CPUs)."""
+    where = training_where(config, target)
+    train = config.train
+    zero, zero_note = zero_plan(config)
+    lengths = Lengths(train.per_device_batch_size, source_tokens(config), target_tokens(config))
+
+    def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:
+        settings = {
+            "checkpointing": train.gradient_checkpointing,
+            "zero": zero,
+            "nodes": where.nodes,
+            **change,
+        }
+        return training_memory(
+            shape,
+            lengths=lengths,
+            dtype=where.dtype,
+            device=where.device,
+            checkpointing=bool(settings["checkpointing"]),
+            zero=settings["zero"],  # type: ignore[arg-type]
+            processes_per_node=where.processes,
+            nodes=int(settings["nodes"]),  # type: ignore[call-overload]
+            freeze_encoder=train.freeze_encoder,
+        )
+
+    per_process, deepspeed_host = estimate(lengths)
+    settings = (
+        f"{where.dtype}, micro-batch {lengths.batch} × ({lengths.source} + {lengths.target}) "
+        f"tokens, {'gradient checkpointing, ' if train.gradient_checkpointing else ''}"
+        f"{_zero_words(zero)}, {count(where.processes, 'process')} per node × "
+        f"{count(where.nodes, 'node')}" + (f"; {zero_note}" if zero_note else "")
+    )
+    rows = []
+    if where.device == "cuda":
+        accelerator = where.place.accelerator
+        assert accelerator is not None
+        capacity = accelerator.memory_gib
+        problem = None
+        if per_process.total / GIB > capacity:
+            advice = training_advice(
+                estimate, lengths, capacity * GIB, zero=zero, config=config, nodes=where.nodes
+            )
+            problem = (
+                f"train.per_device_batch_size {lengths.batch} needs {gib(per_process.total)} "
+                f"{memory_label(where)} ({per_process.describe()}); {advice}"
+            )
+        rows.append(
+            Row("finetune", _nodes_label(where), "GPU", capacity, per_process, settings, problem)
+        )
+        host = Breakdown(
+            (
+                ("runtime", where.processes * CUDA_HOST_RUNTIME_GIB * GIB),
+                ("DeepSpeed host estimate" if zero else "weights while loading", deepspeed_host),
+            )
+        )
+        rows.append(host_row("finetune", where, host, settings, machine_key("finetune", where)))
+    else:
+        node = Breakdown(tuple((n, v * where.processes) for n, v in per_process.parts))
+        row = host_row("finetune", where, node, settings, machine_key("finetune", where))
+        if row.problem:
+            per_gib = where.place.host_gib * GIB / where.processes
+            advice = training_advice(
+                estimate, lengths, per_gib, zero=zero, config=config, nodes=where.nodes
+            )
+            row = replace(
+                row,
+                problem=f"train.per_device_batch_size {lengths.batch} with "
+                f"{count(where.processes, 'process')} needs {gib(node.total)} "
+                f"{memory_label(where)} ({node.describe()}); {advice}",
+            )
+        rows.append(replace(row, machine=_nodes_label(where)))
+    return rows
+
+
+def precision_problems(config: PipelineConfig, target: Target) -> list[str]:
+    """A train.precision the training machine cannot run (the finetune step would refuse it
+    only once it starts, after the data is downloaded and tokenized)."""
+    precision = config.train.precision
+    accelerator = training_where(config, target).place.accelerator
+    if precision == "bf16" and accelerator is not None and not accelerator.has_bf16:
+        return [
+            f"train.precision bf16: {accelerator.label} has no bf16 (compute capability "
+            f"{accelerator.capability}; bf16 needs 8.0, e.g. A100, L4, H100): use auto "
+            "(fp32 there) or fp32"
+        ]
+    if precision == "fp16" and accelerator is None:
+        return ["train.precision fp16 needs a GPU: use fp32 or bf16 on the CPU"]
+    return []
+
+
+def _nodes_label(where: Where) -> str:
+    return where.place.label + (f" × {where.nodes} nodes" if where.nodes > 1 else "")
+
+
+def _zero_words(zero: ZeroPlan | None) -> str:
+    if zero is None:
+        return "no DeepSpeed"
+    offload = [
+        f"{what} → {device}"
+        for what, device in (
+            ("optimizer", zero.offload_optimizer),
+            ("parameters", zero.offload_param),
+        )
+        if device != "none"
+    ]
+    return f"ZeRO-{zero.stage}" + (f" (offload {', '.join(offload)})" if offload else "")

@@ -1,0 +1,156 @@
+"""The fit check on whole configs: the shipped ones fit, misfits and unknowns are named."""
+
+import json
+from pathlib import Path
+
+import fsspec
+import pytest
+from transformers import T5Config
+
+from llm_pipeline import cli
+from llm_pipeline.config import PipelineConfig, load_config
+from llm_pipeline.fit import check_fit
+from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.fit.shapes import model_shape, shape_of
+from llm_pipeline.fit.training import zero_plan
+
+from ..offline_models import MINILM, TINY_T5
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((REPO / "configs").glob("*.json"))
+
+
+def config_of(path: Path, *overrides: str) -> PipelineConfig:
+    return load_config(path, list(overrides)).config
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.name)
+def test_the_shipped_configs_fit_their_machines(path: Path):
+    config = config_of(path)
+    target = "vertex" if config.deploy.target == "vertex" else "local"
+    report = check_fit(config, target=target)
+    assert report.problems == [] and report.skipped == []
+    places = [(row.place, row.memory) for row in report.rows]
+    if target == "vertex":
+        kinds = ("GPU", "host")
+        assert places == [(p, m) for p in ("finetune", "evaluate", "serve") for m in kinds]
+    else:
+        assert places == [("finetune", "host"), ("evaluate", "host"), ("serve", "host")]
+
+
+def test_every_hub_model_of_the_shipped_configs_is_known_offline():
+    sources = {config_of(path).model.source for path in SHIPPED} - {None}
+    hub_ids = {source for source in sources if "/" in source and ":" not in source}
+    assert hub_ids and hub_ids <= set(KNOWN_MODELS)
+
+
+def test_an_unknown_hub_model_offline_is_a_note_not_a_failure():
+    config = config_of(REPO / "configs" / "small1vm1gpu.json", "model.source=someone/not-cached")
+    report = check_fit(config, target="vertex")
+    assert report.rows == [] and report.problems == []
+    assert report.skipped == [
+        "fit check skipped (the model's shape is unknown): model.source 'someone/not-cached': "
+        "the hub cannot be reached and it is not cached"
+    ]
+
+
+def test_a_model_folder_and_a_gcs_folder_are_read_from_config_json_alone(tmp_path, gcs_bucket):
+    config = T5Config(**{k: v for k, v in TINY_T5.items() if k != "model_type"})
+    config.save_pretrained(tmp_path / "model")  # config.json only: no weights anywhere
+    uri = f"gs://{gcs_bucket}/model"
+    fsspec.filesystem("gs").put(str(tmp_path / "model" / "config.json"), f"{uri}/config.json")
+    expected = shape_of(config, name="tiny").parameters
+    base = config_of(REPO / "configs" / "small1vm1gpu.json")
+    for source in (str(tmp_path / "model"), uri):
+        model = base.model.model_copy(update={"source": source})
+        assert model_shape(model).parameters == expected
+
+
+def test_an_architecture_and_an_encoder_decoder_warm_start_have_shapes():
+    base = config_of(REPO / "configs" / "local.json").model
+    warm = model_shape(base)
+    assert warm.encoder.hidden == 384 and warm.decoder.layers == 6 and warm.vocab == 30522
+    architecture = base.model_copy(
+        update={"encoder_decoder": None, "architecture": TINY_T5, "tokenizer": MINILM}
+    )
+    shape = model_shape(architecture)
+    assert shape.encoder.hidden == 32 and shape.vocab == 30522  # vocab from the tokenizer
+
+
+def test_a_machine_type_missing_from_the_table_is_a_problem():
+    config = config_of(REPO / "configs" / "small1vm1gpu.json", "deploy.machine_type=n9-huge-8")
+    report = check_fit(config, target="vertex")
+    (problem,) = report.problems
+    assert problem.startswith("deploy.machine_type 'n9-huge-8' is not in the fit check's table")
+    assert "cannot estimate serve" in problem
+    assert [row.place for row in report.rows] == ["finetune"] * 2 + ["evaluate"] * 2
+
+
+def test_a_training_misfit_names_the_largest_micro_batch_and_what_else_fits():
+    config = config_of(REPO / "configs" / "small1vm1gpu.json", "train.per_device_batch_size=512")
+    (problem,) = check_fit(config, target="vertex").problems
+    assert problem.startswith("train.per_device_batch_size 512 needs ~")
+    assert " per A100 40GB (states " in problem
+    assert "; at most " in problem and " fits; or at this micro-batch: " in problem
+    assert "train.gradient_checkpointing true (~" in problem
+
+
+def test_training_bf16_on_a_gpu_without_it_is_a_problem():
+    config = config_of(
+        REPO / "configs" / "small1vm1gpu.json",
+        "cluster.machine_type=n1-standard-8",
+        "cluster.accelerator_type=NVIDIA_TESLA_T4",
+    )
+    assert config.train.precision == "bf16"
+    assert check_fit(config, target="vertex").problems == [
+        "train.precision bf16: T4 16GB has no bf16 (compute capability 7.5; bf16 needs 8.0, "
+        "e.g. A100, L4, H100): use auto (fp32 there) or fp32"
+    ]
+
+
+def test_a_users_deepspeed_config_decides_the_zero_plan(tmp_path):
+    path = tmp_path / "ds.json"
+    zero = {"stage": 3, "offload_optimizer": {"device": "cpu"}, "stage3_max_live_parameters": 5}
+    path.write_text(json.dumps({"zero_optimization": zero}))
+    config = config_of(REPO / "configs" / "small1vm1gpu.json", f"train.deepspeed_config={path}")
+    plan, note = zero_plan(config)
+    assert plan is not None
+    assert (plan.stage, plan.offload_optimizer, plan.offload_param, plan.max_live_parameters) == (
+        3,
+        "cpu",
+        "none",
+        5,
+    )
+    assert note == "ZeRO settings from train.deepspeed_config"
+
+
+def test_check_fit_prints_the_table(capsys):
+    assert cli.main(["--config", str(REPO / "configs" / "small2vm16gpu.json"), "--check-fit"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["place", "machine", "memory", "estimate", "headroom"]
+    assert out[2].startswith("finetune  a2-megagpu-16g (16 × A100 40GB) × 2 nodes  GPU 40 GiB  ")
+    places = [line.split()[0] for line in out[2:8]]
+    assert places == ["finetune", "finetune", "evaluate", "evaluate", "serve", "serve"]
+    assert "estimates (GiB):" in out
+
+
+def test_a_refused_config_compiles_nothing_unless_told_to(tmp_path, capsys):
+    spec = tmp_path / "xxl.yaml"
+    args = ["--config", str(REPO / "configs" / "xxl2vm16gpu.json"), "--compile", str(spec)]
+    old = ["--set", "evaluate.batch_size=64"]
+    assert cli.main([*args, *old]) == 2
+    assert not spec.exists()
+    assert "evaluate.batch_size 64 × num_beams 4 needs" in capsys.readouterr().err
+    assert cli.main([*args, *old, "--skip-fit-check"]) == 0
+    assert spec.is_file()
+
+
+def test_a_local_dry_run_reports_a_misfit_and_a_local_run_is_refused(tmp_path, capsys):
+    args = ["--config", str(REPO / "configs" / "local.json"), "--pipeline-root", str(tmp_path)]
+    huge = ["--set", "train.per_device_batch_size=1000000"]
+    assert cli.main([*args, *huge, "--dry-run"]) == 0
+    note = "note: fit check: does not fit: train.per_device_batch_size 1000000 with 1 process"
+    assert note in capsys.readouterr().err
+    assert cli.main([*args, *huge]) == 2
+    assert "of host RAM on this machine" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing ran

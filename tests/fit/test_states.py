@@ -1,0 +1,55 @@
+"""Model states per training process: DeepSpeed's own estimate, and what it leaves out."""
+
+from llm_pipeline.fit.states import ZeroPlan, model_states
+
+from .t5_small import T5_SMALL
+
+P, LARGEST = T5_SMALL.parameters, T5_SMALL.largest_layer_parameters
+
+
+def parts(states) -> dict[str, float]:
+    return {name: value for name, value in states.device.parts if value}
+
+
+def test_zero3_is_deepspeeds_estimate_plus_the_gathered_parameters():
+    states = model_states(
+        T5_SMALL, dtype="bf16", zero=ZeroPlan(stage=3), processes_per_node=16, nodes=2
+    )
+    # DeepSpeed: the largest layer's 16-bit weights and gradients (4 B each parameter) plus
+    # 18 B per parameter over 32 ranks; then up to 1e9 gathered parameters in bf16.
+    assert parts(states) == {"states": 4 * LARGEST + int(18 * P / 32), "gathered": 2 * P}
+    # DeepSpeed's host estimate with zero.Init: the largest layer per GPU, x 1.5.
+    assert states.host_per_node == int(LARGEST * 4 * 16 * 1.5)
+
+
+def test_fp32_doubles_deepspeeds_16_bit_terms():
+    states = model_states(
+        T5_SMALL, dtype="fp32", zero=ZeroPlan(stage=3), processes_per_node=2, nodes=1
+    )
+    assert parts(states)["fp32 copies"] == 4 * LARGEST + 2 * P / 2
+    assert parts(states)["gathered"] == 4 * P
+
+
+def test_zero1_keeps_every_gradient():
+    zero1 = parts(
+        model_states(T5_SMALL, dtype="bf16", zero=ZeroPlan(stage=1), processes_per_node=4, nodes=1)
+    )
+    # ZeRO-2's estimate: 16-bit weights whole, 18 B per parameter over 4 ranks.
+    assert zero1 == {"states": 2 * P + int(18 * P / 4), "gradients": 2 * P * 3 / 4}
+
+
+def test_without_deepspeed_the_trainer_keeps_fp32_states_and_ddp_buckets():
+    alone = parts(model_states(T5_SMALL, dtype="fp32", zero=None, processes_per_node=1, nodes=1))
+    assert alone == {"weights": 4 * P, "gradients": 4 * P, "optimizer": 8 * P}
+    trained = P - T5_SMALL.encoder_parameters
+    frozen = parts(
+        model_states(
+            T5_SMALL, dtype="fp32", zero=None, processes_per_node=2, nodes=1, freeze_encoder=True
+        )
+    )
+    assert frozen == {
+        "weights": 4 * P,
+        "gradients": 4 * trained,
+        "optimizer": 8 * trained,
+        "DDP buckets": 4 * trained,
+    }
