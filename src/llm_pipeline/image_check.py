@@ -21,9 +21,11 @@ import argparse
 import importlib.util
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,11 +86,15 @@ def torch_problems(*, cuda: bool, version: str = TORCH_VERSION) -> list[str]:
 
 
 def lock_problems(lock: Path, extras: Sequence[str]) -> list[str]:
-    """The installed packages against the lock, and the package's requirements met."""
+    """The installed packages against the lock (only the venv's own count as extra: a GPU
+    image's base has its own), and the package's requirements met."""
     installed = installed_versions()
-    return lock_mismatches(
-        read_lock(lock), installed, allowed_extra=INSTALLER_PACKAGES
-    ) + unsatisfied_requirements("llm-pipeline", extras, installed)
+    paths = sysconfig.get_paths()
+    here = installed_versions(sorted({paths["purelib"], paths["platlib"]}))
+    mismatches = lock_mismatches(
+        read_lock(lock), installed, installed_here=here, allowed_extra=INSTALLER_PACKAGES
+    )
+    return mismatches + unsatisfied_requirements("llm-pipeline", extras, installed)
 
 
 def deepspeed_build_problems(
@@ -127,6 +133,8 @@ def deepspeed_build_problems(
     return problems
 
 
+#: What DeepSpeed's setup.py records about its build (deepspeed/git_version_info_installed.py).
+DEEPSPEED_FIELDS = ("accelerator_name", "installed_ops", "torch_info")
 #: The library each prebuilt op is, and what it is compiled from: C++ that DeepSpeed builds
 #: for the build machine's CPU (`-march=native`), or CUDA.
 OP_LIBRARIES = {
@@ -183,13 +191,26 @@ def op_library_problems(ops: Sequence[str]) -> list[str]:
     return problems
 
 
+def deepspeed_record() -> dict[str, Any]:
+    """What `deepspeed.git_version_info` reports: the file DeepSpeed's setup.py wrote at
+    install (read without importing DeepSpeed, which would probe for an accelerator); empty
+    when there is none, as for a source checkout."""
+    spec = importlib.util.find_spec("deepspeed")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    record = Path(folders[0]) / "git_version_info_installed.py" if folders else None
+    if record is None or not record.is_file():
+        return {}
+    values = runpy.run_path(str(record))
+    return {name: values.get(name) for name in DEEPSPEED_FIELDS}
+
+
 def deepspeed_problems(ops: Sequence[str]) -> list[str]:
     """The installed DeepSpeed's build record, and its prebuilt libraries."""
     import torch
-    from deepspeed import git_version_info
 
-    fields = ("accelerator_name", "installed_ops", "torch_info")
-    info = {name: getattr(git_version_info, name, None) for name in fields}
+    info = deepspeed_record()
+    if not info:
+        return ["DeepSpeed has no build record (deepspeed/git_version_info_installed.py)"]
     problems = deepspeed_build_problems(info, torch.__version__, torch.version.cuda, ops)
     return problems + op_library_problems(ops)
 

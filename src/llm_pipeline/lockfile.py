@@ -11,7 +11,7 @@ the CPU build on laptops and CI, the CUDA build in the GPU images' base.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -88,11 +88,14 @@ def read_lock(path: str | Path) -> dict[str, Pin]:
     return parse_lock(Path(path).read_text(encoding="utf-8"))
 
 
-def installed_versions() -> dict[str, str]:
-    """Version of each distribution this interpreter sees, by canonical name (the first on
-    sys.path wins, as for imports: a venv's own over its base's)."""
+def installed_versions(paths: Sequence[str] | None = None) -> dict[str, str]:
+    """Version of each distribution this interpreter sees (or found in `paths`), by canonical
+    name; the first on sys.path wins, as for imports: a venv's own over its base's."""
     found: dict[str, str] = {}
-    for dist in metadata.distributions():
+    found_in = (
+        metadata.distributions() if paths is None else metadata.distributions(path=list(paths))
+    )
+    for dist in found_in:
         name = dist.metadata["Name"]
         if name:
             found.setdefault(canonicalize_name(name), dist.version)
@@ -103,12 +106,14 @@ def lock_mismatches(
     pins: Mapping[str, Pin],
     installed: Mapping[str, str],
     *,
+    installed_here: Mapping[str, str] | None = None,
     allowed_extra: Iterable[str] = (),
     environment: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What keeps `installed` from being exactly the lock here: a pin missing or at another
-    version, or a package installed that the lock does not hold (besides torch's platform
-    packages and `allowed_extra`, such as pip and this package itself)."""
+    version, or a package in `installed_here` (default: all of `installed`; in an image, the
+    venv's own, not its base's) that the lock does not hold, besides torch's platform
+    packages and `allowed_extra`, such as pip and this package itself."""
     problems = []
     for name, pin in sorted(pins.items()):
         if not pin.applies(environment):
@@ -119,9 +124,10 @@ def lock_mismatches(
         elif have != pin.version:
             problems.append(f"{name}: locked at {pin.version}, installed {have}")
     extra = {canonicalize_name(n) for n in allowed_extra}
-    for name in sorted(set(installed) - set(pins) - extra):
+    own = installed if installed_here is None else installed_here
+    for name in sorted(set(own) - set(pins) - extra):
         if not is_platform_package(name):
-            problems.append(f"{name}: installed ({installed[name]}) but not in the lock")
+            problems.append(f"{name}: installed ({own[name]}) but not in the lock")
     return problems
 
 
