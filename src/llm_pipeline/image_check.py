@@ -10,8 +10,9 @@ so that interpreter is checked too. What is checked, each a line of its own when
   build in the CPU serve image;
 * the lock: every package at its locked version, nothing unlocked beside torch's own, and
   every requirement of the package and its extras met (`pip check`, limited to this package);
-* train only: DeepSpeed's ops prebuilt for the cuda accelerator, exactly the ones named, and
-  CPU Adam compiled for the portable CPU target instead of the build machine's CPU.
+* train only: DeepSpeed's build record (`deepspeed.git_version_info`) says the cuda
+  accelerator, exactly the ops named, and this torch; fused Adam holds GPU code; CPU Adam and
+  async I/O are compiled for the portable CPU target, not the build machine's CPU.
 Exit codes: 0 all true, 1 something is not (printed), 2 a wrong command line.
 """
 
