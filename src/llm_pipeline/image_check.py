@@ -126,10 +126,10 @@ def deepspeed_build_problems(
         problems.append(
             f"DeepSpeed was built with torch {torch_info.get('version')}, not {major_minor}"
         )
-    cuda = ".".join((torch_cuda or "").split(".")[:2])
+    cuda = ".".join(torch_cuda.split(".")[:2]) if torch_cuda else "none (a CPU build of torch)"
     if torch_info.get("cuda_version") != cuda:
         problems.append(
-            f"DeepSpeed was built with CUDA {torch_info.get('cuda_version')}, not {cuda}"
+            f"DeepSpeed was built with CUDA {torch_info.get('cuda_version')}, torch has {cuda}"
         )
     return problems
 
