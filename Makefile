@@ -1,5 +1,6 @@
 # The two commands: `make demo` runs the pipeline locally, `make test` runs the tests.
-# Both create the virtual environment on first use and install everything into it.
+# Both create the virtual environment on first use and install everything into it, at the
+# versions of requirements.lock (`make lock` refreshes it).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,15 +10,29 @@ DATA ?=
 VERBOSE ?=
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format docs clean images
+LOCK := requirements.lock
+# torch is not in the lock: each platform brings its own build (llm_pipeline/lockfile.py).
+TORCH_VERSION = $(shell sed -n 's/^TORCH_VERSION = "\(.*\)"$$/\1/p' src/llm_pipeline/lockfile.py)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Left out of the lock: torch and what only its CUDA build needs (torch 2.13 on PyPI).
+LOCK_PLATFORM := torch triton cuda-bindings cuda-pathfinder cuda-toolkit nvidia-cublas \
+	nvidia-cuda-cccl nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft \
+	nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 \
+	nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx
 
-$(STAMP): setup.py
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# The CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
-	# GPU images (containers/) install their own torch and are not affected.
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[all]"
+.PHONY: install demo test lint format docs clean images lock
+
+# A fresh environment each time the lock or setup.py changes, so it holds exactly the lock.
+$(STAMP): setup.py $(LOCK)
+	python3 -m venv --clear $(VENV)
+	# Every dependency at its locked version, each file checked against its hash; --no-deps:
+	# the lock is the whole set, resolved once by `make lock`.
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	# torch's CPU build, from PyTorch's CPU index (PyPI's Linux wheel is the CUDA build, GBs);
+	# its own requirements are in the lock already. GPU images keep their base's CUDA build.
+	$(PY) -m pip install --quiet --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip check
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,6 +49,16 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Resolve setup.py's ranges, every extra, into requirements.lock with every file's hash, for
+# any platform and Python >= 3.11; the versions already locked are kept unless UPGRADE=1.
+# uv is the one the lock pins (the dev extra).
+lock:
+	test -x $(VENV)/bin/uv || { python3 -m venv $(VENV) && containers/lock-select $(LOCK) uv \
+		| $(PY) -m pip install --quiet --require-hashes --no-deps -r /dev/stdin; }
+	$(VENV)/bin/uv pip compile setup.py --all-extras --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) \
+		$(addprefix --no-emit-package ,$(LOCK_PLATFORM)) --output-file $(LOCK)
+
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
@@ -41,18 +66,20 @@ format: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m llm_pipeline.docs README.md
 
-# Build the train and serve images with Cloud Build and push them to Artifact Registry as
-# $(IMAGE_LOCATION)-docker.pkg.dev/$(PROJECT)/$(IMAGE_REPOSITORY)/{train,serve}:<version>, the
-# tag being the package's version, which is what configs ask for: `make images PROJECT=P`.
+# Build the three images with Cloud Build and push them to Artifact Registry as
+# $(REGION)-docker.pkg.dev/$(PROJECT)/$(IMAGE_REPOSITORY)/{train,serve,serve-cuda}:<version>,
+# the tag being the package's version: where configs look for them by default
+# (vertex.image_repository "{region}-docker.pkg.dev/{project}/llm-pipeline").
+# `make images PROJECT=my-project REGION=europe-west4`; the repository must exist.
 PROJECT ?= $(shell gcloud config get-value project 2>/dev/null)
-IMAGE_LOCATION ?= us
+REGION ?= us-central1
 IMAGE_REPOSITORY ?= llm-pipeline
 IMAGE_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/llm_pipeline/__init__.py)
 
 images:
 	@test -n "$(PROJECT)" || { echo "make images: set PROJECT=your-project" >&2; exit 2; }
 	gcloud builds submit --config cloudbuild.yaml --project $(PROJECT) \
-		--substitutions=_LOCATION=$(IMAGE_LOCATION),_REPOSITORY=$(IMAGE_REPOSITORY),_VERSION=$(IMAGE_VERSION) .
+		--substitutions=_LOCATION=$(REGION),_REPOSITORY=$(IMAGE_REPOSITORY),_VERSION=$(IMAGE_VERSION) .
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache

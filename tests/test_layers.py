@@ -18,14 +18,14 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: modules; "__init__" is the package's own __init__.py). A module may import from its
 #: own layer or any layer below it. pipeline.py, outside the package, is above them all.
 LAYERS: list[set[str]] = [
-    {"cli", "vertex_cli", "registry_cli", "entrypoint", "docs"},
+    {"cli", "vertex_cli", "registry_cli", "entrypoint", "docs", "image_check"},
     {"runner", "pipelines"},
     {"components"},
     {"steps"},
     {"registry", "serve", "evaluation", "train", "data", "fit"},
     {"models"},
     {"config"},
-    {"storage", "errors", "tasks", "output_files", "progress", "__init__"},
+    {"storage", "errors", "tasks", "output_files", "progress", "lockfile", "__init__"},
 ]
 
 

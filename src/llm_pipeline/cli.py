@@ -218,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return vertex_cli.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
     if args.compile is not None:
+        if problems := config.vertex.unresolved_image_problems():
+            print(f"error: {ConfigError(problems, source='the config')}", file=sys.stderr)
+            return 2
         path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
         print(f"Wrote the pipeline spec to {path}")
         return 0

@@ -25,7 +25,7 @@ from llm_pipeline.errors import UserError
 from llm_pipeline.runner import vertex_submit as vs
 from llm_pipeline.runner.cron import validate_cron
 from llm_pipeline.runner.spec_summary import describe_spec
-from llm_pipeline.runner.templates import check_host, upload_template
+from llm_pipeline.runner.templates import artifact_registry_location, check_host, upload_template
 from llm_pipeline.runner.vertex_target import vertex_location, vertex_target
 
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "delete")
@@ -145,6 +145,14 @@ def run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 def _upload(args: argparse.Namespace, config: PipelineConfig) -> int:
     host = check_host(args.upload_template)
+    # The template's images are in the project and region of its Artifact Registry repository,
+    # unless the config names a project.
+    if not config.vertex.project and (location := artifact_registry_location(host)):
+        project, region = location
+        located = config.vertex.model_copy(update={"project": project, "region": region})
+        config = config.model_copy(update={"vertex": located})
+    if problems := config.vertex.unresolved_image_problems():
+        raise ConfigError(problems, source="the config")
     with tempfile.TemporaryDirectory() as folder:
         spec = vs.compile_for_vertex(config, Path(folder))
         if args.dry_run:
@@ -205,6 +213,9 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
         problems += schedule_problems
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
+    # The images are named for the project and region the run goes to (`{project}`, `{region}`).
+    located = config.vertex.model_copy(update={"project": target.project, "region": target.region})
+    config = config.model_copy(update={"vertex": located})
     with tempfile.TemporaryDirectory() as folder:
         spec = vs.compile_for_vertex(
             config, Path(folder), scheduled=request is not None, preflight=args.preflight

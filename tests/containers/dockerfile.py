@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERS = REPO / "containers"
+#: The interpreter every image runs: its virtual environment's (bin/ first on PATH).
+VENV_PYTHON = "/opt/venv/bin/python"
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -48,8 +51,29 @@ def healthcheck_command(path: Path) -> list[str]:
     return list(json.loads(command))
 
 
+def run_args(path: Path) -> list[str]:
+    """The argument of each RUN, in order."""
+    return [rest for name, rest in instructions(path) if name == "RUN"]
+
+
+def env_values(path: Path) -> dict[str, str]:
+    """ENV's `KEY=VALUE` pairs, the last value of each key winning, as Docker sets them."""
+    found: dict[str, str] = {}
+    for name, rest in instructions(path):
+        if name == "ENV":
+            for pair in re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", rest):
+                found[pair[0]] = pair[1].strip('"')
+    return found
+
+
+def as_here(command: list[str]) -> list[str]:
+    """An image's exec-form command with this interpreter standing in for the image's."""
+    assert command[0] == VENV_PYTHON, command
+    return [sys.executable, *command[1:]]
+
+
 def image_command(dockerfile: str) -> list[str]:
-    """The image's ENTRYPOINT, with this interpreter standing in for the image's `python`."""
+    """The image's ENTRYPOINT, with this interpreter standing in for the image's."""
     entrypoint = exec_form(CONTAINERS / dockerfile, "ENTRYPOINT")
-    assert entrypoint[:2] == ["python", "-m"], entrypoint
-    return [sys.executable, *entrypoint[1:]]
+    assert entrypoint[1] == "-m", entrypoint
+    return as_here(entrypoint)

@@ -1,8 +1,9 @@
-"""cloudbuild.yaml and `make images` push both images at the package's version, where the
-config's image settings look for them."""
+"""cloudbuild.yaml and `make images` push the three images at the package's version, where
+the config's image settings look for them."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from typing import Any
@@ -12,7 +13,7 @@ import yaml
 
 from llm_pipeline import __version__
 from llm_pipeline.config import VertexConfig
-from llm_pipeline.config.vertex import DEFAULT_IMAGE_REPOSITORY
+from llm_pipeline.config.vertex import IMAGE_KINDS
 
 from .dockerfile import REPO
 
@@ -36,7 +37,7 @@ def substitute(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def test_builds_both_dockerfiles_and_pushes_both_images() -> None:
+def test_builds_each_dockerfile_and_pushes_each_image() -> None:
     build = cloudbuild()
 
     built = {}
@@ -46,11 +47,8 @@ def test_builds_both_dockerfiles_and_pushes_both_images() -> None:
         dockerfile = next(a.split("=", 1)[1] for a in args if a.startswith("--file="))
         tag = next(a.split("=", 1)[1] for a in args if a.startswith("--tag="))
         built[dockerfile] = tag
-    assert built == {
-        "containers/train.Dockerfile": image("train"),
-        "containers/serve.Dockerfile": image("serve"),
-    }
-    assert build["images"] == [image("train"), image("serve")]
+    assert built == {f"containers/{kind}.Dockerfile": image(kind) for kind in IMAGE_KINDS}
+    assert build["images"] == [image(kind) for kind in IMAGE_KINDS]
 
 
 def test_the_version_tag_is_the_packages() -> None:
@@ -58,29 +56,44 @@ def test_the_version_tag_is_the_packages() -> None:
 
 
 def test_the_default_build_is_what_configs_ask_for_by_default() -> None:
-    """Built in the project that publishes them, the images are the configs' defaults."""
-    values = {"PROJECT_ID": "llm-pipeline", **cloudbuild()["substitutions"]}
+    """Built in your project, the images are where a config running there looks: in that
+    project, in Vertex AI's default region."""
+    values = {"PROJECT_ID": "acme", **cloudbuild()["substitutions"]}
 
     pushed = [substitute(uri, values) for uri in cloudbuild()["images"]]
 
-    vertex = VertexConfig()
-    assert pushed == [vertex.image_uri("train"), vertex.image_uri("serve")]
-    assert all(uri.startswith(DEFAULT_IMAGE_REPOSITORY + "/") for uri in pushed)
+    vertex = VertexConfig(project="acme")
+    assert pushed == [vertex.image_uri(kind) for kind in IMAGE_KINDS]
+    assert pushed[0] == f"us-central1-docker.pkg.dev/acme/llm-pipeline/train:{__version__}"
 
 
-def test_make_images_submits_it_with_the_packages_version() -> None:
+def make_images(*args: str) -> dict[str, str]:
+    """The substitutions `make images ARGS` submits cloudbuild.yaml with (a dry run)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-
     done = subprocess.run(
-        ["make", "--dry-run", "--no-print-directory", "images", "PROJECT=acme"],
+        ["make", "--dry-run", "--no-print-directory", "images", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-
     command = " ".join(done.stdout.replace("\\\n", " ").split())
-    assert "gcloud builds submit --config cloudbuild.yaml --project acme" in command
-    assert f"_VERSION={__version__}" in command
+    (project,) = re.findall(
+        r"gcloud builds submit --config cloudbuild.yaml --project (\S+)", command
+    )
+    (pairs,) = re.findall(r"--substitutions=(\S+)", command)
+    return {"PROJECT_ID": project, **dict(pair.split("=", 1) for pair in pairs.split(","))}
+
+
+@pytest.mark.parametrize("region", [None, "europe-west4"])
+def test_make_images_pushes_where_a_config_in_that_project_and_region_looks(
+    region: str | None,
+) -> None:
+    values = make_images("PROJECT=acme", *([f"REGION={region}"] if region else []))
+
+    assert values["_VERSION"] == __version__
+    pushed = [substitute(uri, values) for uri in cloudbuild()["images"]]
+    vertex = VertexConfig(project="acme", **({"region": region} if region else {}))
+    assert pushed == [vertex.image_uri(kind) for kind in IMAGE_KINDS]

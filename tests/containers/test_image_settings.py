@@ -1,13 +1,15 @@
-"""One setting, vertex.image_repository, names both images; the package's version tags them."""
+"""One setting, vertex.image_repository, names the images; the package's version tags them,
+and by default they are in the project and region the pipeline runs in."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from llm_pipeline import __version__
+from llm_pipeline import __version__, cli
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 
 from .dockerfile import REPO
@@ -15,23 +17,61 @@ from .dockerfile import REPO
 MINIMAL = {"data": {"dataset": "some/dataset"}, "model": {"source": "t5-small"}}
 
 
-def test_both_images_follow_from_the_repository_and_the_version() -> None:
-    vertex = VertexConfig(project="acme", image_repository="{region}-docker.pkg.dev/{project}/ml/")
+def test_the_images_follow_from_the_repository_and_the_version() -> None:
+    vertex = VertexConfig(project="acme", image_repository="eu-docker.pkg.dev/{project}/ml/")
 
-    assert vertex.image_uri("train") == f"us-central1-docker.pkg.dev/acme/ml/train:{__version__}"
-    assert vertex.image_uri("serve") == f"us-central1-docker.pkg.dev/acme/ml/serve:{__version__}"
+    assert vertex.image_uri("train") == f"eu-docker.pkg.dev/acme/ml/train:{__version__}"
+    assert vertex.image_uri("serve") == f"eu-docker.pkg.dev/acme/ml/serve:{__version__}"
+    assert vertex.image_uri("serve-cuda") == f"eu-docker.pkg.dev/acme/ml/serve-cuda:{__version__}"
     assert vertex.image_uri() == vertex.image_uri("train")
 
 
-def test_by_default_they_are_the_published_images() -> None:
-    vertex = VertexConfig()
+def test_by_default_they_are_in_your_project_in_the_region_the_pipeline_runs_in() -> None:
+    """Defect 12: the default named a project nobody had built images in."""
+    vertex = VertexConfig(project="acme", region="europe-west4")
 
     assert vertex.image_uri("train") == (
-        f"us-docker.pkg.dev/llm-pipeline/llm-pipeline/train:{__version__}"
+        f"europe-west4-docker.pkg.dev/acme/llm-pipeline/train:{__version__}"
     )
-    assert vertex.image_uri("serve") == (
-        f"us-docker.pkg.dev/llm-pipeline/llm-pipeline/serve:{__version__}"
+    assert VertexConfig(project="acme").image_uri("serve") == (
+        f"us-central1-docker.pkg.dev/acme/llm-pipeline/serve:{__version__}"
     )
+
+
+def test_without_a_project_the_images_cannot_be_named() -> None:
+    assert VertexConfig(project="acme").unresolved_image_problems() == []
+    assert VertexConfig(train_image="eu.gcr.io/team/train:1").unresolved_image_problems() == []
+    (problem,) = VertexConfig().unresolved_image_problems()
+    assert problem.startswith("vertex.image_repository '{region}-docker.pkg.dev/{project}/")
+    assert "--project" in problem
+    assert VertexConfig().image_uri("train").startswith("us-central1-docker.pkg.dev/PROJECT/")
+
+
+def test_compiling_without_a_project_is_refused_naming_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+
+    assert cli.main(["--config", config, "--compile", str(spec)]) == 2
+    assert "vertex.image_repository" in capsys.readouterr().err and not spec.exists()
+
+    assert (
+        cli.main(["--config", config, "--set", "vertex.project=acme", "--compile", str(spec)]) == 0
+    )
+    assert f"us-central1-docker.pkg.dev/acme/llm-pipeline/train:{__version__}" in spec.read_text()
+
+
+def test_a_run_submitted_with_project_and_region_flags_uses_their_images(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+    where = ["--project", "acme-ml", "--region", "europe-west4", "--pipeline-root", "gs://bkt/runs"]
+
+    assert cli.main(["--config", config, *where, "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert f"image europe-west4-docker.pkg.dev/acme-ml/llm-pipeline/train:{__version__}" in shown
+    assert "PROJECT" not in shown
 
 
 def test_one_image_can_be_named_outright() -> None:
@@ -41,7 +81,7 @@ def test_one_image_can_be_named_outright() -> None:
     assert vertex.image_uri("train").endswith(f"/train:{__version__}")
 
 
-def test_components_default_to_the_published_train_image() -> None:
+def test_components_default_to_the_default_train_image() -> None:
     from llm_pipeline.components import DEFAULT_IMAGE
 
     assert VertexConfig().image_uri("train") == DEFAULT_IMAGE
@@ -61,17 +101,32 @@ def test_an_old_image_key_is_refused_with_what_replaces_it(old: str, replacement
     assert "train.epochs: must be > 0" in str(err.value)
 
 
-def test_a_vertex_deploy_registers_the_serve_image(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("accelerator", "serve_image", "expected"),
+    [
+        (None, None, f"us-docker.pkg.dev/acme/ml/serve:{__version__}"),
+        ("NVIDIA_TESLA_T4", None, f"us-docker.pkg.dev/acme/ml/serve-cuda:{__version__}"),
+        ("NVIDIA_L4", "eu.gcr.io/{project}/mine:2", "eu.gcr.io/acme/mine:2"),
+        (None, "eu.gcr.io/{project}/mine:2", "eu.gcr.io/acme/mine:2"),
+    ],
+)
+def test_a_vertex_deploy_registers_the_cuda_server_when_it_has_an_accelerator(
+    monkeypatch: pytest.MonkeyPatch, accelerator: str | None, serve_image: str | None, expected: str
+) -> None:
+    """Defect 4: a GPU deploy registered the CPU image and left its GPU idle."""
     from llm_pipeline.registry import open_registry
     from llm_pipeline.registry.vertex import VertexRegistry
 
     monkeypatch.setattr(VertexRegistry, "_sdk", lambda self: None)  # no Google Cloud here
-    vertex = VertexConfig(project="acme", image_repository="us-docker.pkg.dev/{project}/ml")
+    vertex = VertexConfig(
+        project="acme", image_repository="us-docker.pkg.dev/{project}/ml", serve_image=serve_image
+    )
+    gpus = {"accelerator_type": accelerator, "accelerator_count": 1} if accelerator else {}
 
-    registry = open_registry(DeployConfig(target="vertex"), vertex)
+    registry = open_registry(DeployConfig(target="vertex", **gpus), vertex)
 
     assert isinstance(registry, VertexRegistry)
-    assert registry.serving_image == f"us-docker.pkg.dev/acme/ml/serve:{__version__}"
+    assert registry.serving_image == expected
 
 
 def test_setup_py_takes_its_version_from_the_package() -> None:
@@ -85,3 +140,11 @@ def test_setup_py_takes_its_version_from_the_package() -> None:
     )
 
     assert done.stdout.strip().splitlines()[-1] == __version__
+
+
+def test_a_template_for_an_artifact_registry_repository_names_its_projects_images() -> None:
+    from llm_pipeline.runner.templates import artifact_registry_location
+
+    host = "https://europe-west4-kfp.pkg.dev/acme-ml/pipelines"
+    assert artifact_registry_location(host) == ("acme-ml", "europe-west4")
+    assert artifact_registry_location("http://127.0.0.1:8000/acme-ml/pipelines") is None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from llm_pipeline.registry.vertex import HEALTH_ROUTE, PREDICT_ROUTE
 
-from .dockerfile import CONTAINERS, exec_form, healthcheck_command, image_command
+from .dockerfile import CONTAINERS, as_here, exec_form, healthcheck_command, image_command
 from .job import VertexJob
 
 SERVE = CONTAINERS / "serve.Dockerfile"
@@ -23,10 +22,8 @@ START_TIMEOUT_S = 90.0
 
 def healthcheck(env: dict[str, str]) -> int:
     """The image's HEALTHCHECK command, run as Docker runs it inside the container."""
-    command = healthcheck_command(SERVE)
-    assert command[0] == "python", command
     return subprocess.run(
-        [sys.executable, *command[1:]], env=env, capture_output=True, timeout=30, check=False
+        as_here(healthcheck_command(SERVE)), env=env, capture_output=True, timeout=30, check=False
     ).returncode
 
 

@@ -125,7 +125,12 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
     assert run(*WHERE, "--dry-run") == 0
     out = capsys.readouterr().out
     assert "  epochs = 3.0" in out and "  per_device_batch_size = 32" in out
-    image = load_config(CONFIG).config.vertex.image_uri("train")
+    # The images of the project and region the run goes to.
+    vertex = load_config(CONFIG).config.vertex.model_copy(
+        update={"project": PROJECT, "region": REGION}
+    )
+    image = vertex.image_uri("train")
+    assert image.startswith(f"{REGION}-docker.pkg.dev/{PROJECT}/")
     gpus = "of a2-megagpu-16g with 16 x NVIDIA_TESLA_A100 each"
     assert f"finetune: custom job, 2 replicas {gpus}, image {image}; not cached" in out
     assert f"evaluate: custom job, 1 replica {gpus}, image {image}; not cached" in out

@@ -16,6 +16,9 @@ from .artifact_registry_standin import ArtifactRegistryStandIn
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "small1vm1gpu.json")
+#: The project whose Artifact Registry holds the images the template names (a loopback host
+#: says none; an Artifact Registry URL does, see test_image_settings).
+CONFIG_ARGS = ["--config", CONFIG, "--set", "vertex.project=test-project"]
 
 
 @pytest.fixture
@@ -42,7 +45,7 @@ def registry(kfp_home: Path) -> Iterator[ArtifactRegistryStandIn]:
 def test_the_template_is_uploaded_with_the_version_and_latest_tags(
     registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--config", CONFIG, "--upload-template", registry.host]) == 0
+    assert cli.main([*CONFIG_ARGS, "--upload-template", registry.host]) == 0
     (upload,) = registry.uploads
     assert upload.path == "/test-project/pipelines"
     assert upload.headers["content-type"].startswith("multipart/form-data; boundary=")
@@ -64,7 +67,7 @@ def test_a_token_in_the_kfp_credentials_file_is_sent(
 ) -> None:
     kfp_home.mkdir(parents=True)
     (kfp_home / "registry_credentials.json").write_text(json.dumps("t0ken"))
-    assert cli.main(["--config", CONFIG, "--upload-template", registry.host]) == 0
+    assert cli.main([*CONFIG_ARGS, "--upload-template", registry.host]) == 0
     assert registry.uploads[0].headers["authorization"] == "Bearer t0ken"
 
 
@@ -81,7 +84,7 @@ def test_a_token_in_the_kfp_credentials_file_is_sent(
 def test_a_malformed_repository_url_is_refused_before_any_call(
     registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str], host: str
 ) -> None:
-    assert cli.main(["--config", CONFIG, "--upload-template", host]) == 2
+    assert cli.main([*CONFIG_ARGS, "--upload-template", host]) == 2
     err = capsys.readouterr().err
     assert "https://REGION-kfp.pkg.dev/PROJECT/REPOSITORY" in err and "Traceback" not in err
     assert registry.uploads == []
@@ -91,7 +94,7 @@ def test_a_refused_upload_is_one_line(
     kfp_home: Path, loopback_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     closed = f"http://127.0.0.1:{loopback_port}/test-project/pipelines"
-    assert cli.main(["--config", CONFIG, "--upload-template", closed]) == 1
+    assert cli.main([*CONFIG_ARGS, "--upload-template", closed]) == 1
     err = capsys.readouterr().err
     assert f"uploading the template to {closed} failed" in err and "Traceback" not in err
 
@@ -99,6 +102,6 @@ def test_a_refused_upload_is_one_line(
 def test_dry_run_uploads_nothing(
     registry: ArtifactRegistryStandIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--config", CONFIG, "--upload-template", registry.host, "--dry-run"]) == 0
+    assert cli.main([*CONFIG_ARGS, "--upload-template", registry.host, "--dry-run"]) == 0
     assert "Would upload the template to" in capsys.readouterr().out
     assert registry.uploads == []

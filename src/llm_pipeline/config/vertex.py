@@ -7,12 +7,18 @@ from pydantic import Field
 from llm_pipeline import __version__
 from llm_pipeline.config.base import Section
 
-#: Where the project publishes its images (cloudbuild.yaml, `make images`).
-DEFAULT_IMAGE_REPOSITORY = "us-docker.pkg.dev/llm-pipeline/llm-pipeline"
+#: Where `make images` (cloudbuild.yaml) pushes the images: an Artifact Registry repository
+#: in your own project, in the region the pipeline runs in, so that every node pulls them
+#: from its own region.
+DEFAULT_IMAGE_REPOSITORY = "{region}-docker.pkg.dev/{project}/llm-pipeline"
 
-#: The two images: `train` (containers/train.Dockerfile) runs every pipeline component,
-#: `serve` (containers/serve.Dockerfile) is the prediction server a deploy registers.
-ImageKind = Literal["train", "serve"]
+#: The images: `train` (containers/train.Dockerfile) runs every pipeline component; a deploy
+#: registers `serve` (containers/serve.Dockerfile, CPU) or, with an accelerator, `serve-cuda`
+#: (containers/serve-cuda.Dockerfile).
+ImageKind = Literal["train", "serve", "serve-cuda"]
+IMAGE_KINDS: tuple[ImageKind, ...] = ("train", "serve", "serve-cuda")
+#: Stands for the project in an image name compiled without one (shipped specs, components).
+PROJECT_PLACEHOLDER = "PROJECT"
 
 
 class VertexConfig(Section):
@@ -26,9 +32,10 @@ class VertexConfig(Section):
     image_repository: str = Field(
         default=DEFAULT_IMAGE_REPOSITORY,
         description="Artifact Registry repository of the images: components run in "
-        "`<repository>/train:<version>`, deploys register `<repository>/serve:<version>` "
-        "(version: this package's; `make images` builds and pushes both). `{project}` and "
-        "`{region}` are filled in, e.g. `us-docker.pkg.dev/{project}/llm-pipeline`.",
+        "`<repository>/train:<version>`; deploys register `<repository>/serve:<version>`, or "
+        "`serve-cuda` with deploy.accelerator_type (version: this package's; `make images` "
+        "builds and pushes all three there). `{project}` and `{region}` are filled in with "
+        "the project and region the pipeline runs in.",
     )
     train_image: str | None = Field(
         default=None,
@@ -37,8 +44,9 @@ class VertexConfig(Section):
     )
     serve_image: str | None = Field(
         default=None,
-        description="Prediction image instead of `<image_repository>/serve:<version>`, e.g. a "
-        "CUDA build for deploy.accelerator_type; `{project}` and `{region}` are filled in.",
+        description="Prediction image every deploy registers instead of "
+        "`<image_repository>/serve:<version>` (or `serve-cuda` with an accelerator); "
+        "`{project}` and `{region}` are filled in.",
     )
     service_account: str | None = Field(
         default=None, description="Service account the pipeline and training jobs run as."
@@ -58,9 +66,37 @@ class VertexConfig(Section):
         "never use the cache; `--no-cache` turns it off for one run).",
     )
 
+    def _template(self, kind: ImageKind) -> str:
+        override = {"train": self.train_image, "serve": self.serve_image}.get(kind)
+        return override or f"{self.image_repository.rstrip('/')}/{kind}:{__version__}"
+
     def image_uri(self, kind: ImageKind = "train") -> str:
-        """The `train` or `serve` image: its override, else the repository's image tagged
-        with this package's version, with `{project}`/`{region}` filled in."""
-        override = self.train_image if kind == "train" else self.serve_image
-        uri = override or f"{self.image_repository.rstrip('/')}/{kind}:{__version__}"
-        return uri.format(project=self.project or "PROJECT", region=self.region)
+        """An image: its override, else the repository's image tagged with this package's
+        version, `{project}`/`{region}` filled in (`PROJECT` while no project is known)."""
+        return self._template(kind).format(
+            project=self.project or PROJECT_PLACEHOLDER, region=self.region
+        )
+
+    def serving_image_uri(self, accelerator_type: str | None) -> str:
+        """The image a deploy registers: vertex.serve_image when set, else the CUDA build for
+        a deploy with an accelerator (deploy.accelerator_type), else the CPU build."""
+        if self.serve_image:
+            return self.image_uri("serve")
+        return self.image_uri("serve-cuda" if accelerator_type else "serve")
+
+    def unresolved_image_problems(self) -> list[str]:
+        """Why the train image, which a compiled spec names, cannot be named yet: it names
+        `{project}` and no project is set (the spec would ask for `.../PROJECT/...`)."""
+        template = self._template("train")
+        if self.project or "{project}" not in template:
+            return []
+        setting, value = (
+            ("vertex.train_image", self.train_image)
+            if self.train_image
+            else ("vertex.image_repository", self.image_repository)
+        )
+        return [
+            f"{setting} {value!r} names {{project}} but no project is set: give --project "
+            "(or set vertex.project) for the project whose Artifact Registry holds the images "
+            "(`make images PROJECT=...`), or name the image outright"
+        ]

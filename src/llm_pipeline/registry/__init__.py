@@ -54,7 +54,8 @@ def open_registry(
         project=vertex.project,
         region=vertex.region,
         deploy=deploy,
-        serving_image=vertex.image_uri("serve"),
+        # The CUDA server for a deploy with an accelerator, else the CPU one.
+        serving_image=vertex.serving_image_uri(deploy.accelerator_type),
     )
 
 

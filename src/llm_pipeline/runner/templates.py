@@ -21,6 +21,12 @@ OTHER_REGISTRY = re.compile(
 )
 
 
+def artifact_registry_location(host: str) -> tuple[str, str] | None:
+    """(project, region) of an Artifact Registry KFP repository URL, else None."""
+    match = re.fullmatch(r"https://([a-z0-9-]+)-kfp\.pkg\.dev/([^/]+)/[^/]+", host.rstrip("/"))
+    return (match.group(2), match.group(1)) if match else None
+
+
 @dataclass(frozen=True)
 class Uploaded:
     """The template as Artifact Registry holds it."""
