@@ -213,8 +213,16 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
         problems += schedule_problems
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
-    # The images are named for the project and region the run goes to (`{project}`, `{region}`).
-    located = config.vertex.model_copy(update={"project": target.project, "region": target.region})
+    # The images are named for the project and region the run goes to (`{project}`, `{region}`),
+    # and the training job's folders go under the root it goes to, as they would had the config
+    # named them (`pipelines.vertex.base_output_directory`).
+    located = config.vertex.model_copy(
+        update={
+            "project": target.project,
+            "region": target.region,
+            "pipeline_root": target.pipeline_root,
+        }
+    )
     config = config.model_copy(update={"vertex": located})
     with tempfile.TemporaryDirectory() as folder:
         spec = vs.compile_for_vertex(

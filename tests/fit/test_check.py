@@ -136,7 +136,8 @@ def test_check_fit_prints_the_table(capsys):
 
 def test_a_refused_config_compiles_nothing_unless_told_to(tmp_path, capsys):
     spec = tmp_path / "xxl.yaml"
-    args = ["--config", str(REPO / "configs" / "xxl2vm16gpu.json"), "--compile", str(spec)]
+    config = str(REPO / "configs" / "xxl2vm16gpu.json")
+    args = ["--config", config, "--set", "vertex.project=p", "--compile", str(spec)]
     old = ["--set", "evaluate.batch_size=64"]
     assert cli.main([*args, *old]) == 2
     assert not spec.exists()

@@ -18,6 +18,8 @@ from llm_pipeline.pipelines.vertex import STEP_LABEL, custom_job_settings
 from llm_pipeline.runner import compile_pipeline, step_order
 from llm_pipeline.runner.compile import compile_shipped_pipelines
 
+from .spec_reading import constant, defaults, every_task
+
 REPO = Path(__file__).resolve().parents[2]
 VERTEX_CONFIGS = ["small1vm1gpu.json", "small2vm16gpu.json", "xxl2vm16gpu.json", "xxl8vm16gpu.json"]
 KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE"}
@@ -30,15 +32,6 @@ def config_of(name: str, *overrides: str) -> PipelineConfig:
 def compiled(config: PipelineConfig, tmp_path: Path, *, scheduled: bool = False) -> dict[str, Any]:
     pipeline = build_pipeline(config, target="vertex", scheduled=scheduled)
     return yaml.safe_load(compile_pipeline(pipeline, tmp_path / "p.yaml").read_text())
-
-
-def defaults(spec: dict[str, Any], component: str) -> dict[str, Any]:
-    parameters = spec["components"][component]["inputDefinitions"]["parameters"]
-    return {name: p.get("defaultValue") for name, p in parameters.items()}
-
-
-def constant(task: dict[str, Any], name: str) -> Any:
-    return task["inputs"]["parameters"][name]["runtimeValue"]["constant"]
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
@@ -81,14 +74,6 @@ ARGUMENT_PLACEHOLDERS = {
     "{{$.pipeline_google_cloud_location}}",
     "{{$.pipeline_job_name}}",
 }
-
-
-def every_task(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every task of the root DAG and of the sub-DAGs (conditions, exit handlers)."""
-    dags = [spec["root"], *spec["components"].values()]
-    return {
-        name: task for dag in dags for name, task in dag.get("dag", {}).get("tasks", {}).items()
-    }
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)

@@ -20,6 +20,7 @@ from llm_pipeline.runner.vertex_submit import compile_for_vertex
 from llm_pipeline.steps.configure import run_configure
 from llm_pipeline.steps.undeploy_preflight import run_undeploy_preflight
 
+from ..pipelines.spec_reading import constant, defaults, every_task
 from ..registry.vertex_standin import VertexStandIn
 from .conftest import PROJECT, REGION
 
@@ -43,20 +44,6 @@ def preflight(*args: str, config: Path = CONFIG) -> int:
 def submitted(api: VertexStandIn) -> dict[str, Any]:
     (call,) = [c for c in api.calls if c.method == "POST" and c.path.endswith("/pipelineJobs")]
     return dict(call.body)
-
-
-def every_task(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    dags = [spec["root"], *spec["components"].values()]
-    return {n: t for dag in dags for n, t in dag.get("dag", {}).get("tasks", {}).items()}
-
-
-def defaults(spec: dict[str, Any], component: str) -> dict[str, Any]:
-    parameters = spec["components"][component]["inputDefinitions"]["parameters"]
-    return {name: p.get("defaultValue") for name, p in parameters.items()}
-
-
-def constant(task: dict[str, Any], name: str) -> Any:
-    return task["inputs"]["parameters"][name]["runtimeValue"]["constant"]
 
 
 def sections_the_steps_get(job: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
@@ -168,7 +155,8 @@ def test_the_tiny_values_reach_the_job_and_the_steps(
 
     # The same images and machines: the training job's pools are the real run's, whole.
     spec = job["pipelineSpec"]
-    real_spec = _compiled(real, tmp_path)
+    in_project = real.vertex.model_copy(update={"project": PROJECT})  # as submitted
+    real_spec = _compiled(real.model_copy(update={"vertex": in_project}), tmp_path)
     for job_component in ("comp-finetune", "comp-evaluate"):
         assert (
             defaults(spec, job_component)["worker_pool_specs"]
@@ -183,7 +171,11 @@ def test_the_tiny_values_reach_the_job_and_the_steps(
     # The last step empties the preflight's endpoint once the others have ended, however.
     cleanup = tasks["undeploy-preflight"]
     assert cleanup["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
-    assert PipelineConfig.model_validate_json(constant(cleanup, "config")) == tiny
+    # The config the steps run with, placed where the flags said to run it.
+    ran = PipelineConfig.model_validate_json(constant(cleanup, "config"))
+    assert ran.model_copy(update={"vertex": tiny.vertex}) == tiny
+    assert (ran.vertex.project, ran.vertex.region) == (PROJECT, REGION)
+    assert ran.vertex.pipeline_root == job["runtimeConfig"]["gcsOutputDirectory"]
 
 
 def _compiled(config: PipelineConfig, tmp_path: Path) -> dict[str, Any]:

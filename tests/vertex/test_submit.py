@@ -12,6 +12,7 @@ from llm_pipeline import cli
 from llm_pipeline.config import load_config
 from llm_pipeline.config.run_parameters import parameter_defaults
 
+from ..pipelines.spec_reading import defaults
 from ..registry.vertex_standin import VertexStandIn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +80,12 @@ def test_submit_sends_the_spec_parameters_and_who_runs_it(
     # Caching is left to each step's compiled setting unless --no-cache.
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     assert tasks["download"]["cachingOptions"] == {"enableCache": True}
+    # The training job's folders (checkpoints, TensorBoard, the model) go under the root the
+    # run goes to, given as a flag as if the config had named it.
+    finetune = defaults(job["pipelineSpec"], "comp-finetune")
+    assert finetune["base_output_directory"] == (
+        f"{runtime['gcsOutputDirectory']}/t5-small-cnndm-2x16/finetune"
+    )
 
 
 def test_no_cache_turns_caching_off_for_every_step(api: VertexStandIn) -> None:
