@@ -29,7 +29,7 @@ from llm_pipeline.train.finetune import WORKER_MODULE, FinetuneResult, run_finet
 
 pytestmark = pytest.mark.slow
 
-MAX_STEPS, SAVE_STEPS = 40, 10
+MAX_STEPS, SAVE_STEPS = 30, 10
 SHM_OP = "deepspeed_shm_comm"
 DRIVER = Path(__file__).with_name("node_driver.py")
 
@@ -253,45 +253,9 @@ def test_a_hung_startup_fails_naming_where_it_waits(
     assert "process_group.join(spec)" in message
 
 
-def test_ranks_die_with_a_killed_launcher_and_a_second_run_is_refused(
-    step_args: dict[str, Any],
-) -> None:
-    """torchrun SIGKILLed mid-training: its ranks stop within seconds instead of training on as
-    orphans in the folder the rerun resumes from; while they live, they hold that folder."""
-    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
-    first = Attempt(step_args)
-    _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
-    launcher, workers = _launcher(), _workers()
-    assert len(workers) == 2
-    for worker in workers:
-        worker.suspend()  # frozen, as a busy rank would be, and still holding the folder
-
-    with pytest.raises(TrainError) as refused:
-        run_finetune(**step_args)
-    message = str(refused.value)
-    assert "is in use by another training run" in message
-    assert any(f"pid {w.pid} on host {socket.gethostname()}" in message for w in workers)
-
-    launcher.kill()
-    killed = time.monotonic()
-    for worker in workers:
-        worker.resume()
-    _wait_for(lambda: not _alive(workers), timeout=30, what="the ranks to stop")
-    assert time.monotonic() - killed < 30
-    first.join(60)
-    assert isinstance(first.error, TrainError), first.error
-
-    result = run_finetune(**step_args)
-    assert result.metrics["resumed_from_step"] >= SAVE_STEPS
-    assert result.metrics["global_step"] == MAX_STEPS
-
-
-def test_launcher_and_ranks_die_with_a_killed_step_process(
-    step_args: dict[str, Any], tmp_path: Path
-) -> None:
-    """The step's own process SIGKILLed (OOM, a kill -9): torchrun and its ranks follow."""
-    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
-    args = tmp_path / "step.json"
+def _start_step_process(step_args: dict[str, Any], folder: Path) -> subprocess.Popen[bytes]:
+    """run_finetune in a process of its own, as KFP runs a step (tests/train/node_driver.py)."""
+    args = folder / "step.json"
     args.write_text(
         json.dumps(
             {
@@ -300,19 +264,42 @@ def test_launcher_and_ranks_die_with_a_killed_step_process(
                 "model": step_args["model"].model_dump(mode="json"),
                 "train": step_args["train"].model_dump(mode="json"),
                 "cluster": step_args["cluster"].model_dump(mode="json"),
-                "result": str(tmp_path / "result.json"),
+                "result": str(folder / "result.json"),
             }
         )
     )
     env = {k: v for k, v in step_args["env"].items() if k != "CLUSTER_SPEC"}
-    with (tmp_path / "step.log").open("w") as log:
-        step = subprocess.Popen(
+    with (folder / "step.log").open("w") as log:
+        return subprocess.Popen(
             [sys.executable, str(DRIVER), str(args)], env=env, stdout=log, stderr=log
         )
+
+
+def test_nothing_trains_on_after_its_step_or_launcher_is_killed(
+    step_args: dict[str, Any], tmp_path: Path
+) -> None:
+    """The step's process SIGKILLed (OOM, kill -9), then torchrun SIGKILLed: each time the
+    processes below it stop within seconds instead of training on as orphans in the folder
+    the rerun resumes from; while they live, they hold that folder against a second run."""
+    checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
+
+    # 1. The step process dies: torchrun and both ranks follow. Before that, with its ranks
+    #    frozen (as busy ones would be), a second run on the same folder is refused by name.
+    step = _start_step_process(step_args, tmp_path)
     try:
         _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
         started = psutil.Process(step.pid).children(recursive=True)
         assert len(started) == 3, started  # torchrun and its two ranks
+        workers = _workers()
+        for worker in workers:
+            worker.suspend()
+        with pytest.raises(TrainError) as refused:
+            run_finetune(**step_args)
+        message = str(refused.value)
+        assert "is in use by another training run" in message
+        assert any(f"pid {w.pid} on host {socket.gethostname()}" in message for w in workers)
+        for worker in workers:
+            worker.resume()
     finally:
         step.kill()
         step.wait()
@@ -320,6 +307,19 @@ def test_launcher_and_ranks_die_with_a_killed_step_process(
     _wait_for(lambda: not _alive(started), timeout=30, what="torchrun and the ranks to stop")
     assert time.monotonic() - killed < 30
 
+    # 2. The rerun resumes; then its torchrun dies: its ranks follow, the step fails.
+    second = Attempt(step_args)
+    _wait_for(lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="step 20")
+    launcher, workers = _launcher(), _workers()
+    assert len(workers) == 2
+    launcher.kill()
+    killed = time.monotonic()
+    _wait_for(lambda: not _alive(workers), timeout=30, what="the ranks to stop")
+    assert time.monotonic() - killed < 30
+    second.join(60)
+    assert isinstance(second.error, TrainError), second.error
+
+    # 3. Nothing left holds the folder or writes into it: the next run resumes and finishes.
     result = run_finetune(**step_args)
-    assert result.metrics["resumed_from_step"] >= SAVE_STEPS
+    assert result.metrics["resumed_from_step"] >= 2 * SAVE_STEPS
     assert result.metrics["global_step"] == MAX_STEPS
