@@ -44,6 +44,16 @@ def test_every_hub_model_of_the_shipped_configs_is_known_offline():
     assert hub_ids and hub_ids <= set(KNOWN_MODELS)
 
 
+@pytest.mark.parametrize(
+    ("name", "published"),
+    # Their parameter counts as the checkpoints hold them: v1.1's LM head is its own.
+    [("google-t5/t5-small", 60_506_624), ("google/t5-v1_1-xxl", 11_135_332_352)],
+)
+def test_the_shipped_models_have_their_published_sizes(name, published):
+    config = T5Config(**{k: v for k, v in KNOWN_MODELS[name].items() if k != "model_type"})
+    assert shape_of(config, name=name).parameters == published
+
+
 def test_an_unknown_hub_model_offline_is_a_note_not_a_failure():
     config = config_of(REPO / "configs" / "small1vm1gpu.json", "model.source=someone/not-cached")
     report = check_fit(config, target="vertex")

@@ -60,8 +60,8 @@ def test_training_that_does_not_fit_names_the_micro_batch_and_what_would_fit(ref
 
 def test_evaluation_that_does_not_fit_names_the_largest_batch(refused):
     assert (
-        "evaluate.batch_size 64 × num_beams 4 needs ~86.9 GiB per A100 40GB (weights 20.5 + "
-        "cache 60.0 + working 5.4 + runtime 1.0); at most 18 fits"
+        "evaluate.batch_size 64 × num_beams 4 needs ~87.1 GiB per A100 40GB (weights 20.7 + "
+        "cache 60.0 + working 5.4 + runtime 1.0); at most 17 fits"
     ) in problems(refused)
 
 
@@ -69,15 +69,15 @@ def test_serving_that_does_not_fit_names_a_machine_that_holds_it(refused):
     gpu, host = [p for p in problems(refused) if p.startswith("deploy.")]
     assert gpu.startswith(
         "deploy.accelerator_type NVIDIA_TESLA_T4 on deploy.machine_type n1-standard-8 (T4 16GB "
-        "has no bf16: the server runs fp32): serving needs ~118.0 GiB per T4 16GB (weights 41.0"
+        "has no bf16: the server runs fp32): serving needs ~118.5 GiB per T4 16GB (weights 41.5"
     )
     assert gpu.endswith(
         "a machine that holds it: deploy.machine_type a2-ultragpu-1g, deploy.accelerator_type "
-        "NVIDIA_A100_80GB, deploy.accelerator_count 1 (~59.5 GiB of 80 in bf16)"
+        "NVIDIA_A100_80GB, deploy.accelerator_count 1 (~59.8 GiB of 80 in bf16)"
     )
     assert host.startswith(
-        "deploy.machine_type n1-standard-8 has 30 GiB of host RAM; serve needs ~44.0 GiB "
-        "(runtime 3.0 + weights while loading 41.0;"
+        "deploy.machine_type n1-standard-8 has 30 GiB of host RAM; serve needs ~44.5 GiB "
+        "(runtime 3.0 + weights while loading 41.5;"
     )
 
 

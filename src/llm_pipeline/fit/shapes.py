@@ -144,6 +144,10 @@ def _count_parameters(config: PretrainedConfig) -> tuple[int, int, int]:
     finally:
         hf_logging.set_verbosity(verbosity)
     total = sum({id(p): p.numel() for p in model.parameters()}.values())
+    if getattr(config, "scale_decoder_outputs", True) is False:
+        # T5 v1.1 (t5-v1_1-*, flan-t5): transformers 5 builds T5 with its LM head tied to the
+        # embedding, but a v1.1 checkpoint holds a head of its own, which loading keeps apart.
+        total += int(config.vocab_size) * int(config.d_model)
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     encoder = sum({id(p): p.numel() for p in model.get_encoder().parameters()}.values())
     return int(total), int(largest), int(encoder)
