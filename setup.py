@@ -24,6 +24,8 @@ CORE = [
     "datasets>=3.0",
     "transformers>=5.0,<6",
     "accelerate>=1.0",
+    # LoRA (train.lora): adapters for every task, merged into the registered model.
+    "peft>=0.13",
     "deepspeed>=0.19,<0.20",
     "torch>=2.4",
     "safetensors>=0.4",
