@@ -153,6 +153,16 @@ BAD_CONFIGS = [
         "cluster.timeout: must match",
     ),
     (
+        "LoRA rank below 1",
+        with_change("train.lora", {"r": 0}),
+        "train.lora.r: must be >= 1, got 0",
+    ),
+    (
+        "LoRA target modules neither all-linear nor a list",
+        with_change("train.lora", {"target_modules": "q_proj"}),
+        'train.lora.target_modules: must be "all-linear" or a non-empty list of module names',
+    ),
+    (
         "local dataset that does not exist",
         with_change("data.dataset", "./no/such/folder"),
         "data.dataset: '/",
@@ -293,6 +303,26 @@ def test_overrides_apply_and_are_validated(tmp_path: Path) -> None:
     assert config.vertex.project == "acme"  # not a path: only path keys are resolved
     assert problems_from_file(path, ("train.epochs=-1",)) == ["train.epochs: must be > 0.0, got -1"]
     assert "expected KEY=VALUE" in problems_from_file(path, ("train.epochs",))[0]
+
+
+@pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
+def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
+    """`--set train.lora.r=8` turns LoRA on with its other defaults where the config has no
+    `train.lora` (or null), and changes only the rank where it has one."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(MINIMAL if in_file is ... else with_change("train.lora", in_file)))
+    lora = load_config(path, ["train.lora.r=8"]).config.train.lora
+    assert lora is not None
+    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (
+        8,
+        64 if isinstance(in_file, dict) else 32,
+        0.05,
+        "all-linear",
+    )
+    assert load_config(path, ["train.lora=null"]).config.train.lora is None
+    assert problems_from_file(path, ("train.lora.r=eight",)) == [
+        "train.lora.r: must be an integer, got 'eight'"
+    ]
 
 
 def test_flat_keys_are_mapped_with_one_notice() -> None:

@@ -32,11 +32,17 @@ def _zone_to_region(zone: Any) -> Any:
 
 
 def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set `a.b.c` in nested dicts, creating the missing levels."""
+    """Set `a.b.c` in nested dicts, creating the missing levels.
+
+    A level that is null counts as missing: `train.lora.r=8` on a config whose `train.lora`
+    is null (off) turns the section on with that rank and its other defaults.
+    """
     *parents, leaf = dotted.split(".")
     node = tree
     for part in parents:
-        child = node.setdefault(part, {})
+        if node.get(part) is None:
+            node[part] = {}
+        child = node[part]
         if not isinstance(child, dict):
             raise ValueError(f"{part}: is {child!r}, not an object, so {dotted} cannot be set")
         node = child

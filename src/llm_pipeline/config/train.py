@@ -1,12 +1,56 @@
 """How the model is trained: optimisation, precision, DeepSpeed ZeRO and checkpoints."""
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from llm_pipeline.config.base import Section
 
 Offload = Literal["none", "cpu", "nvme"]
+ALL_LINEAR: Literal["all-linear"] = "all-linear"
+
+
+class LoraSettings(Section):
+    """Low-rank adapters (LoRA, through PEFT) instead of training every weight.
+
+    Each targeted linear layer `W` becomes `W + (alpha / r) * B @ A`, with `A` (r x in) and
+    `B` (out x r) trained and `W` frozen. The finetune step saves the merged model (the
+    updates folded into `W`) as the trained model, and the adapter alone beside it.
+    """
+
+    r: int = Field(
+        default=16,
+        ge=1,
+        description="Rank of each update: `--set train.lora.r=8` is all a change of rank takes.",
+    )
+    alpha: float = Field(
+        default=32,
+        gt=0,
+        description="Scale of the update: it is multiplied by alpha / r (so a new r with the "
+        "same alpha changes the scale too).",
+    )
+    dropout: float = Field(
+        default=0.05, ge=0, lt=1, description="Dropout on the adapter's input while training."
+    )
+    target_modules: Literal["all-linear"] | list[str] = Field(
+        default=ALL_LINEAR,
+        description='Layers that get an adapter: `"all-linear"` (every linear layer but the '
+        'output projection) or a list of module names (`["q", "v"]` for T5, `["q_proj", '
+        '"v_proj"]` for OPT and Llama); a name matches a module whose name ends with it.',
+    )
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _modules(cls, value: Any) -> Any:
+        names = value if isinstance(value, list) else None
+        if value == ALL_LINEAR or (
+            names and all(isinstance(name, str) and name.strip() for name in names)
+        ):
+            return value
+        raise ValueError(
+            f'must be "{ALL_LINEAR}" or a non-empty list of module names (e.g. ["q_proj", '
+            f'"v_proj"]), got {value!r}'
+        )
 
 
 class TrainConfig(Section):
@@ -50,6 +94,12 @@ class TrainConfig(Section):
         description="Keep the encoder's weights as loaded and train the rest (decoder, "
         "cross-attention): about a third less work per step, and a pretrained encoder keeps "
         "what it knows when data and steps are few.",
+    )
+    lora: LoraSettings | None = Field(
+        default=None,
+        description="Train low-rank adapters (LoRA) instead of every weight, e.g. "
+        '`{"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}`; '
+        "`null` (the default) fine-tunes every weight.",
     )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward to save memory."
