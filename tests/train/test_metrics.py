@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from llm_pipeline.train.metrics import (
     FlopParameters,
@@ -57,7 +58,8 @@ def test_throughput_on_a_known_gpu_reports_mfu() -> None:
         source_tokens=400_000,
         target_tokens=0,
         seconds=10.0,
-        parameters=1_000_000_000,
+        total_parameters=1_000_000_000,
+        trainable_parameters=1_000_000_000,
         flop_parameters=ONE_SIDE,
         world_size=8,
         device_name="NVIDIA A100-SXM4-40GB",
@@ -70,7 +72,7 @@ def test_throughput_on_a_known_gpu_reports_mfu() -> None:
 
 
 def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
-    counts = RunCounts(10, 800, 200, 2.0, 100, ONE_SIDE, 2, device_name=None)
+    counts = RunCounts(10, 800, 200, 2.0, 100, 40, ONE_SIDE, 2, device_name=None)
     metrics = final_metrics(
         counts=counts,
         train_loss=last_logged([{"loss": 3.0}, {"eval_loss": 2.5}, {"loss": 2.0}], "loss"),
@@ -81,6 +83,7 @@ def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
     assert metrics["mfu"] is None and metrics["train_loss"] == 2.0
     assert metrics["global_step"] == 7 and metrics["train_tokens"] == 1000
     assert metrics["train_source_tokens"] == 800 and metrics["train_target_tokens"] == 200
+    assert metrics["total_parameters"] == 100 and metrics["trainable_parameters"] == 40
     assert last_logged([{"eval_loss": 1.0}], "loss") is None
 
 
@@ -128,3 +131,39 @@ def test_a_model_without_an_encoder_counts_every_weight_per_token() -> None:
     counted = flop_parameters(model)
     assert counted.per_target_token == 0
     assert counted.per_source_token == sum(p.numel() for p in model.parameters()) - position_table
+
+
+def test_lora_adapters_are_the_trainable_parameters_and_sit_with_the_weight_they_adapt() -> None:
+    """A T5 with adapters on every linear layer: they count in the total and are all that
+    trains; each is charged to the tokens its layer sees (the cross-attention's key and
+    value adapters to the source, with the encoder's)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from llm_pipeline.config import LoraSettings
+    from llm_pipeline.train.counts import count_parameters, flop_parameters
+    from llm_pipeline.train.lora import apply_lora
+
+    model = T5ForConditionalGeneration(
+        T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=100)
+    )
+    before, total = flop_parameters(model), count_parameters(model)
+    assert count_parameters(model, trainable_only=True) == total
+    linear = {
+        name: 4 * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name != "lm_head"
+    }
+    source_side = sum(
+        size
+        for name, size in linear.items()
+        if name.startswith("encoder.") or name.endswith(("EncDecAttention.k", "EncDecAttention.v"))
+    )
+
+    adapted = apply_lora(model, LoraSettings(r=4))
+
+    assert count_parameters(adapted) == total + sum(linear.values())
+    assert count_parameters(adapted, trainable_only=True) == sum(linear.values())
+    assert flop_parameters(adapted) == FlopParameters(
+        per_source_token=before.per_source_token + source_side,
+        per_target_token=before.per_target_token + sum(linear.values()) - source_side,
+    )

@@ -1,9 +1,15 @@
-"""A job whose rank is killed mid-training resumes, on rerun, from its last complete checkpoint."""
+"""A job whose rank is killed mid-training resumes, on rerun, from its last complete checkpoint.
+
+The run trains LoRA adapters (`train.lora`) under ZeRO-3 on two ranks, so the adapters'
+state is what the checkpoint must carry; a full fine-tuning run is killed and resumed in
+tests/train/test_preemption.py.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -15,15 +21,19 @@ import psutil
 import pytest
 from safetensors.torch import load_file
 
-from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.train.checkpoints import MARKER
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.finetune import WORKER_MODULE, run_finetune
 from llm_pipeline.train.safe_load import safe_torch_load
 
+from .lora_checks import assert_merged_is_base_plus_adapter
+
 pytestmark = pytest.mark.slow
 
 MAX_STEPS, SAVE_STEPS = 30, 5
+#: The primary's status line for a step (train.status), as the launcher echoes it.
+STATUS = re.compile(rf"step (\d+)/{MAX_STEPS} · loss (\d+\.\d+)")
 
 
 def _complete_checkpoints(root: Path) -> dict[int, Path]:
@@ -54,26 +64,42 @@ def _assert_whole(checkpoint: Path, step: int) -> None:
         for kind in ("model_states", "optim_states"):
             shard = checkpoint / f"global_step{step}" / f"zero_pp_rank_{rank}_mp_rank_00_{kind}.pt"
             assert safe_torch_load(str(shard), map_location="cpu")
-    assert load_file(checkpoint / "model.safetensors")
+    # The adapter alone, readable without DeepSpeed; the frozen base is not copied.
+    assert load_file(checkpoint / "adapter_model.safetensors")
+    assert not (checkpoint / "model.safetensors").exists()
 
 
-def test_killed_rank_resumes_from_the_last_complete_checkpoint(
+def test_killed_rank_of_a_lora_run_resumes_from_the_last_complete_checkpoint(
     tokenized_docstrings: Path,
     tmp_path: Path,
-    tiny_t5_model: ModelConfig,
+    tiny_t5_folder: Path,
     train_settings: Callable[..., TrainConfig],
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     output = tmp_path / "model"
     checkpoints = tmp_path / "checkpoints"  # the default: beside the output folder
     step_args: dict[str, Any] = {
         "dataset_dir": str(tokenized_docstrings),
         "output_dir": str(output),
-        "model": tiny_t5_model,
-        "train": train_settings(max_steps=MAX_STEPS, save_steps=SAVE_STEPS, save_total_limit=2),
+        "model": ModelConfig(source=str(tiny_t5_folder)),
+        "train": train_settings(
+            max_steps=MAX_STEPS,
+            save_steps=SAVE_STEPS,
+            save_total_limit=2,
+            learning_rate=1e-2,
+            lora=LoraSettings(r=8),
+        ),
         "cluster": ClusterConfig(processes=2),
         "env": dict(os.environ),
     }
     outcome: dict[str, Any] = {}
+    echoed = ""
+
+    def first_losses() -> dict[int, float]:
+        """The first attempt's loss per step, from the status lines echoed so far."""
+        nonlocal echoed
+        echoed += capfd.readouterr().out
+        return {int(step): float(loss) for step, loss in STATUS.findall(echoed)}
 
     def first_attempt() -> None:
         try:
@@ -87,6 +113,11 @@ def test_killed_rank_resumes_from_the_last_complete_checkpoint(
     while not _complete_checkpoints(checkpoints) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _complete_checkpoints(checkpoints), "no checkpoint completed in time"
+    # A step past the newest checkpoint logged, to compare the resumed run with.
+    while time.monotonic() < deadline and max(first_losses(), default=0) <= max(
+        _complete_checkpoints(checkpoints)
+    ):
+        time.sleep(0.05)
     victim = _worker(local_rank=1)
     assert victim is not None
     os.kill(victim.pid, signal.SIGKILL)
@@ -101,6 +132,8 @@ def test_killed_rank_resumes_from_the_last_complete_checkpoint(
         _assert_whole(folder, step)
     newest = max(complete)
     assert newest < MAX_STEPS
+    before_kill = {step: loss for step, loss in first_losses().items() if step > newest}
+    assert before_kill, "the first attempt logged no step after its checkpoint"
 
     result = run_finetune(**step_args)
 
@@ -111,7 +144,13 @@ def test_killed_rank_resumes_from_the_last_complete_checkpoint(
     assert metrics["train_samples"] == (MAX_STEPS - newest) * 2 * 4
     logged = [entry["step"] for entry in result.log_history if "loss" in entry]
     assert logged == list(range(1, MAX_STEPS + 1)), "every step logged exactly once"
+    # The adapters resumed where the checkpoint left them, with their optimizer state, the
+    # data order and the dropout's random state: steps both attempts ran lose the same.
+    resumed = {entry["step"]: entry["loss"] for entry in result.log_history if "loss" in entry}
+    for step, loss in before_kill.items():
+        assert resumed[step] == pytest.approx(loss, abs=1e-3), (step, resumed[step], loss)
     assert (output / "model.safetensors").is_file()
+    assert_merged_is_base_plus_adapter(output, tiny_t5_folder)
     # save_total_limit 2; no checkpoint of the final step (the model is saved right after);
     # whatever the kill left half-written was cleaned up, not resumed from.
     assert sorted(_complete_checkpoints(checkpoints)) == [20, 25]

@@ -41,15 +41,18 @@ class Clock(TrainerCallback):
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
 #: per source token): T5's `EncDecAttention.k/.v`, BART-style `encoder_attn.k_proj/.v_proj`,
 #: BERT-as-decoder's `crossattention.self.key/.value`.
+#: A LoRA-adapted projection holds its weight as `<name>.base_layer.weight` and its adapter as
+#: `<name>.lora_A.default.weight`: both are that projection's parameters.
 _CROSS_ATTENTION_KEY_VALUE = re.compile(
     r"(EncDecAttention|encoder_attn|crossattention|cross_attn|cross_attention)\."
-    r"(?:.*\.)?(k|v|k_proj|v_proj|key|value)\.(weight|bias)$"
+    r"(?:.*\.)?(k|v|k_proj|v_proj|key|value)\.(?:(?:base_layer|lora_[AB]\.\w+)\.)?(weight|bias)$"
 )
 
 
-def count_parameters(model: torch.nn.Module) -> int:
-    """Parameters of the model; under ZeRO-3 each holds its full size in `ds_numel`."""
-    return sum(_numel(p) for p in model.parameters())
+def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Parameters of the model (adapters included), or those that train; under ZeRO-3 each
+    holds its full size in `ds_numel`, not in its partition."""
+    return sum(_numel(p) for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 def flop_parameters(model: torch.nn.Module) -> FlopParameters:
@@ -104,7 +107,8 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         source_tokens=int(totals[1]),
         target_tokens=int(totals[2]),
         seconds=float(slowest[0]),
-        parameters=count_parameters(model),
+        total_parameters=count_parameters(model),
+        trainable_parameters=count_parameters(model, trainable_only=True),
         flop_parameters=flop_parameters(model),
         world_size=dist.get_world_size(),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,

@@ -90,7 +90,8 @@ class RunCounts:
     source_tokens: int  # non-pad tokens the encoder read
     target_tokens: int  # label tokens the decoder was trained on (not the ignored ones)
     seconds: float  # wall time from the first step to the last, this run only
-    parameters: int
+    total_parameters: int  # every parameter of the model, LoRA adapters included
+    trainable_parameters: int  # those the optimizer updates: all, or the adapters alone
     flop_parameters: FlopParameters
     world_size: int
     device_name: str | None  # the GPU's name, None on the CPU
@@ -139,7 +140,8 @@ def final_metrics(
         "train_source_tokens": counts.source_tokens,
         "train_target_tokens": counts.target_tokens,
         "train_runtime_s": counts.seconds,
-        "parameters": counts.parameters,
+        "total_parameters": counts.total_parameters,
+        "trainable_parameters": counts.trainable_parameters,
         "parameters_per_source_token": counts.flop_parameters.per_source_token,
         "parameters_per_target_token": counts.flop_parameters.per_target_token,
         "world_size": counts.world_size,

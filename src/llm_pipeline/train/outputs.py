@@ -3,12 +3,15 @@
 Only the primary process (global rank 0) writes; the gather of a ZeRO-3 model is a
 collective, so every rank calls `save_final_model`. The model folder appears whole or not at
 all (`atomic_output_dir`): a run that dies while saving leaves the previous output, if any.
+A LoRA run's model folder holds the merged model, which loads like any other, and the
+adapter alone in its `adapter/` subfolder (`lora.ADAPTER_FOLDER`).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE, TRAINING_LOG_FILE
 from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri, write_atomic
+from llm_pipeline.train import lora
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
@@ -42,12 +46,25 @@ def save_final_model(
 
     Under ZeRO-3 the weights are gathered from every rank into one 16-bit state dict
     (`stage3_gather_16bit_weights_on_model_save`), so the folder loads without DeepSpeed.
+    With LoRA the adapter is saved first (to this node's work folder), then merged into the
+    weights it adapts; the folder gets the merged model and, in `adapter/`, the adapter.
+    Training is over: the model is changed in place.
     """
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    adapter: Path | None = None
+    prefix = ""
+    if lora.is_lora(model):
+        adapter = Path(spec.work_dir) / lora.ADAPTER_FOLDER
+        lora.save_adapter(model, adapter)
+        model, prefix = lora.merge_into_base(model)
     state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     if dist.get_rank() == 0:
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        if prefix:
+            state_dict = lora.without_prefix(state_dict, prefix)
         with atomic_output_dir(spec.output_dir) as folder:
             model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+            if adapter is not None:
+                shutil.copytree(adapter, Path(folder) / lora.ADAPTER_FOLDER)
             _inputs_the_model_takes(tokenizer, model)
             tokenizer.save_pretrained(folder)
             payload = {

@@ -15,7 +15,6 @@ import torch
 from datasets import Dataset
 from transformers import (
     DataCollatorForSeq2Seq,
-    PreTrainedModel,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
@@ -206,7 +205,7 @@ class FinetuneTrainer(Seq2SeqTrainer):
 
 def build_trainer(
     *,
-    model: PreTrainedModel,
+    model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     args: Seq2SeqTrainingArguments,
     train_dataset: Dataset,
@@ -215,7 +214,10 @@ def build_trainer(
     sampling: Sampling,
     label_smoothing: float = 0.0,
 ) -> FinetuneTrainer:
-    """The Trainer, batches padded per batch (inputs with the pad id, labels with -100)."""
+    """The Trainer, batches padded per batch (inputs with the pad id, labels with -100).
+
+    `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`).
+    """
     collator = DataCollatorForSeq2Seq(
         tokenizer,
         model=model,

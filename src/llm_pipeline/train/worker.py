@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
@@ -46,6 +47,7 @@ from llm_pipeline.train.checkpoint_sync import (
     release_folder,
 )
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
+from llm_pipeline.train.lora import apply_lora
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
 from llm_pipeline.train.preemption import Preempted, SaveOnSignal
@@ -135,13 +137,18 @@ def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
     )
 
 
-def _build_model(spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
-    """The model, seeded, with the encoder frozen if the config says so."""
+def _build_model(
+    spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase
+) -> PreTrainedModel | PeftModel:
+    """The model, seeded, with LoRA adapters and the encoder frozen if the config says so
+    (both: adapters on the decoder alone train)."""
     set_seed(spec.train.seed)
     model = load_model(spec.model, tokenizer)
+    wrapped = apply_lora(model, spec.train.lora) if spec.train.lora is not None else model
     if spec.train.freeze_encoder:
+        # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
         freeze_encoder(model)
-    return model
+    return wrapped
 
 
 def _metrics(

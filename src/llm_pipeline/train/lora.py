@@ -1,0 +1,121 @@
+"""LoRA through PEFT: adapters on the model before training; after it, the merged model and
+the adapter alone.
+
+Indifferent to the model it is given: the plain `PeftModel` (no PEFT task type) passes the
+Trainer's batch to the model's own `forward`, so a seq2seq and a causal LM train alike.
+Adapters take the dtype of the layer they adapt (`autocast_adapter_dtype=False`). PEFT's
+default upcasts adapters on bf16 layers to fp32, and under ZeRO-3 the base's layers are bf16
+as they load, so the parameters ZeRO-3 all-gathers together would mix dtypes, which broke
+DeepSpeed 0.19.2's coalesced all-gather on GPUs (deepspeedai/DeepSpeed#8072; TRL passes the
+same flag). DeepSpeed keeps fp32 master copies of what it trains, so nothing is lost.
+
+Under ZeRO-3 every parameter is partitioned across the ranks, so the functions that read or
+change weights after training are collectives: every rank calls them, and each gathers one
+layer's parameters at a time (`GatheredParameters`, a no-op for unpartitioned parameters).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from llm_pipeline.config import LoraSettings
+from llm_pipeline.train.errors import TrainError
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+
+#: The adapter's folder inside the trained model's folder: `adapter_config.json` and
+#: `adapter_model.safetensors`, as PEFT saves them. Model loaders read the top folder only.
+ADAPTER_FOLDER = "adapter"
+
+
+def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
+    """`model` with LoRA adapters on the layers `settings` names; every other weight frozen.
+
+    Raises TrainError when a named layer is not in the model, listing the linear layers
+    that are.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # PEFT says int; a float works
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+    )
+    try:
+        return get_peft_model(model, config, autocast_adapter_dtype=False)
+    except ValueError as err:
+        reason = str(err).strip().splitlines()[0]
+        raise TrainError(
+            f"train.lora.target_modules: {reason} The linear layers of this "
+            f"{type(model).__name__} are named: {', '.join(linear_layer_names(model))}"
+        ) from err
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    """Whether `model` is wrapped with adapters (`apply_lora`)."""
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def linear_layer_names(model: torch.nn.Module) -> list[str]:
+    """The distinct last names of `model`'s linear layers: what `target_modules` can name."""
+    from transformers.pytorch_utils import Conv1D
+
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear | Conv1D)
+    }
+    return sorted(names)
+
+
+def save_adapter(model: PeftModel, folder: str | Path) -> None:
+    """Write the adapter alone (PEFT's `save_pretrained`) from global rank 0. A collective.
+
+    Only the adapter's parameters (those that train) are gathered, not the model's.
+    """
+    import deepspeed
+    import torch.distributed as dist
+
+    trained = [p for p in model.parameters() if p.requires_grad]
+    with deepspeed.zero.GatheredParameters(trained):
+        if dist.get_rank() == 0:
+            # save_embedding_layers=False: "auto" would look the base model up (on the hub,
+            # for a hub id) to see whether its vocabulary changed; no embedding is adapted.
+            model.save_pretrained(str(folder), save_embedding_layers=False)
+
+
+def merge_into_base(model: PeftModel) -> tuple[PreTrainedModel, str]:
+    """Fold each adapter into the weight it adapts and take the adapters out. A collective.
+
+    Returns the base model (changed in place, now holding the merged weights) and its
+    prefix in `model`'s state dict, which is what `Accelerator.get_state_dict` returns for
+    the wrapped model. Each adapted layer is gathered whole on every rank while it merges;
+    under ZeRO-3 rank 0's result is then partitioned again.
+    """
+    import deepspeed
+    from peft.tuners.lora import LoraLayer
+
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0):
+                module.merge()
+    base: PreTrainedModel = model.unload()
+    prefix = next(name for name, module in model.named_modules() if module is base)
+    return base, f"{prefix}."
+
+
+def without_prefix(state_dict: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The entries of `state_dict` under `prefix`, named as the module there names them."""
+    return {
+        key.removeprefix(prefix): value
+        for key, value in state_dict.items()
+        if key.startswith(prefix)
+    }

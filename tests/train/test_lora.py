@@ -1,0 +1,163 @@
+"""LoRA (`train.lora`): only the adapters train, and the finetune step ships the merged model
+with the adapter beside it.
+
+The ZeRO-3 run on two ranks that is killed and resumes is tests/train/test_resume.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from kfp.dsl import Metrics, Model
+
+from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
+from llm_pipeline.train.errors import TrainError
+
+from .lora_checks import assert_merged_is_base_plus_adapter
+
+Settings = Callable[..., TrainConfig]
+
+
+def _tiny_t5(model: ModelConfig) -> torch.nn.Module:
+    from llm_pipeline.models.loading import load_model
+    from llm_pipeline.models.sources import load_tokenizer
+
+    torch.manual_seed(0)
+    return load_model(model, load_tokenizer(model))
+
+
+def test_only_the_adapters_train_and_the_base_stays_bit_identical(
+    tokenized_docstrings_tiny: Path,
+    tiny_t5_model: ModelConfig,
+    tmp_path: Path,
+) -> None:
+    """The project's Trainer, without DeepSpeed, on a tiny T5 with adapters on every linear
+    layer: after a few steps at a high learning rate every adapter has moved and every base
+    weight is exactly what it was."""
+    from datasets import load_from_disk
+    from transformers import Seq2SeqTrainingArguments
+
+    from llm_pipeline.models.sources import load_tokenizer
+    from llm_pipeline.train.lora import apply_lora
+    from llm_pipeline.train.trainer import build_trainer
+
+    model = apply_lora(_tiny_t5(tiny_t5_model), LoraSettings(r=4))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    splits = load_from_disk(str(tokenized_docstrings_tiny))
+    trainer = build_trainer(
+        model=model,
+        tokenizer=load_tokenizer(tiny_t5_model),
+        # One process without a process group (`training_arguments` sets up gloo for torchrun).
+        args=Seq2SeqTrainingArguments(
+            output_dir=str(tmp_path / "checkpoints"),
+            max_steps=3,
+            per_device_train_batch_size=4,
+            learning_rate=1e-2,
+            use_cpu=True,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+        ),
+        train_dataset=splits["train"],
+        eval_dataset=None,
+        callbacks=[],
+        sampling="sequential",
+    )
+
+    try:
+        trainer.train()
+    finally:
+        from accelerate.state import AcceleratorState
+
+        # The Trainer's process state is a singleton; later tests set up their own.
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+    after = dict(model.named_parameters())
+    for name, value in before.items():
+        if name in trainable:
+            if ".lora_B." in name:  # starts at zero: the adapted model starts as the base
+                assert not torch.equal(after[name], value), f"{name} did not train"
+        else:
+            assert torch.equal(after[name], value), f"{name} changed but is not an adapter"
+
+
+def test_a_target_module_the_model_lacks_is_named_with_those_it_has(
+    tiny_t5_model: ModelConfig,
+) -> None:
+    from llm_pipeline.train.lora import apply_lora
+
+    with pytest.raises(TrainError) as caught:
+        apply_lora(_tiny_t5(tiny_t5_model), LoraSettings(target_modules=["q_proj", "v_proj"]))
+
+    message = str(caught.value)
+    assert message.startswith("train.lora.target_modules: ")
+    assert "q_proj" in message
+    assert "are named: k, lm_head, o, q, v, wi, wo" in message
+
+
+def test_summarization_with_lora_through_the_finetune_step(
+    tokenized_docstrings_tiny: Path,
+    tiny_t5_folder: Path,
+    train_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """The component's body, under DeepSpeed ZeRO-2 with a checkpoint on the way: the step's
+    model artifact is the merged model, loadable as evaluation and the server load any
+    other, with the adapter in `adapter/`; the metrics count what trained."""
+    from llm_pipeline.steps.finetune import run_finetune_step
+
+    train = train_settings(
+        max_steps=4, save_steps=2, learning_rate=1e-2, zero_stage=2, lora=LoraSettings(r=8)
+    )
+    trained_model = Model(uri=str(tmp_path / "trained_model"))
+    metrics = Metrics(uri=str(tmp_path / "metrics"))
+
+    run_finetune_step(
+        task="summarization",
+        model=ModelConfig(source=str(tiny_t5_folder)).model_dump_json(),
+        train=train.model_dump_json(),
+        cluster=ClusterConfig(processes=1).model_dump_json(),
+        dataset=SimpleNamespace(path=str(tokenized_docstrings_tiny)),
+        trained_model=trained_model,
+        metrics=metrics,
+        logs=SimpleNamespace(path=str(tmp_path / "logs")),
+    )
+
+    checkpoint = next((tmp_path / "checkpoints").glob("run-*/checkpoint-2"))
+    assert {"COMPLETE.json", "adapter_model.safetensors"} <= {p.name for p in checkpoint.iterdir()}
+    folder = Path(trained_model.path)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "adapter"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert {p.name for p in (folder / "adapter").iterdir()} >= {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    }
+    assert_merged_is_base_plus_adapter(folder, tiny_t5_folder)
+    logged = metrics.metadata
+    assert logged["global_step"] == 4
+    # r x (in + out) per adapted layer: q, k, v, o (32 -> 32), wi (32 -> 64), wo (64 -> 32),
+    # 2 encoder layers with self-attention and 2 decoder layers with self- and cross-attention.
+    per_layer = {"attention": 4 * 8 * (32 + 32), "feed_forward": 2 * 8 * (32 + 64)}
+    adapters = 2 * (per_layer["attention"] + per_layer["feed_forward"]) + 2 * (
+        2 * per_layer["attention"] + per_layer["feed_forward"]
+    )
+    assert logged["trainable_parameters"] == adapters
+    base = sum(p.numel() for p in _tiny_t5_parameters(tiny_t5_folder))
+    assert logged["total_parameters"] == base + adapters
+    resolved = json.loads((folder / "llm_pipeline_config.json").read_text())
+    assert resolved["train"]["lora"]["r"] == 8
+    assert resolved["resolved"]["deepspeed"]["zero_optimization"]["stage"] == 2
+
+
+def _tiny_t5_parameters(folder: Path) -> list[torch.nn.Parameter]:
+    from transformers import AutoModelForSeq2SeqLM
+
+    return list(AutoModelForSeq2SeqLM.from_pretrained(folder).parameters())
