@@ -45,4 +45,5 @@ def assert_merged_is_base_plus_adapter(model_dir: Path, base_dir: Path) -> None:
     with torch.no_grad():
         want = adapted(**batch, decoder_input_ids=decoder_ids).logits
         got = merged(**batch, decoder_input_ids=decoder_ids).logits
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # fp32 sums in another order (x @ (W + BA) against x @ W + x @ A @ B).
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -88,6 +88,68 @@ def test_only_the_adapters_train_and_the_base_stays_bit_identical(
             assert torch.equal(after[name], value), f"{name} changed but is not an adapter"
 
 
+#: Tiny models of each family the merge must handle: a seq2seq model, a causal LM with
+#: linear layers, and one with GPT-2's transposed `Conv1D` layers.
+ARCHITECTURES = {
+    "t5": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "d_kv": 16},
+    ),
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+        },
+    ),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 2}),
+}
+
+
+@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_the_merged_model_gives_the_adapted_models_logits(family: str, tmp_path: Path) -> None:
+    """What `save_final_model` writes for a LoRA run, reloaded as any model is: its logits
+    are those of the model with its (trained, here random) adapters on, within fp32
+    tolerance, and it holds no adapter weights."""
+    import transformers
+
+    from llm_pipeline.train.lora import apply_lora, merge_into_base, without_prefix
+
+    config_class, model_class, shape = ARCHITECTURES[family]
+    model_type = getattr(transformers, model_class)
+    torch.manual_seed(0)
+    base = model_type(getattr(transformers, config_class)(vocab_size=100, **shape))
+    adapted = apply_lora(base, LoraSettings(r=4)).eval()
+    with torch.no_grad():
+        for name, param in adapted.named_parameters():
+            if ".lora_B." in name:  # zero at the start; trained adapters are not
+                param.normal_(0, 0.1)
+    inputs = {"input_ids": torch.randint(0, 100, (2, 7))}
+    if base.config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = torch.randint(0, 100, (2, 5))
+    with torch.no_grad():
+        want = adapted(**inputs).logits
+        with adapted.disable_adapter():
+            unadapted = adapted(**inputs).logits
+    assert (want - unadapted).abs().max() > 0.01  # the adapters matter
+
+    merged, prefix = merge_into_base(adapted)
+    state = without_prefix(adapted.state_dict(), prefix)
+    merged.save_pretrained(tmp_path, state_dict=state)
+    reloaded = model_type.from_pretrained(tmp_path).eval()
+
+    assert not any("lora_" in name or "base_layer" in name for name in reloaded.state_dict())
+    with torch.no_grad():
+        got = reloaded(**inputs).logits
+    # fp32 sums in another order (x @ (W + BA) against x @ W + x @ A @ B).
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_target_module_the_model_lacks_is_named_with_those_it_has(
     tiny_t5_model: ModelConfig,
 ) -> None:
