@@ -30,16 +30,19 @@ def finetune(
             to warm-start an encoder-decoder.
         train: The config's `train` section as JSON (`TrainConfig`): epochs or max_steps,
             per-device batch size, learning rate and schedule, precision, ZeRO stage and
-            offload (or your own DeepSpeed JSON), `save_steps` between checkpoints (the most
-            work a restart loses), `collective_timeout_s`.
+            offload (or your own DeepSpeed JSON), `lora` (LoRA adapters instead of every
+            weight), `save_steps` between checkpoints (the most work a restart loses),
+            `collective_timeout_s`.
         cluster: The config's `cluster` section as JSON (`ClusterConfig`): processes per
             node and the launcher (`torchrun` or `deepspeed`).
         dataset: Output of `preprocess`.
 
     Outputs:
         trained_model: The consolidated model: config.json, model.safetensors, tokenizer,
-            generation_config.json and the settings it was trained with.
-        metrics: Train and eval loss, steps, samples/s, tokens/s, TFLOP/s and, on GPUs, MFU.
+            generation_config.json and the settings it was trained with. With LoRA, the
+            merged model, and the adapter alone in its `adapter/` subfolder.
+        metrics: Train and eval loss, steps, samples/s, tokens/s, TFLOP/s and, on GPUs, MFU;
+            trainable and total parameters.
         logs: TensorBoard event files (on Vertex also sent to `AIP_TENSORBOARD_LOG_DIR`).
     """
     from llm_pipeline.steps.finetune import run_finetune_step
