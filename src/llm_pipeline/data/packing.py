@@ -32,7 +32,6 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerBa
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.data.saved import PACKED_COLUMNS
-from llm_pipeline.errors import UserError
 from llm_pipeline.models.sources import resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -49,6 +48,7 @@ _PROBE_SIZES = {
     "n_inner": 64,
     "word_embed_proj_dim": 32,
     "num_hidden_layers": 2,
+    "rotary_dim": 8,
 }
 
 
@@ -166,22 +166,26 @@ def keeps_examples_apart(model: ModelConfig, tokenizer: PreTrainedTokenizerBase)
 
     Runs a tiny model of the same architecture (`model_type` and options from the model's
     config, small widths) on two examples packed into one row and on the second one alone:
-    the second one's logits must be the same both ways.
+    the second one's logits must be the same both ways. A probe that cannot run (an
+    architecture that does not shrink this way, remote code) counts as "not apart": the
+    data then stays unpacked, which is always correct.
     """
     try:
         config = _probe_config(model, tokenizer)
         probe = AutoModelForCausalLM.from_config(config).eval()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError) as exc:
-        return f"cannot build a causal LM of its architecture to check ({exc})"
-    vocab = min(int(getattr(config, "vocab_size", 64) or 64), 64)
-    generator = torch.Generator().manual_seed(0)
-    first = torch.randint(vocab, (5,), generator=generator)
-    second = torch.randint(vocab, (7,), generator=generator)
-    packed = torch.cat([first, second]).repeat(2, 1)
-    positions = torch.cat([torch.arange(5), torch.arange(7)]).repeat(2, 1)
-    with torch.no_grad():
-        alone = probe(input_ids=second[None], use_cache=False).logits[0]
-        together = probe(input_ids=packed, position_ids=positions, use_cache=False).logits
+        vocab = min(int(getattr(config, "vocab_size", 64) or 64), 64)
+        generator = torch.Generator().manual_seed(0)
+        first = torch.randint(vocab, (5,), generator=generator)
+        second = torch.randint(vocab, (7,), generator=generator)
+        packed = torch.cat([first, second]).repeat(2, 1)
+        positions = torch.cat([torch.arange(5), torch.arange(7)]).repeat(2, 1)
+        with torch.no_grad():
+            alone = probe(input_ids=second[None], use_cache=False).logits[0]
+            together = probe(input_ids=packed, position_ids=positions, use_cache=False).logits
+    except Exception as exc:
+        return (
+            f"cannot run a small model of its architecture to check ({type(exc).__name__}: {exc})"
+        )
     if torch.allclose(together[:, 5:], alone.expand_as(together[:, 5:]), atol=1e-4):
         return None
     return (
@@ -207,7 +211,14 @@ def _probe_config(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Any
     config = copy.deepcopy(config)
     for name, value in _PROBE_SIZES.items():
         if hasattr(config, name):
-            setattr(config, name, value)
+            try:
+                setattr(config, name, value)
+            except AttributeError:  # a derived value (Falcon's head_dim)
+                continue
+    vocab = getattr(config, "vocab_size", None) or len(tokenizer)
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(getattr(config, name, None), int) and getattr(config, name) >= vocab:
+            setattr(config, name, None)  # an id outside the vocabulary the probe is built with
     if getattr(config, "layer_types", None):
         config.layer_types = list(config.layer_types)[: _PROBE_SIZES["num_hidden_layers"]]
     if hasattr(config, "is_decoder"):
