@@ -260,3 +260,21 @@ def test_a_max_length_with_no_room_for_prompt_and_response_is_refused(tmp_path: 
     model = _words(tmp_path, None)
     with pytest.raises(DataError, match=r"data.max_length: 2 leaves no room .* at least 3"):
         _run(tmp_path, {"train": [{"messages": TWO_TURNS}]}, model, max_length=2)
+
+
+def test_the_configured_template_serves_a_tokenizer_without_one_and_yields_to_its_own(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = [{"prompt": "name a colour", "response": "blue ."}]
+    plain = "{% for m in messages %}{{ m['content'] + ' ' }}{% endfor %}"
+    report, out = _run(
+        tmp_path / "plain", {"train": rows}, _words(tmp_path, None), chat_template=plain
+    )
+    assert report.chat_template_from == "config"
+    assert out["train"][0]["prompt"] == "name a colour "
+    caplog.set_level(logging.WARNING, logger="llm_pipeline.data.preprocess")
+    model = _words(tmp_path / "own", CHATML)
+    report, out = _run(tmp_path / "own", {"train": rows}, model, chat_template=plain)
+    assert report.chat_template_from == "tokenizer"
+    assert out["train"][0]["prompt"].startswith("<|im_start|> user name a colour")
+    assert "data.chat_template is ignored: the tokenizer has its own chat template" in caplog.text

@@ -45,6 +45,7 @@ from llm_pipeline.data.preprocess_report import (
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.chat import (
+    DEFAULT_CHAT_TEMPLATE,
     ChatFormat,
     ChatTemplateError,
     Segment,
@@ -138,8 +139,7 @@ def _chat_format(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> ChatFo
 
 
 def _template_from(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> str:
-    resolved = resolved_chat_template(tokenizer, data.chat_template)
-    if resolved == getattr(tokenizer, "chat_template", None):
+    if resolved_chat_template(tokenizer, None) != DEFAULT_CHAT_TEMPLATE:
         return "tokenizer"
     return "config" if data.chat_template is not None else "default"
 

@@ -112,6 +112,8 @@ def resolved_chat_template(tokenizer: PreTrainedTokenizerBase, configured: str |
     """The template chats are rendered with: the tokenizer's own when it has one, else the
     configured one, else the plain instruction/response layout."""
     own = getattr(tokenizer, "chat_template", None)
+    if isinstance(own, dict):  # several named templates: the one for plain chats
+        own = own.get("default")
     if isinstance(own, str) and own:
         return own
     return configured or DEFAULT_CHAT_TEMPLATE
