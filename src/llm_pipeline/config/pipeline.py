@@ -20,7 +20,9 @@ class PipelineConfig(Section):
 
     task: str = Field(
         default="summarization",
-        description="What the model learns: `summarization` (more tasks drop in later).",
+        description="What the model learns: `summarization` (a seq2seq model writes a summary "
+        "of a document) or `instruction_tuning` (a decoder-only causal LM learns the "
+        "responses of prompts or chats).",
     )
     name: str = Field(
         default="llm-pipeline",
@@ -58,18 +60,40 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _columns_match_task(self) -> "PipelineConfig":
-        roles = set(TASKS[self.task].roles)
+        task = TASKS[self.task]()
+        if "columns" not in self.data.model_fields_set:
+            # The default names summarization's roles; another task's default is its first
+            # role set, each role read from the source column of the same name.
+            self.data.columns = {role: role for role in task.role_sets[0]}
         given = set(self.data.columns)
-        if given != roles:
+        if task.role_set(given) is not None:
+            return self
+        if len(task.role_sets) == 1:
+            roles = set(task.role_sets[0])
             missing, extra = sorted(roles - given), sorted(given - roles)
             parts = []
             if missing:
                 parts.append(f"missing {missing}")
             if extra:
                 parts.append(f"not used by the task {extra}")
+            detail = "; ".join(parts)
+        else:
+            detail = f"got {sorted(given)}"
+        raise ValueError(
+            f"data.columns must map exactly the roles of task {self.task!r} "
+            f"({task.describe_role_sets()}): {detail}"
+        )
+
+    @model_validator(mode="after")
+    def _data_settings_the_task_reads(self) -> "PipelineConfig":
+        task = TASKS[self.task]
+        others = {key for other in TASKS.values() for key in other.data_keys} - task.data_keys
+        fields = DataConfig.model_fields
+        unread = sorted(key for key in others if getattr(self.data, key) != fields[key].default)
+        if unread:
             raise ValueError(
-                f"data.columns must map exactly the roles of task {self.task!r} "
-                f"({sorted(roles)}): {'; '.join(parts)}"
+                f"{', '.join('data.' + key for key in unread)}: not read by task {self.task!r} "
+                f"(its own settings: {', '.join('data.' + key for key in sorted(task.data_keys))})"
             )
         return self
 

@@ -1,5 +1,7 @@
 """Turn the downloaded text dataset into token ids a seq2seq model trains on.
 
+(A causal LM's chats take `data.chat_preprocess`, which `preprocess_dataset` hands them to.)
+
 Output (`save_to_disk` folder, one split per input split):
 - `input_ids`, `attention_mask`, `labels`: int32 lists, truncated but *not padded*; the
   collator pads each batch to its own longest row, which carries far fewer pad tokens than
@@ -29,8 +31,10 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.chat_preprocess import preprocess_chats
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess_report import (
+    ChatPreprocessReport,
     LengthStats,
     PreprocessReport,
     SplitStats,
@@ -62,8 +66,10 @@ def preprocess_dataset(
     data: DataConfig,
     model: ModelConfig,
     task: Task,
-) -> PreprocessReport:
+) -> PreprocessReport | ChatPreprocessReport:
     """Tokenize every split of the dataset at `dataset_dir` into `output_dir`.
+
+    A causal-LM task's chats go to `data.chat_preprocess`; what follows is the seq2seq way.
 
     Raises DataError for data that cannot be used (missing columns, a split with no usable
     rows, max lengths too short for the tokenizer's special tokens) and ModelSourceError
@@ -71,6 +77,15 @@ def preprocess_dataset(
     """
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
+    if task.model_kind == "causal_lm":
+        return preprocess_chats(
+            dataset=dataset,
+            tokenizer=tokenizer,
+            output_dir=output_dir,
+            data=data,
+            model=model,
+            task=task,
+        )
     source_layout = _special_layout(tokenizer, target=False)
     target_layout = _special_layout(tokenizer, target=True)
     max_source, source_from = _max_source_length(data, tokenizer)
@@ -118,12 +133,14 @@ def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:
     """The download step's DatasetDict, checked for the task's columns."""
     loaded = load_saved_dataset(dataset_dir, made_by="download", error=DataError)
     for split, table in loaded.items():
-        missing = [role for role in task.roles if role not in table.column_names]
-        if missing:
+        if task.role_set_among(table.column_names) is None:
+            have = set(table.column_names)
+            closest = min(task.role_sets, key=lambda roles: len(set(roles) - have))
+            missing = [role for role in closest if role not in have]
             raise DataError(
                 f"{dataset_dir}: split {split!r} has no column(s) {missing} (it has "
-                f"{table.column_names}); the download step names columns by the task's roles "
-                f"{list(task.roles)}"
+                f"{table.column_names}); the download step names columns by the task's roles, "
+                f"{task.describe_role_sets()}"
             )
     return loaded
 
@@ -187,6 +204,13 @@ def _cut_rule(
     return _Cut(max_length=max_length, prefix=layout[0], suffix=layout[1], left=left)
 
 
+def _roles(task: Task, columns: Any) -> tuple[str, ...]:
+    """The task's roles among a batch's or split's columns (checked on load)."""
+    roles = task.role_set_among(columns)
+    assert roles is not None  # _load_dataset refused splits without them
+    return roles
+
+
 def _usable(text: Any) -> bool:
     return text is not None and bool(str(text).strip())
 
@@ -205,7 +229,7 @@ class _EncodeBatch:
     cut_target: _Cut | None  # None: cut in a second pass, once max_target_length is computed
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        roles = self.task.roles
+        roles = _roles(self.task, batch)
         kept = [i for i in range(len(batch[roles[0]])) if all(_usable(batch[r][i]) for r in roles)]
         rows = {role: [str(batch[role][i]) for i in kept] for role in roles}
         sources = self._encode(self.task.source_texts(rows, prefix=self.prefix), target=False)
@@ -250,7 +274,7 @@ def _features(task: Task) -> datasets.Features:
     ids = datasets.List(datasets.Value("int32"))
     return datasets.Features(
         {
-            **{role: datasets.Value("string") for role in task.roles},
+            **{role: datasets.Value("string") for role in task.role_sets[0]},
             "input_ids": ids,
             "attention_mask": ids,
             "labels": ids,
@@ -294,7 +318,8 @@ def _refuse_empty_splits(
         if len(tokenized[split]) == 0:
             raise DataError(
                 f"split {split!r}: none of its {len(dataset[split])} rows has text in every "
-                f"column {list(task.roles)} (all empty, blank or missing)"
+                f"column {list(_roles(task, dataset[split].column_names))} (all empty, blank or "
+                "missing)"
             )
 
 
