@@ -19,7 +19,7 @@ from llm_pipeline.models.sources import ensure_pad_token
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["causal_token_ids", "ensure_pad_token", "load_causal_lm"]
+__all__ = ["build_causal_lm", "causal_token_ids", "ensure_pad_token"]
 
 
 def causal_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
@@ -39,7 +39,7 @@ def causal_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     return ids
 
 
-def load_causal_lm(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+def build_causal_lm(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """The causal LM `model` describes: from an architecture, a checkpoint, or an encoder
     warm-started as one; its special-token ids matching `tokenizer`. Raises ModelError."""
     if model.encoder_decoder is not None:

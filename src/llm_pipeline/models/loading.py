@@ -40,9 +40,9 @@ def load_model(
     Raises ModelError naming the config key, the location tried and why it failed.
     """
     if kind == "causal_lm":
-        from llm_pipeline.models.decoder_only import load_causal_lm
+        from llm_pipeline.models.decoder_only import build_causal_lm
 
-        return load_causal_lm(model, tokenizer)
+        return build_causal_lm(model, tokenizer)
     if model.warm_start_decoder is not None:
         raise ModelError(
             "model.warm_start_decoder builds a causal LM; this task trains a seq2seq model: "
