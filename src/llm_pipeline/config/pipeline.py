@@ -83,6 +83,11 @@ class PipelineConfig(Section):
                 f"model.encoder_decoder builds a seq2seq model, but task {self.task!r} trains a "
                 "causal LM: use model.source, model.architecture or model.warm_start_decoder"
             )
+        if kind == "causal_lm" and self.train.freeze_encoder:
+            raise ValueError(
+                f"train.freeze_encoder: task {self.task!r} trains a causal LM, which has no "
+                "encoder to freeze"
+            )
         if kind == "seq2seq" and self.model.warm_start_decoder is not None:
             raise ValueError(
                 f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "
