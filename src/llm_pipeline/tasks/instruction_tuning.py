@@ -38,4 +38,5 @@ class InstructionTuning(Task):
     }
     report_title: ClassVar[str] = "Instruction tuning evaluation"
     source_label: ClassVar[str] = "prompt"
+    prediction_label: ClassVar[str] = "response"
     output_label: ClassVar[str] = "response"
