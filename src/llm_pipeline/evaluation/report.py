@@ -86,8 +86,8 @@ def render_report(
 
     `baselines` maps a name (`lead-3`, `before fine-tuning`) to its scores on the same
     examples. `facts` are short "name: value" items shown under the title (model, split,
-    samples...). `rouge_types` are the ROUGE rows shown (examples are ranked by the last
-    but one... by rougeLsum when shown, else the first), `others` the rows after them.
+    samples...). `rouge_types` are the ROUGE rows shown (examples are ranked by rougeLsum
+    when it is among them, else by the first), `others` the rows after them.
     """
     words = words or ReportWords()
     n = model.n_examples
