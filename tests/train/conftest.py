@@ -21,7 +21,8 @@ import pytest
 from llm_pipeline.config import ModelConfig, TrainConfig
 
 from ..docstring_data import DocstringData
-from ..offline_models import MINILM, TINY_T5
+from ..instruction_data import write_instruction_dataset
+from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
 
 MAX_SOURCE, MAX_TARGET = 64, 24
 
@@ -111,6 +112,28 @@ def tiny_t5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     load_model(tiny_t5(), tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def tokenized_instructions(
+    tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData
+) -> Path:
+    """64 training and 16 validation instruction rows (docstring prompt, summary response),
+    tokenized for a causal LM with MiniLM's tokenizer (tests/instruction_data.py)."""
+    from transformers import AutoTokenizer
+
+    from llm_pipeline.models.sources import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(MINILM))
+    data = docstring_data
+    splits = {"train": data.rows("train", 64), "validation": data.rows("validation", 16)}
+    folder = tmp_path_factory.mktemp("instructions")
+    return write_instruction_dataset(folder, splits, tokenizer)
+
+
+@pytest.fixture
+def tiny_llama_model() -> ModelConfig:
+    """A randomly initialised Llama (hidden 32, 2 layers) with MiniLM's tokenizer."""
+    return ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM)
 
 
 @pytest.fixture

@@ -7,9 +7,10 @@ system and user turns before it are its prompt. A prompt/response row is the one
 `[user: prompt, assistant: response]`, so both layouts take the same path (tasks/chat.py).
 """
 
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import Task
+from llm_pipeline.tasks.base import ModelKind, Task
 from llm_pipeline.tasks.chat import as_chat, chat_problem
 
 
@@ -19,7 +20,7 @@ class InstructionTuning(Task):
     name: ClassVar[str] = "instruction_tuning"
 
     # model and training
-    model_kind: ClassVar[Literal["seq2seq", "causal_lm"]] = "causal_lm"
+    model_kind: ClassVar[ModelKind] = "causal_lm"
 
     # data
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))
@@ -43,6 +44,27 @@ class InstructionTuning(Task):
             _text_problem("prompt", prompt) or _text_problem("response", response)
             for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
         ]
+
+    # evaluation
+    # ROUGE-L (longest common subsequence) rewards an answer for the reference's words in
+    # order without asking for sentences; rougeLsum's sentence split means little for a
+    # one-line answer.
+    metric_names: ClassVar[tuple[str, ...]] = ("rougeL", "exact_match", "perplexity")
+    source_column: ClassVar[str] = "prompt"
+    reference_column: ClassVar[str] = "response"
+    # Greedy search: the answer the model rates most likely, the same on every run. A causal
+    # LM's generation config often samples (Llama-2's does) and its default max_length counts
+    # the prompt, so both are set here. The un-fine-tuned model is scored beside the tuned one.
+    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
+        "num_beams": 1,
+        "do_sample": False,
+        "max_new_tokens": 128,
+        "score_base_model": True,
+    }
+    report_title: ClassVar[str] = "Instruction tuning evaluation"
+    source_label: ClassVar[str] = "prompt"
+    prediction_label: ClassVar[str] = "response"
+    output_label: ClassVar[str] = "response"
 
 
 def _text_problem(column: str, text: Any) -> str | None:

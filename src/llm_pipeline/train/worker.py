@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train import (
     arguments,
     checkpoints,
@@ -67,10 +68,11 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     layout = _plan_checkpoints(spec)
     resume_from = prepare_resume(layout)
     train_precision = precision.training_precision(spec)
-    tokenizer = load_tokenizer(spec.model)
+    kind = get_task(spec.task).model_kind
+    tokenizer = load_tokenizer(spec.model, kind=kind)
     train_set, eval_set = training_data.load_splits(spec)
     args = arguments.trainer_arguments(
-        spec, layout, precision=train_precision, has_eval=eval_set is not None
+        spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
     )
     model = _build_model(spec, tokenizer)
     clock = counts.Clock()
@@ -90,6 +92,7 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         ],
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         label_smoothing=spec.train.label_smoothing,
+        kind=kind,
     )
     try:
         loop.train(trainer, resume_from, stopper)
@@ -143,7 +146,7 @@ def _build_model(
     """The model, seeded, with LoRA adapters and the encoder frozen if the config says so
     (both: adapters on the decoder alone train)."""
     set_seed(spec.train.seed)
-    model = load_model(spec.model, tokenizer)
+    model = load_model(spec.model, tokenizer, kind=get_task(spec.task).model_kind)
     wrapped = apply_lora(model, spec.train.lora) if spec.train.lora is not None else model
     if spec.train.freeze_encoder:
         # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
