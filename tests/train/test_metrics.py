@@ -198,7 +198,8 @@ def test_a_decoder_only_run_counts_its_targets_once() -> None:
         source_tokens=100,  # prompt and response tokens read
         target_tokens=30,  # the response tokens, among those 100
         seconds=1.0,
-        parameters=10,
+        total_parameters=10,
+        trainable_parameters=10,
         flop_parameters=FlopParameters(per_source_token=10, per_target_token=0),
         world_size=1,
         device_name=None,
