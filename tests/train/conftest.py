@@ -114,6 +114,7 @@ def tiny_t5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
 def tokenized_instructions(
     tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData
 ) -> Path:

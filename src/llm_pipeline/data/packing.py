@@ -143,24 +143,6 @@ def packed_row(
     return row
 
 
-class PackedCollator:
-    """Stacks packed rows into a batch: input_ids, labels, position_ids, and nothing else.
-
-    No `attention_mask`: given one, transformers skips the packed-sequence mask and lets
-    every token attend across examples. `use_cache=False` rides along for the same reason:
-    a model that makes itself a KV cache (use_cache defaults to True in most configs)
-    skips it too.
-    """
-
-    def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        batch: dict[str, Any] = {
-            column: torch.tensor([list(row[column]) for row in features], dtype=torch.long)
-            for column in PACKED_COLUMNS
-        }
-        batch["use_cache"] = False
-        return batch
-
-
 def keeps_examples_apart(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> str | None:
     """None when the model's attention keeps packed examples apart; else why not, in words.
 
