@@ -120,7 +120,17 @@ BAD_CONFIGS = [
     (
         "columns that do not match the task",
         with_change("data.columns", {"document": "a", "headline": "h"}),
-        "data.columns must map exactly the roles of task 'summarization'",
+        "data.columns must map exactly the roles of task 'summarization' "
+        "(['document', 'summary']): missing ['summary']; not used by the task ['headline']",
+    ),
+    (
+        "instruction-tuning columns mixing its two role sets",
+        {
+            **with_change("data.columns", {"prompt": "q", "messages": "m"}),
+            "task": "instruction_tuning",
+        },
+        "data.columns must map exactly the roles of task 'instruction_tuning' "
+        "(['prompt', 'response'] or ['messages']): got ['messages', 'prompt']",
     ),
     (
         "flat key clashing with its section",
@@ -214,6 +224,21 @@ BAD_CONFIGS = [
 def test_bad_config_gets_its_own_message(raw: dict[str, Any], expected: str) -> None:
     found = problems(raw)
     assert any(expected in problem for problem in found), found
+
+
+@pytest.mark.parametrize(
+    "columns", [{"prompt": "instruction", "response": "output"}, {"messages": "conversation"}]
+)
+def test_instruction_tuning_takes_either_role_set(columns: dict[str, str]) -> None:
+    raw = {**with_change("data.columns", columns), "task": "instruction_tuning"}
+    assert load_config(raw=raw).config.data.columns == columns
+
+
+def test_instruction_tuning_columns_default_to_prompt_and_response() -> None:
+    raw = {**copy.deepcopy(MINIMAL), "task": "instruction_tuning"}
+    raw["data"].pop("columns", None)
+    config = load_config(raw=raw).config
+    assert config.data.columns == {"prompt": "prompt", "response": "response"}
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -43,14 +43,9 @@ BAD_ROWS: list[Row] = [
 
 def _save(folder: Path, splits: dict[str, list[Row]]) -> Path:
     """A DatasetDict laid out as the download step writes it."""
+    features = datasets.Features({role: datasets.Value("string") for role in TASK.role_sets[0]})
     dataset = datasets.DatasetDict(
-        {
-            name: datasets.Dataset.from_list(
-                rows,
-                features=datasets.Features({role: datasets.Value("string") for role in TASK.roles}),
-            )
-            for name, rows in splits.items()
-        }
+        {name: datasets.Dataset.from_list(rows, features=features) for name, rows in splits.items()}
     )
     dataset.save_to_disk(str(folder))
     return folder
@@ -167,7 +162,7 @@ def test_empty_and_missing_rows_are_dropped_and_counted(run: Any, clean: Any) ->
     # The raw text stays beside the ids, in the original order (evaluate reads it).
     assert out["train"]["document"] == [row["document"] for row in clean["train"]]
     assert out["validation"]["summary"] == [row["summary"] for row in clean["validation"]]
-    assert set(out["train"].column_names) == {*TASK.roles, *MODEL_COLUMNS}
+    assert set(out["train"].column_names) == {*TASK.role_sets[0], *MODEL_COLUMNS}
     saved = json.loads((root / "out" / REPORT_FILE).read_text())
     assert saved["splits"]["train"]["rows_dropped"] == len(BAD_ROWS)
     assert saved["max_target_length"] == report.max_target_length

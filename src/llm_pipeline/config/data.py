@@ -23,8 +23,10 @@ class DataConfig(Section):
     )
     columns: dict[str, str] = Field(
         default_factory=lambda: {"document": "document", "summary": "summary"},
-        description="Maps each column the task needs (summarization: `document`, `summary`) to "
-        "the column name in the source data.",
+        description="Maps each role the task reads to the column name in the source data: "
+        "summarization `document` and `summary`; instruction_tuning either `prompt` and "
+        "`response`, or `messages` (a column of chats). Left out, each role of the task's "
+        "first role set reads the column of its own name.",
     )
     train_split: str = Field(default="train", description="Name of the training split.")
     validation_split: str = Field(

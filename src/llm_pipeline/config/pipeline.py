@@ -20,7 +20,9 @@ class PipelineConfig(Section):
 
     task: str = Field(
         default="summarization",
-        description="What the model learns: `summarization` (more tasks drop in later).",
+        description="What the model learns: `summarization` (a seq2seq model writes a summary "
+        "of a document) or `instruction_tuning` (a decoder-only causal LM learns the "
+        "responses of prompts or chats).",
     )
     name: str = Field(
         default="llm-pipeline",
@@ -58,20 +60,29 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _columns_match_task(self) -> "PipelineConfig":
-        roles = set(TASKS[self.task].roles)
+        task = TASKS[self.task]()
+        if "columns" not in self.data.model_fields_set:
+            # The default names summarization's roles; another task's default is its first
+            # role set, each role read from the source column of the same name.
+            self.data.columns = {role: role for role in task.role_sets[0]}
         given = set(self.data.columns)
-        if given != roles:
+        if task.role_set(given) is not None:
+            return self
+        if len(task.role_sets) == 1:
+            roles = set(task.role_sets[0])
             missing, extra = sorted(roles - given), sorted(given - roles)
             parts = []
             if missing:
                 parts.append(f"missing {missing}")
             if extra:
                 parts.append(f"not used by the task {extra}")
-            raise ValueError(
-                f"data.columns must map exactly the roles of task {self.task!r} "
-                f"({sorted(roles)}): {'; '.join(parts)}"
-            )
-        return self
+            detail = "; ".join(parts)
+        else:
+            detail = f"got {sorted(given)}"
+        raise ValueError(
+            f"data.columns must map exactly the roles of task {self.task!r} "
+            f"({task.describe_role_sets()}): {detail}"
+        )
 
     @model_validator(mode="after")
     def _frozen_encoder_is_not_the_decoder(self) -> "PipelineConfig":

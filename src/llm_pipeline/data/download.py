@@ -65,21 +65,21 @@ def download_dataset(config: DataConfig, task: Task, output_dir: str | Path) -> 
 
 
 def _role_columns(config: DataConfig, task: Task) -> dict[str, str]:
-    """`{role: source column}` for every role the task needs."""
-    missing = [role for role in task.roles if role not in config.columns]
-    if missing:
+    """`{role: source column}` for every role of the task's role set that the config maps."""
+    roles = task.role_set(config.columns)
+    if roles is None:
         raise DataError(
-            f"data.columns: no source column given for {', '.join(map(repr, missing))} "
-            f"(task {task.name!r} needs {', '.join(task.roles)})"
+            f"data.columns: maps {sorted(config.columns)}; task {task.name!r} needs exactly "
+            f"{task.describe_role_sets()}"
         )
-    columns = {role: config.columns[role] for role in task.roles}
+    columns = {role: config.columns[role] for role in roles}
     by_column: dict[str, list[str]] = {}
     for role, column in columns.items():
         by_column.setdefault(column, []).append(role)
-    shared = {column: roles for column, roles in by_column.items() if len(roles) > 1}
+    shared = {column: named for column, named in by_column.items() if len(named) > 1}
     if shared:
-        column, roles = next(iter(shared.items()))
-        raise DataError(f"data.columns: {' and '.join(roles)} both name column {column!r}")
+        column, named = next(iter(shared.items()))
+        raise DataError(f"data.columns: {' and '.join(named)} both name column {column!r}")
     return columns
 
 

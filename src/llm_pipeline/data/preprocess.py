@@ -118,12 +118,14 @@ def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:
     """The download step's DatasetDict, checked for the task's columns."""
     loaded = load_saved_dataset(dataset_dir, made_by="download", error=DataError)
     for split, table in loaded.items():
-        missing = [role for role in task.roles if role not in table.column_names]
-        if missing:
+        if task.role_set_among(table.column_names) is None:
+            have = set(table.column_names)
+            closest = min(task.role_sets, key=lambda roles: len(set(roles) - have))
+            missing = [role for role in closest if role not in have]
             raise DataError(
                 f"{dataset_dir}: split {split!r} has no column(s) {missing} (it has "
-                f"{table.column_names}); the download step names columns by the task's roles "
-                f"{list(task.roles)}"
+                f"{table.column_names}); the download step names columns by the task's roles, "
+                f"{task.describe_role_sets()}"
             )
     return loaded
 
@@ -187,6 +189,13 @@ def _cut_rule(
     return _Cut(max_length=max_length, prefix=layout[0], suffix=layout[1], left=left)
 
 
+def _roles(task: Task, columns: Any) -> tuple[str, ...]:
+    """The task's roles among a batch's or split's columns (checked on load)."""
+    roles = task.role_set_among(columns)
+    assert roles is not None  # _load_dataset refused splits without them
+    return roles
+
+
 def _usable(text: Any) -> bool:
     return text is not None and bool(str(text).strip())
 
@@ -205,7 +214,7 @@ class _EncodeBatch:
     cut_target: _Cut | None  # None: cut in a second pass, once max_target_length is computed
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        roles = self.task.roles
+        roles = _roles(self.task, batch)
         kept = [i for i in range(len(batch[roles[0]])) if all(_usable(batch[r][i]) for r in roles)]
         rows = {role: [str(batch[role][i]) for i in kept] for role in roles}
         sources = self._encode(self.task.source_texts(rows, prefix=self.prefix), target=False)
@@ -250,7 +259,7 @@ def _features(task: Task) -> datasets.Features:
     ids = datasets.List(datasets.Value("int32"))
     return datasets.Features(
         {
-            **{role: datasets.Value("string") for role in task.roles},
+            **{role: datasets.Value("string") for role in task.role_sets[0]},
             "input_ids": ids,
             "attention_mask": ids,
             "labels": ids,
@@ -294,7 +303,8 @@ def _refuse_empty_splits(
         if len(tokenized[split]) == 0:
             raise DataError(
                 f"split {split!r}: none of its {len(dataset[split])} rows has text in every "
-                f"column {list(task.roles)} (all empty, blank or missing)"
+                f"column {list(_roles(task, dataset[split].column_names))} (all empty, blank or "
+                "missing)"
             )
 
 

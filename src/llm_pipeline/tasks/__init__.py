@@ -1,9 +1,13 @@
 """Task registry: the config's `task` key picks one of these."""
 
 from llm_pipeline.tasks.base import Task
+from llm_pipeline.tasks.instruction_tuning import InstructionTuning
 from llm_pipeline.tasks.summarization import Summarization
 
-TASKS: dict[str, type[Task]] = {Summarization.name: Summarization}
+TASKS: dict[str, type[Task]] = {
+    Summarization.name: Summarization,
+    InstructionTuning.name: InstructionTuning,
+}
 
 
 def get_task(name: str) -> Task:

@@ -5,22 +5,40 @@ scores predictions and shapes serving requests. Adding a task is a sibling modul
 line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 """
 
-from abc import ABC, abstractmethod
+from abc import ABC
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 
 class Task(ABC):
-    """What one task (summarization, ...) contributes to the shared pipeline."""
+    """What one task (summarization, instruction tuning, ...) contributes to the pipeline."""
 
     name: ClassVar[str]
-    #: Columns every example must have, by role; the config maps roles to source columns.
-    roles: ClassVar[tuple[str, ...]]
+
+    # data
+    #: The accepted sets of roles: `data.columns` maps exactly one of them to source
+    #: columns, and the download step names the columns by role.
+    role_sets: ClassVar[tuple[tuple[str, ...], ...]]
     #: The role the model learns to produce (its length decides max_target_length).
     target_role: ClassVar[str]
 
-    @abstractmethod
+    def role_set(self, columns: Iterable[str]) -> tuple[str, ...] | None:
+        """The role set that `columns` (the roles a config maps) is exactly; None if none."""
+        given = set(columns)
+        return next((roles for roles in self.role_sets if set(roles) == given), None)
+
+    def role_set_among(self, columns: Iterable[str]) -> tuple[str, ...] | None:
+        """The first role set whose roles are all among `columns` (a dataset's); None if none."""
+        given = set(columns)
+        return next((roles for roles in self.role_sets if set(roles) <= given), None)
+
+    def describe_role_sets(self) -> str:
+        """The accepted role sets in words, for messages: `['prompt', 'response'] or ...`."""
+        return " or ".join(str(sorted(roles)) for roles in self.role_sets)
+
     def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
-        """The model's input text for each row of a batch."""
+        """The model's input text for each row of a batch (seq2seq tasks)."""
+        raise NotImplementedError(f"task {self.name!r} has no separate source text")
 
     def target_texts(self, batch: dict[str, list[Any]]) -> list[str]:
         """The text the model should produce for each row of a batch."""

@@ -9,7 +9,7 @@ class Summarization(Task):
     """Abstractive summarization with a seq2seq model (T5, BART, encoder-decoder)."""
 
     name: ClassVar[str] = "summarization"
-    roles: ClassVar[tuple[str, ...]] = ("document", "summary")
+    role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("document", "summary"),)
     target_role: ClassVar[str] = "summary"
 
     def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
