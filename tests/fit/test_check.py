@@ -165,3 +165,16 @@ def test_a_local_dry_run_reports_a_misfit_and_a_local_run_is_refused(tmp_path, c
     assert cli.main([*args, *huge]) == 2
     assert "of host RAM on this machine" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+def test_lora_on_a_summarization_model_trains_only_its_adapters():
+    path = REPO / "configs" / "xxl2vm16gpu.json"
+    full, lora = (
+        check_fit(config_of(path, *change), target="vertex").rows[0]
+        for change in ((), ("train.lora.r=16",))
+    )
+    assert full.place == lora.place == "finetune" and full.memory == lora.memory == "GPU"
+    assert "LoRA r 16 (" in lora.settings and "LoRA" not in full.settings
+    # The frozen 11B base in bf16 over 32 GPUs replaces its optimizer states.
+    assert lora.estimate.part("frozen weights") == pytest.approx(2 * 11_135_332_352 / 32)
+    assert lora.estimate.part("states") < full.estimate.part("states") / 50

@@ -23,7 +23,7 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
     report = FitReport()
     try:
-        shape = model_shape(config.model)
+        shape = model_shape(config.model, lora=config.train.lora)
     except ShapeUnavailable as exc:
         report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")
         return report

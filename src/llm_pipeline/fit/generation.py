@@ -6,13 +6,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import (
-    CUDA_HOST_RUNTIME_GIB,
-    DTYPE_BYTES,
-    GIB,
-    Breakdown,
-    generation_memory,
-)
+from llm_pipeline.fit.estimates import generation_memory
+from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, Breakdown
 from llm_pipeline.fit.places import Target, Where, evaluation_where, serving_where, source_tokens
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.serving import server_batch, serving_alternative

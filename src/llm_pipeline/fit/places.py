@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import DeviceKind
 from llm_pipeline.fit.machines import (
     MACHINE_TYPES,
     PIPELINE_STEP_MACHINE,
@@ -20,6 +19,7 @@ from llm_pipeline.fit.machines import (
     this_machine,
     vertex_place,
 )
+from llm_pipeline.fit.memory import DeviceKind
 
 Target = Literal["local", "vertex"]
 
