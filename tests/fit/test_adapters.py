@@ -6,6 +6,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from llm_pipeline.config import LoraSettings
+from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import shape_of
 
 from ..offline_models import TINY_T5
@@ -46,3 +47,13 @@ def test_the_count_is_what_peft_trains(architecture, kind, targets):
         model = get_peft_model(auto.from_config(config), LoraConfig(r=4, target_modules=targets))
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert shape.adapters is not None and shape.adapters.parameters == trained
+
+
+def test_llama_2_7b_with_rank_16_on_every_linear_layer():
+    settings = dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])
+    shape = shape_of(
+        config_of(settings), name="llama-2-7b", kind="causal_lm", lora=LoraSettings(r=16)
+    )
+    # 32 layers x (q, k, v, o: 16 x (4096 + 4096); gate, up, down: 16 x (4096 + 11008)).
+    assert shape.adapters is not None
+    assert shape.adapters.parameters == 32 * (4 * 16 * 8192 + 3 * 16 * 15104) == 39_976_960

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from transformers import T5Config
+from transformers import AutoConfig, T5Config
 
 from llm_pipeline import cli
 from llm_pipeline.config import PipelineConfig, load_config
@@ -178,3 +178,17 @@ def test_lora_on_a_summarization_model_trains_only_its_adapters():
     # The frozen 11B base in bf16 over 32 GPUs replaces its optimizer states.
     assert lora.estimate.part("frozen weights") == pytest.approx(2 * 11_135_332_352 / 32)
     assert lora.estimate.part("states") < full.estimate.part("states") / 50
+
+
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("facebook/opt-125m", 125_239_296),
+        ("facebook/opt-1.3b", 1_315_758_080),
+        ("meta-llama/Llama-2-7b-hf", 6_738_415_616),
+    ],
+)
+def test_the_causal_lms_have_their_published_sizes(name, published):
+    settings = dict(KNOWN_MODELS[name])
+    config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    assert shape_of(config, name=name, kind="causal_lm").parameters == published
