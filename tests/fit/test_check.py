@@ -192,3 +192,43 @@ def test_the_causal_lms_have_their_published_sizes(name, published):
     settings = dict(KNOWN_MODELS[name])
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     assert shape_of(config, name=name, kind="causal_lm").parameters == published
+
+
+def instruction_tuning(tmp_path: Path, model: str, *overrides: str) -> PipelineConfig:
+    """A config that instruction-tunes `model` on one A100 40GB (ZeRO-3, bf16)."""
+    config = {
+        "task": "instruction_tuning",
+        "data": {
+            "dataset": "Dahoas/rm-static",
+            "columns": {"prompt": "prompt", "response": "chosen"},
+            "max_length": 512,
+        },
+        "model": {"source": model},
+        "train": {"per_device_batch_size": 4, "precision": "bf16", "zero_stage": 3},
+        "cluster": {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100"},
+    }
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps(config))
+    return config_of(path, *overrides)
+
+
+def test_a_causal_lm_trains_as_one_decoder_stack_at_data_max_length(tmp_path):
+    config = instruction_tuning(tmp_path, "facebook/opt-125m")
+    finetune = check_fit(config, target="vertex").rows[0]
+    assert finetune.place == "finetune" and finetune.memory == "GPU"
+    assert finetune.settings.startswith("bf16, micro-batch 4 × 512 tokens, ZeRO-3, ")
+
+
+def test_llama_2_7b_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole(tmp_path):
+    lora = "train.lora.r=16"
+    for change, fits in (((), False), ((lora,), True)):
+        config = instruction_tuning(
+            tmp_path, "meta-llama/Llama-2-7b-hf", "train.gradient_checkpointing=true", *change
+        )
+        (gpu, _) = [
+            row for row in check_fit(config, target="vertex").rows if row.place == "finetune"
+        ]
+        assert (gpu.problem is None) == fits, gpu.problem
+    # Whole: 6.7B parameters x 18 B of DeepSpeed's states on one GPU; with LoRA: the frozen
+    # bf16 base (12.6 GiB) and 40M adapters' states.
+    assert gpu.estimate.part("frozen weights") == 2 * 6_738_415_616

@@ -57,8 +57,8 @@ def test_checkpointing_keeps_each_layer_input_and_recomputes_one_layer():
     with_ = activation_bytes(shape, lengths, dtype="bf16", device="cuda", checkpointing=True)
     inputs = 2 * 2 * 3 * 40 * 64  # 2 layers' bf16 inputs
     assert without - with_ == (2 * layer + layer) - (inputs + 2 * layer)
-    # The loss's fp32 log-softmax and, around it, the logits in bf16 and fp32.
-    assert logits_working_bytes(shape, lengths, "bf16") == 3 * 40 * 500 * (4 + 2)
+    # Around the loss: the bf16 logits, their shifted copy and its fp32 upcast.
+    assert logits_working_bytes(shape, lengths, "bf16") == 3 * 40 * 500 * (2 + 2 + 4)
 
 
 def test_the_cache_holds_keys_and_values_of_prompt_and_new_tokens_of_every_beam():

@@ -23,8 +23,9 @@ residual branches). GPT-2-style layers are counted as OPT's. Per token of one la
 
 Under LoRA (`shape.adapters`) the base weights are frozen, so that last group is not kept;
 each adapted linear keeps its dropout's mask and output (`(mask + s)·in`) and the rank-wide
-output of its `A` (`s·r`), or, without adapter dropout, its input. Loss: transformers' causal
-LM loss upcasts the logits to fp32 and log-softmax keeps its fp32 output (`4·vocab`).
+output of its `A` (`s·r`), or, without adapter dropout, its input. Loss: the finetune step's
+upcasts the logits to fp32 and log-softmax keeps its fp32 output (`4·vocab`), as
+transformers' own causal LM loss does.
 
 `tests/fit/test_decoder_only.py` checks these counts against what autograd keeps, on CPU.
 """
@@ -91,11 +92,12 @@ def _edges(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) 
 
 
 def logits_working_bytes(shape: ModelShape, lengths: Lengths, dtype: str) -> float:
-    """Room for the logits around the loss: in 16-bit the logits and their fp32 copy at the
-    end of the forward (their gradient in fp32 and 16-bit at the start of backward); in
-    fp32 the logits (their gradient)."""
+    """Room for the logits around the loss, at the end of the forward: the finetune step's
+    loss (`train.trainer.token_mean_loss`) shifts them, which makes flattening them a copy,
+    and upcasts that to fp32 for cross-entropy (a no-op in fp32); backward then needs about
+    as much for their gradients."""
     s = DTYPE_BYTES[dtype]
-    return lengths.batch * lengths.source * shape.vocab * (4 + (s if s != 4 else 0))
+    return lengths.batch * lengths.source * shape.vocab * (2 * s + (4 if s != 4 else 0))
 
 
 def activation_bytes(

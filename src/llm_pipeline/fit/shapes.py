@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
 
-#: What the task trains: an encoder-decoder, or a decoder-only causal LM.
+#: What a task trains (`Task.model_kind`): an encoder-decoder, or a decoder-only causal LM.
 ModelKind = Literal["seq2seq", "causal_lm"]
 
 #: How long the hub probe waits for a connection.

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
-from llm_pipeline.fit.places import Target, Where, source_tokens, target_tokens, training_where
+from llm_pipeline.fit.places import Target, Where, training_lengths, training_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.fit.states import ZeroPlan, training_memory
@@ -123,7 +123,7 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
     where = training_where(config, target)
     train = config.train
     zero, zero_note = zero_plan(config)
-    lengths = Lengths(train.per_device_batch_size, source_tokens(config), target_tokens(config))
+    lengths = training_lengths(config, shape.kind)
 
     def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:
         settings = {
