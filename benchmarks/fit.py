@@ -13,7 +13,7 @@ Every process's RSS starts with its runtime: the interpreter, torch, transformer
 DeepSpeed and the buffers their first use allocates. That is not a model's memory, so it is
 measured apart and shown in its own column: for training, a rank's RSS before its model is
 built; for generation, RSS after a warm-up generate on a tiny model. The estimates add the
-fit check's constant for it (`fit.estimates.CPU_RUNTIME_GIB`), so the "runtime" columns show
+fit check's constant for it (`fit.memory.CPU_RUNTIME_GIB`), so the "runtime" columns show
 how far that constant is from what was measured.
 
 Training uses `benchmarks/memory.py`'s worker (the finetune step's pieces, saves skipped)
@@ -41,13 +41,8 @@ from typing import Any
 
 import memory  # benchmarks/memory.py, beside this file
 
-from llm_pipeline.fit.estimates import (
-    CPU_RUNTIME_GIB,
-    GIB,
-    Breakdown,
-    Lengths,
-    generation_memory,
-)
+from llm_pipeline.fit.estimates import generation_memory
+from llm_pipeline.fit.memory import CPU_RUNTIME_GIB, GIB, Breakdown, Lengths
 from llm_pipeline.fit.shapes import shape_of
 from llm_pipeline.fit.states import ZeroPlan, training_memory
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from transformers import T5Config
+from transformers import AutoConfig, T5Config
 
 from llm_pipeline import cli
 from llm_pipeline.config import PipelineConfig, load_config
@@ -165,3 +165,70 @@ def test_a_local_dry_run_reports_a_misfit_and_a_local_run_is_refused(tmp_path, c
     assert cli.main([*args, *huge]) == 2
     assert "of host RAM on this machine" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+def test_lora_on_a_summarization_model_trains_only_its_adapters():
+    path = REPO / "configs" / "xxl2vm16gpu.json"
+    full, lora = (
+        check_fit(config_of(path, *change), target="vertex").rows[0]
+        for change in ((), ("train.lora.r=16",))
+    )
+    assert full.place == lora.place == "finetune" and full.memory == lora.memory == "GPU"
+    assert "LoRA r 16 (" in lora.settings and "LoRA" not in full.settings
+    # The frozen 11B base in bf16 over 32 GPUs replaces its optimizer states.
+    assert lora.estimate.part("frozen weights") == pytest.approx(2 * 11_135_332_352 / 32)
+    assert lora.estimate.part("states") < full.estimate.part("states") / 50
+
+
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("facebook/opt-125m", 125_239_296),
+        ("facebook/opt-1.3b", 1_315_758_080),
+        ("meta-llama/Llama-2-7b-hf", 6_738_415_616),
+    ],
+)
+def test_the_causal_lms_have_their_published_sizes(name, published):
+    settings = dict(KNOWN_MODELS[name])
+    config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    assert shape_of(config, name=name, kind="causal_lm").parameters == published
+
+
+def instruction_tuning(tmp_path: Path, model: str, *overrides: str) -> PipelineConfig:
+    """A config that instruction-tunes `model` on one A100 40GB (ZeRO-3, bf16)."""
+    config = {
+        "task": "instruction_tuning",
+        "data": {
+            "dataset": "Dahoas/rm-static",
+            "columns": {"prompt": "prompt", "response": "chosen"},
+            "max_length": 512,
+        },
+        "model": {"source": model},
+        "train": {"per_device_batch_size": 4, "precision": "bf16", "zero_stage": 3},
+        "cluster": {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100"},
+    }
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps(config))
+    return config_of(path, *overrides)
+
+
+def test_a_causal_lm_trains_as_one_decoder_stack_at_data_max_length(tmp_path):
+    config = instruction_tuning(tmp_path, "facebook/opt-125m")
+    finetune = check_fit(config, target="vertex").rows[0]
+    assert finetune.place == "finetune" and finetune.memory == "GPU"
+    assert finetune.settings.startswith("bf16, micro-batch 4 × 512 tokens, ZeRO-3, ")
+
+
+def test_llama_2_7b_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole(tmp_path):
+    lora = "train.lora.r=16"
+    for change, fits in (((), False), ((lora,), True)):
+        config = instruction_tuning(
+            tmp_path, "meta-llama/Llama-2-7b-hf", "train.gradient_checkpointing=true", *change
+        )
+        (gpu, _) = [
+            row for row in check_fit(config, target="vertex").rows if row.place == "finetune"
+        ]
+        assert (gpu.problem is None) == fits, gpu.problem
+    # Whole: 6.7B parameters x 18 B of DeepSpeed's states on one GPU; with LoRA: the frozen
+    # bf16 base (12.6 GiB) and 40M adapters' states.
+    assert gpu.estimate.part("frozen weights") == 2 * 6_738_415_616

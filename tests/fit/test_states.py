@@ -1,5 +1,9 @@
-"""Model states per training process: DeepSpeed's own estimate, and what it leaves out."""
+"""Model states per training process: DeepSpeed's own estimate, and what it leaves out;
+under LoRA, for the adapters, beside the frozen base."""
 
+from dataclasses import replace
+
+from llm_pipeline.fit.adapters import Adapters
 from llm_pipeline.fit.states import ZeroPlan, model_states
 
 from .t5_small import T5_SMALL
@@ -52,4 +56,52 @@ def test_without_deepspeed_the_trainer_keeps_fp32_states_and_ddp_buckets():
         "gradients": 4 * trained,
         "optimizer": 8 * trained,
         "DDP buckets": 4 * trained,
+    }
+
+
+# LoRA on T5-small's shape: 1.2M adapter parameters, the largest adapter matrix 16 x 2048.
+ADAPTERS = Adapters(
+    parameters=1_179_648,
+    largest=32_768,
+    rank=16,
+    dropout=True,
+    inputs=(("encoder", 0), ("decoder", 0)),
+    linears=(("encoder", 0), ("decoder", 0)),
+)
+LORA_T5 = replace(T5_SMALL, adapters=ADAPTERS)
+A = ADAPTERS.parameters
+
+
+def test_zero3_lora_gives_deepspeed_the_adapters_and_partitions_the_frozen_base():
+    states = model_states(
+        LORA_T5, dtype="bf16", zero=ZeroPlan(stage=3), processes_per_node=16, nodes=2
+    )
+    # DeepSpeed's estimate for what trains (the largest adapter's 16-bit weight and gradient,
+    # 18 B per adapter parameter over 32 ranks); the frozen bf16 base partitioned over the
+    # 32 ranks; every parameter gathered in bf16 (fewer than stage3_max_live_parameters).
+    assert parts(states) == {
+        "states": 4 * 32_768 + int(18 * A / 32),
+        "frozen weights": 2 * P / 32,
+        "gathered": 2 * (P + A),
+    }
+    # Host: loading under zero.Init still holds the base's largest layer per GPU.
+    assert states.host_per_node == int(LARGEST * 4 * 16 * 1.5)
+
+
+def test_zero2_lora_keeps_the_frozen_base_whole_on_every_rank():
+    states = model_states(
+        LORA_T5, dtype="bf16", zero=ZeroPlan(stage=2), processes_per_node=4, nodes=1
+    )
+    assert parts(states) == {"states": 2 * A + int(18 * A / 4), "frozen weights": 2 * P}
+    assert states.host_per_node == int(P * 4 * 4 * 1.5)  # each process loads the base first
+
+
+def test_without_deepspeed_lora_trains_and_autocasts_only_the_adapters():
+    plain = parts(model_states(LORA_T5, dtype="bf16", zero=None, processes_per_node=2, nodes=1))
+    assert plain == {
+        "weights": 4 * (P + A),
+        "gradients": 4 * A,
+        "optimizer": 8 * A,
+        "DDP buckets": 4 * A,
+        "autocast copy": 2 * A,
     }

@@ -14,6 +14,7 @@ from llm_pipeline.fit.places import Target
 from llm_pipeline.fit.rows import FitReport, Row
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.fit.training import precision_problems, training_rows
+from llm_pipeline.tasks import get_task
 
 #: The flag that runs a config the check refuses; every refusal names it.
 SKIP_FLAG = "--skip-fit-check"
@@ -23,7 +24,8 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
     report = FitReport()
     try:
-        shape = model_shape(config.model)
+        kind = get_task(config.task).model_kind
+        shape = model_shape(config.model, kind=kind, lora=config.train.lora)
     except ShapeUnavailable as exc:
         report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")
         return report

@@ -6,14 +6,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import (
-    CUDA_HOST_RUNTIME_GIB,
-    DTYPE_BYTES,
-    GIB,
-    Breakdown,
-    generation_memory,
-)
-from llm_pipeline.fit.places import Target, Where, evaluation_where, serving_where, source_tokens
+from llm_pipeline.fit.estimates import generation_memory
+from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, Breakdown
+from llm_pipeline.fit.places import Target, Where, evaluation_where, input_tokens, serving_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.serving import server_batch, serving_alternative
 from llm_pipeline.fit.shapes import ModelShape
@@ -79,10 +74,10 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
     evaluate = config.evaluate
     beams = evaluate.num_beams or shape.default_num_beams
     new_tokens = evaluate.max_new_tokens or shape.default_max_length
-    source = source_tokens(config)
+    source = input_tokens(config, shape.kind)
     settings = (
-        f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} source + "
-        f"{new_tokens} new tokens, {count(where.processes, 'process')}"
+        f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} "
+        f"{_input_word(shape)} + {new_tokens} new tokens, {count(where.processes, 'process')}"
     )
 
     def refusal(needs: Breakdown, most: int) -> str:
@@ -114,7 +109,8 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
     limits = server_batch(config)
     settings = (
         f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
-        f"{limits.beams} beams, {limits.source} source + {limits.new_tokens} new tokens"
+        f"{limits.beams} beams, {limits.source} {_input_word(shape)} + {limits.new_tokens} "
+        "new tokens"
     )
     deploy = config.deploy
 
@@ -154,3 +150,8 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
         settings=settings,
         refusal=refusal,
     )
+
+
+def _input_word(shape: ModelShape) -> str:
+    """What a model generates from: a seq2seq model's source, a causal LM's prompt."""
+    return "prompt" if shape.kind == "causal_lm" else "source"

@@ -45,9 +45,74 @@ T5_V1_1_XXL: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 
+_OPT_COMMON: dict[str, Any] = {
+    "model_type": "opt",
+    "architectures": ["OPTForCausalLM"],
+    "vocab_size": 50272,
+    "max_position_embeddings": 2048,
+    "do_layer_norm_before": True,
+    "activation_function": "relu",
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "layerdrop": 0.0,
+    "init_std": 0.02,
+    "bos_token_id": 2,
+    "eos_token_id": 2,
+    "pad_token_id": 1,
+    "prefix": "</s>",
+}
+
+#: https://huggingface.co/facebook/opt-125m/blob/main/config.json (125,239,296 parameters)
+OPT_125M: dict[str, Any] = {
+    **_OPT_COMMON,
+    "hidden_size": 768,
+    "ffn_dim": 3072,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "word_embed_proj_dim": 768,
+}
+
+#: https://huggingface.co/facebook/opt-1.3b/blob/main/config.json (1,315,758,080 parameters)
+OPT_1_3B: dict[str, Any] = {
+    **_OPT_COMMON,
+    "hidden_size": 2048,
+    "ffn_dim": 8192,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 24,
+    "word_embed_proj_dim": 2048,
+}
+
+#: https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json (6,738,415,616
+#: parameters, as Meta's model card gives them)
+LLAMA_2_7B: dict[str, Any] = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "num_hidden_layers": 32,
+    "max_position_embeddings": 4096,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "pretraining_tp": 1,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.02,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
 #: Hub id (as a config may write it) → its config.json values.
 KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "google-t5/t5-small": T5_SMALL,
     "t5-small": T5_SMALL,
     "google/t5-v1_1-xxl": T5_V1_1_XXL,
+    "facebook/opt-125m": OPT_125M,
+    "facebook/opt-1.3b": OPT_1_3B,
+    "meta-llama/Llama-2-7b-hf": LLAMA_2_7B,
 }

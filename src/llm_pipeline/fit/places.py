@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import DeviceKind
 from llm_pipeline.fit.machines import (
     MACHINE_TYPES,
     PIPELINE_STEP_MACHINE,
@@ -20,11 +19,13 @@ from llm_pipeline.fit.machines import (
     this_machine,
     vertex_place,
 )
+from llm_pipeline.fit.memory import DeviceKind, Lengths
+from llm_pipeline.fit.shapes import ModelKind
 
 Target = Literal["local", "vertex"]
 
-#: Longest source read when data.max_source_length is unset (the tokenizer's limit, at
-#: most this: data/preprocess and the server cap it alike).
+#: Longest source (or causal LM sequence) read when data.max_source_length (max_length) is
+#: unset (the tokenizer's limit, at most this: data/preprocess and the server cap it alike).
 DEFAULT_SOURCE_CAP = 1024
 
 
@@ -106,3 +107,24 @@ def source_tokens(config: PipelineConfig) -> int:
 def target_tokens(config: PipelineConfig) -> int:
     """Tokens per summary in training: data.max_target_length, else its computed cap."""
     return config.data.max_target_length or config.data.max_target_length_cap
+
+
+def sequence_tokens(config: PipelineConfig) -> int:
+    """Tokens per causal LM sequence (prompt and response together, or one packed row):
+    data.max_length, else the cap a tokenizer may reach."""
+    return config.data.max_length or DEFAULT_SOURCE_CAP
+
+
+def training_lengths(config: PipelineConfig, kind: ModelKind) -> Lengths:
+    """One training micro-batch at its longest: a seq2seq model's source and target, a
+    causal LM's whole sequence."""
+    batch = config.train.per_device_batch_size
+    if kind == "causal_lm":
+        return Lengths(batch, sequence_tokens(config), 0)
+    return Lengths(batch, source_tokens(config), target_tokens(config))
+
+
+def input_tokens(config: PipelineConfig, kind: ModelKind) -> int:
+    """Tokens a model reads before it generates in evaluation: a document, or a prompt
+    (at most a whole sequence: preprocess keeps prompts within data.max_length)."""
+    return sequence_tokens(config) if kind == "causal_lm" else source_tokens(config)

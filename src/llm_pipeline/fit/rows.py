@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llm_pipeline.fit.estimates import GIB, Breakdown
+from llm_pipeline.fit.memory import GIB, Breakdown
 from llm_pipeline.fit.places import Where
 
 

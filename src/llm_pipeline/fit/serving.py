@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, generation_memory
+from llm_pipeline.fit.estimates import generation_memory
 from llm_pipeline.fit.machines import vertex_place
+from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB
 from llm_pipeline.fit.places import auto_dtype
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, env_name, load_settings, serving_env

@@ -4,6 +4,10 @@ No weights are read. The config comes from where `model` says (hub id, local fol
 `gs://`/`s3://` folder, `package:`, an architecture dict, or two encoders to warm-start),
 and the parameters are counted on a model built on PyTorch's meta device, so every
 architecture transformers knows is counted exactly as it will load (tied weights once).
+It is built as the task's kind (`tasks.get_task(config.task).model_kind`): a seq2seq model
+has an encoder and a decoder stack; a causal LM is one decoder stack, whose layer layout
+(gated feed-forward or not, LayerNorm or RMS norm) is read from its first layer. Under LoRA
+the shape also carries the adapters PEFT would add (`adapters.py`).
 
 The hub is asked only when it can be reached (a 3-second connection probe: offline, a
 failed request costs half a minute of retries). Otherwise the Hugging Face cache is used,
@@ -15,18 +19,23 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
-from llm_pipeline.config import ModelConfig
+from llm_pipeline.config import LoraSettings, ModelConfig
+from llm_pipeline.fit.adapters import Adapters, count_adapters
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.storage import is_remote, local_copy
 
 if TYPE_CHECKING:
+    from torch import nn
     from transformers import PretrainedConfig
+
+#: What a task trains (`Task.model_kind`): an encoder-decoder, or a decoder-only causal LM.
+ModelKind = Literal["seq2seq", "causal_lm"]
 
 #: How long the hub probe waits for a connection.
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -45,8 +54,18 @@ class Stack:
     inner: int  # attention width: heads x head dim (T5's d_kv may make it differ from d_model)
     heads: int
     ffn: int  # feed-forward width
-    gated: bool  # gated feed-forward (T5 v1.1's gated-gelu: two input projections)
+    gated: bool  # gated feed-forward (T5 v1.1's gated-gelu, Llama's SiLU: two input projections)
     dropout: bool  # dropout on (masks are kept for backward)
+    # Read for causal LMs' layers only (decoder_only.py):
+    kv_inner: int | None = None  # keys' and values' width (grouped-query attention); None: inner
+    layer_norm: bool = False  # LayerNorm (OPT, GPT-2) rather than an fp32 RMS norm (Llama)
+    relu: bool = True  # the activation keeps its output (ReLU), not its input (SiLU, GELU)
+    attention_dropout: bool = False
+
+    @property
+    def kv_width(self) -> int:
+        """Keys' (and values') width per token: what the generation cache holds per layer."""
+        return self.kv_inner or self.inner
 
 
 @dataclass(frozen=True)
@@ -63,33 +82,53 @@ class ModelShape:
     default_max_length: int  # the model's generation config, for unset evaluate fields
     default_num_beams: int
     source_note: str | None = None  # e.g. "offline: google/t5-v1_1-xxl's published config"
+    kind: ModelKind = "seq2seq"  # a causal LM's one stack is `decoder` (`encoder` has 0 layers)
+    adapters: Adapters | None = None  # LoRA's (train.lora); None: every weight trains
 
 
-def model_shape(model: ModelConfig) -> ModelShape:
-    """The shape of the model `model` describes. Raises ShapeUnavailable."""
+def model_shape(
+    model: ModelConfig, *, kind: ModelKind = "seq2seq", lora: LoraSettings | None = None
+) -> ModelShape:
+    """The shape of the model `model` describes, built as `kind`, with `lora`'s adapters.
+
+    Raises ShapeUnavailable."""
     config, name, note = _config(model)
-    return shape_of(config, name=name, note=note)
+    return shape_of(config, name=name, note=note, kind=kind, lora=lora)
 
 
-def shape_of(config: PretrainedConfig, *, name: str, note: str | None = None) -> ModelShape:
+def shape_of(
+    config: PretrainedConfig,
+    *,
+    name: str,
+    note: str | None = None,
+    kind: ModelKind = "seq2seq",
+    lora: LoraSettings | None = None,
+) -> ModelShape:
     """The shape of a transformers config (built on the meta device to count parameters)."""
     from transformers import GenerationConfig
 
-    encoder_config = getattr(config, "encoder", config)
-    decoder_config = getattr(config, "decoder", config)
-    total, largest, encoder = _count_parameters(config)
+    model = _meta_model(config, kind)
+    total, largest, encoder_parameters = _count_parameters(model, config)
     generation = GenerationConfig.from_model_config(config)
+    if kind == "causal_lm":
+        decoder = _causal_stack(config, model)
+        encoder = replace(decoder, layers=0)
+    else:
+        encoder = _stack(getattr(config, "encoder", config), decoder=False)
+        decoder = _stack(getattr(config, "decoder", config), decoder=True)
     return ModelShape(
         name=name,
         parameters=total,
         largest_layer_parameters=largest,
-        encoder_parameters=encoder,
-        encoder=_stack(encoder_config, decoder=False),
-        decoder=_stack(decoder_config, decoder=True),
-        vocab=int(decoder_config.vocab_size),
+        encoder_parameters=encoder_parameters,
+        encoder=encoder,
+        decoder=decoder,
+        vocab=int(getattr(config, "decoder", config).vocab_size),
         default_max_length=int(generation.max_length or 20),
         default_num_beams=int(generation.num_beams or 1),
         source_note=note,
+        kind=kind,
+        adapters=count_adapters(model, lora) if lora is not None else None,
     )
 
 
@@ -122,35 +161,96 @@ def _stack(config: Any, *, decoder: bool) -> Stack:
     )
 
 
-def _count_parameters(config: PretrainedConfig) -> tuple[int, int, int]:
-    """(all parameters, the largest module's own, the encoder's), counted as DeepSpeed's
-    `model_to_params` counts them, on a model that holds no memory."""
+def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
+    """The model as the finetune step builds it, on PyTorch's meta device (no memory)."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, EncoderDecoderModel
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, EncoderDecoderModel
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "some weights are newly initialised" and the like
     try:
         with torch.device("meta"):
-            if config.model_type == "encoder-decoder":
-                model: Any = EncoderDecoderModel(config=config)
+            if kind == "causal_lm":
+                model: Any = AutoModelForCausalLM.from_config(config)
+            elif config.model_type == "encoder-decoder":
+                model = EncoderDecoderModel(config=config)
             else:
                 model = AutoModelForSeq2SeqLM.from_config(config)
     except (ValueError, KeyError, TypeError) as exc:
-        raise ShapeUnavailable(
-            f"not a seq2seq model transformers can build ({_first_line(exc)})"
-        ) from exc
+        what = "causal LM" if kind == "causal_lm" else "seq2seq model"
+        raise ShapeUnavailable(f"not a {what} transformers can build ({_first_line(exc)})") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
+    return model
+
+
+def _count_parameters(model: nn.Module, config: PretrainedConfig) -> tuple[int, int, int]:
+    """(all parameters, the largest module's own, an encoder's), counted as DeepSpeed's
+    `model_to_params` counts them."""
     total = sum({id(p): p.numel() for p in model.parameters()}.values())
     if getattr(config, "scale_decoder_outputs", True) is False:
         # T5 v1.1 (t5-v1_1-*, flan-t5): transformers 5 builds T5 with its LM head tied to the
         # embedding, but a v1.1 checkpoint holds a head of its own, which loading keeps apart.
         total += int(config.vocab_size) * int(config.d_model)
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    encoder = sum({id(p): p.numel() for p in model.get_encoder().parameters()}.values())
+    encoder = 0
+    if getattr(config, "is_encoder_decoder", False):
+        encoder_model: Any = model.get_encoder()  # type: ignore[operator]
+        encoder = sum({id(p): p.numel() for p in encoder_model.parameters()}.values())
     return int(total), int(largest), int(encoder)
+
+
+def _causal_stack(config: Any, model: nn.Module) -> Stack:
+    """A decoder-only stack: widths from the config, the layer layout from its first layer."""
+    from torch import nn
+    from transformers.pytorch_utils import Conv1D
+
+    hidden = int(_first(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(_first(config, "num_attention_heads", "n_head", "num_heads"))
+    layers = int(_first(config, "num_hidden_layers", "n_layer", "num_layers"))
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    ffn = _optional(config, "intermediate_size", "ffn_dim", "n_inner") or 4 * hidden  # GPT-2
+    first = next(
+        (m[0] for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == layers),
+        None,
+    )
+    if first is None:
+        raise ShapeUnavailable(f"{type(model).__name__}: its {layers} decoder layers not found")
+    linears = [m for m in first.modules() if isinstance(m, nn.Linear | Conv1D)]
+    into_ffn = sum(1 for m in linears if _linear_sizes(m) == (hidden, int(ffn)))
+    activation = str(_optional(config, "hidden_act", "activation_function") or "")
+    return Stack(
+        layers=layers,
+        hidden=hidden,
+        inner=heads * head_dim,
+        heads=heads,
+        ffn=int(ffn),
+        gated=into_ffn >= 2,
+        dropout=float(_optional(config, "dropout", "resid_pdrop", "hidden_dropout") or 0) > 0,
+        kv_inner=kv_heads * head_dim,
+        layer_norm=any(isinstance(m, nn.LayerNorm) for m in first.modules()),
+        relu=activation == "relu",
+        attention_dropout=float(
+            _optional(config, "attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+            or 0
+        )
+        > 0,
+    )
+
+
+def _linear_sizes(module: Any) -> tuple[int, int]:
+    """(in, out) of an nn.Linear or of GPT-2's Conv1D (whose weight is in x out)."""
+    if hasattr(module, "in_features"):
+        return int(module.in_features), int(module.out_features)
+    size_in, size_out = module.weight.shape
+    return int(size_in), int(size_out)
+
+
+def _optional(config: Any, *names: str) -> Any:
+    """The first of `names` the config sets, else None."""
+    return next((v for n in names if (v := getattr(config, n, None)) is not None), None)
 
 
 def _config(model: ModelConfig) -> tuple[PretrainedConfig, str, str | None]:
@@ -257,4 +357,12 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-__all__ = ["ModelShape", "ShapeUnavailable", "Stack", "hub_reachable", "model_shape", "shape_of"]
+__all__ = [
+    "ModelKind",
+    "ModelShape",
+    "ShapeUnavailable",
+    "Stack",
+    "hub_reachable",
+    "model_shape",
+    "shape_of",
+]

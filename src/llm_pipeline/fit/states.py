@@ -13,7 +13,15 @@ stage). Three things they leave out are added, each under its own name:
 
 Without DeepSpeed the Trainer keeps fp32 weights, gradients and AdamW's two moments for
 what trains, DDP's gradient buckets when there are several processes, and under bf16/fp16
-autocast a 16-bit copy of the weights.
+autocast a 16-bit copy of the weights that train (autocast caches the casts of leaf tensors
+that require grad, `autocast_mode.cpp`; a frozen weight is cast again at each use).
+
+Under LoRA only the adapters train (`shape.adapters`, what PEFT makes): DeepSpeed's
+estimators are given their count (its optimizer partitions only parameters that require
+grad, `stage3.py` and `stage_1_and_2.py`), and the frozen base weights come beside them as
+"frozen weights": in the training dtype (DeepSpeed casts the whole module), partitioned
+over the ranks under ZeRO-3 (zero.Init partitions every parameter) and whole on each rank
+under ZeRO-1/2; without DeepSpeed, fp32 as loaded.
 """
 
 from __future__ import annotations
@@ -23,14 +31,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from llm_pipeline.fit.estimates import (
-    DTYPE_BYTES,
-    Breakdown,
-    DeviceKind,
-    Lengths,
-    activation_bytes,
-    runtime_bytes,
-)
+from llm_pipeline.fit.estimates import activation_bytes
+from llm_pipeline.fit.memory import DTYPE_BYTES, Breakdown, DeviceKind, Lengths, runtime_bytes
 from llm_pipeline.fit.shapes import ModelShape
 
 #: DeepSpeed's own safety margin on host memory (its estimators' default).
@@ -77,13 +79,20 @@ def model_states(
     if on_cpu:
         zero = ZeroPlan(zero.stage, max_live_parameters=zero.max_live_parameters)
     p, ranks = shape.parameters, processes_per_node * nodes
-    wide = DTYPE_BYTES[dtype] == 4  # fp32: DeepSpeed's 16-bit terms take 4 bytes
+    s = DTYPE_BYTES[dtype]
+    wide = s == 4  # fp32: DeepSpeed's 16-bit terms take 4 bytes
     optimizer_off = zero.offload_optimizer != "none"
+    adapters = shape.adapters
+    trained = adapters.parameters if adapters else p  # the base's when every weight trains
+    frozen = p if adapters else 0
+    # Loading: with zero.Init each process holds its largest layer whole while it is made.
+    loading = shape.largest_layer_parameters * 4 * processes_per_node * ADDITIONAL_BUFFER_FACTOR
+    parts: list[tuple[str, float]]
     if zero.stage == 3:
         params_off = zero.offload_param != "none"
         host, device, largest = _zero3(
-            total_params=p,
-            largest_layer_params=shape.largest_layer_parameters,
+            total_params=trained,
+            largest_layer_params=adapters.largest if adapters else shape.largest_layer_parameters,
             num_gpus_per_node=processes_per_node,
             num_nodes=nodes,
             cpu_offload=optimizer_off,
@@ -91,23 +100,29 @@ def model_states(
             zero_init=True,
             additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
         )
-        sixteen_bit = largest + (0 if params_off else 2 * p / ranks)
-        live = min(p, zero.max_live_parameters) * DTYPE_BYTES[dtype]
+        sixteen_bit = largest + (0 if params_off else 2 * trained / ranks)
+        live = min(p + trained if adapters else p, zero.max_live_parameters) * s
         parts = [("states", float(device)), ("fp32 copies", sixteen_bit if wide else 0.0)]
+        if adapters:
+            parts.append(("frozen weights", 0.0 if params_off else s * frozen / ranks))
+            host = int(max(host, loading) + (s * frozen / nodes if params_off else 0))
         parts.append(("gathered", float(live)))
     else:
         host, device = _zero2(
-            total_params=p,
+            total_params=trained,
             num_gpus_per_node=processes_per_node,
             num_nodes=nodes,
             cpu_offload=optimizer_off,
             additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
         )
-        sixteen_bit = 2 * p + (0 if optimizer_off else 2 * p / ranks)
+        sixteen_bit = 2 * trained + (0 if optimizer_off else 2 * trained / ranks)
         parts = [("states", float(device)), ("fp32 copies", sixteen_bit if wide else 0.0)]
+        if adapters:
+            parts.append(("frozen weights", float(s * frozen)))
+            # Without zero.Init every process loads the whole model on the host first.
+            host = int(max(host, p * 4 * processes_per_node * ADDITIONAL_BUFFER_FACTOR))
         if zero.stage == 1:
-            grad_bytes = 4 if wide else 2
-            parts.append(("gradients", grad_bytes * p * (ranks - 1) / ranks))
+            parts.append(("gradients", s * trained * (ranks - 1) / ranks))
     return States(Breakdown(tuple(parts)), float(host))
 
 
@@ -116,12 +131,16 @@ def _plain(shape: ModelShape, *, dtype: str, processes: int, nodes: int, freeze:
     processes, DDP's gradient buckets (a second copy of the gradients, which the Trainer does
     not make views of the buckets)."""
     p = shape.parameters
-    trained = p - (shape.encoder_parameters if freeze else 0)
+    if shape.adapters is not None:
+        trained = shape.adapters.parameters
+        p += trained  # the adapters are weights too, fp32 like the layers they adapt
+    else:
+        trained = p - (shape.encoder_parameters if freeze else 0)
     parts = [("weights", 4.0 * p), ("gradients", 4.0 * trained), ("optimizer", 8.0 * trained)]
     if processes * nodes > 1:
         parts.append(("DDP buckets", 4.0 * trained))
     if DTYPE_BYTES[dtype] == 2:
-        parts.append(("autocast copy", 2.0 * p))
+        parts.append(("autocast copy", 2.0 * trained))
     # Each process loads the fp32 model on the host before moving it to its GPU.
     return States(Breakdown(tuple(parts)), float(4 * p * processes))
 

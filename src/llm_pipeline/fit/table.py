@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_pipeline.fit.estimates import GIB
+from llm_pipeline.fit.memory import GIB
 from llm_pipeline.fit.rows import FitReport
 
 HEADER = ("place", "machine", "memory", "estimate", "headroom")

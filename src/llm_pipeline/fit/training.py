@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
-from llm_pipeline.fit.places import Target, Where, source_tokens, target_tokens, training_where
+from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
+from llm_pipeline.fit.places import Target, Where, training_lengths, training_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.fit.states import ZeroPlan, training_memory
@@ -123,7 +123,7 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
     where = training_where(config, target)
     train = config.train
     zero, zero_note = zero_plan(config)
-    lengths = Lengths(train.per_device_batch_size, source_tokens(config), target_tokens(config))
+    lengths = training_lengths(config, shape.kind)
 
     def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:
         settings = {
@@ -146,8 +146,8 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
 
     per_process, deepspeed_host = estimate(lengths)
     settings = (
-        f"{where.dtype}, micro-batch {lengths.batch} × ({lengths.source} + {lengths.target}) "
-        f"tokens, {'gradient checkpointing, ' if train.gradient_checkpointing else ''}"
+        f"{where.dtype}, micro-batch {lengths.batch} × {_tokens_words(shape, lengths)} tokens, "
+        f"{_lora_words(shape)}{'gradient checkpointing, ' if train.gradient_checkpointing else ''}"
         f"{_zero_words(zero)}, {count(where.processes, 'process')} per node × "
         f"{count(where.nodes, 'node')}" + (f"; {zero_note}" if zero_note else "")
     )
@@ -207,6 +207,28 @@ def precision_problems(config: PipelineConfig, target: Target) -> list[str]:
     if precision == "fp16" and accelerator is None:
         return ["train.precision fp16 needs a GPU: use fp32 or bf16 on the CPU"]
     return []
+
+
+def _tokens_words(shape: ModelShape, lengths: Lengths) -> str:
+    """`(512 + 128)` source and target tokens, or a causal LM's `512`."""
+    if shape.kind == "causal_lm":
+        return str(lengths.source)
+    return f"({lengths.source} + {lengths.target})"
+
+
+def _lora_words(shape: ModelShape) -> str:
+    """`LoRA r 16 (40.0M of 6.78B parameters train), ` or nothing."""
+    adapters = shape.adapters
+    if adapters is None:
+        return ""
+    return (
+        f"LoRA r {adapters.rank} ({_millions(adapters.parameters)} of "
+        f"{_millions(shape.parameters + adapters.parameters)} parameters train), "
+    )
+
+
+def _millions(number: int) -> str:
+    return f"{number / 1e9:.2f}B" if number >= 1e9 else f"{number / 1e6:.1f}M"
 
 
 def _nodes_label(where: Where) -> str:

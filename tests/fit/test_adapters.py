@@ -1,0 +1,59 @@
+"""LoRA's adapters counted from the architecture alone, as PEFT makes them."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+from llm_pipeline.config import LoraSettings
+from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.fit.shapes import shape_of
+
+from ..offline_models import TINY_T5
+from .tiny_causal import TINY_LLAMA, TINY_OPT, config_of
+
+
+def test_all_linear_on_a_llama_shape_by_hand():
+    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind="causal_lm", lora=LoraSettings(r=8))
+    assert shape.adapters is not None
+    # Per layer r·(in + out): q, k, v, o 64 -> 64; gate, up 64 -> 160; down 160 -> 64. The
+    # LM head (64 -> 500) is the output layer, which "all-linear" leaves out.
+    per_layer = 4 * 8 * (64 + 64) + 2 * 8 * (64 + 160) + 8 * (160 + 64)
+    assert shape.adapters.parameters == 2 * per_layer == 18_944
+    assert shape.adapters.largest == 8 * 160
+    assert shape.adapters.per_layer("decoder", 2) == (6 * 64 + 160, 7)
+    assert shape.parameters == sum(
+        p.numel() for p in AutoModelForCausalLM.from_config(config_of(TINY_LLAMA)).parameters()
+    )  # the base model's: the adapters come on top
+
+
+@pytest.mark.parametrize(
+    ("architecture", "kind", "targets"),
+    [
+        (TINY_LLAMA, "causal_lm", "all-linear"),
+        (TINY_OPT, "causal_lm", "all-linear"),
+        (TINY_OPT, "causal_lm", ["q_proj", "v_proj"]),
+        (TINY_T5, "seq2seq", "all-linear"),
+        (TINY_T5, "seq2seq", ["q", "v"]),
+    ],
+    ids=["llama", "opt", "opt-qv", "t5", "t5-qv"],
+)
+def test_the_count_is_what_peft_trains(architecture, kind, targets):
+    config = config_of(architecture)
+    settings = LoraSettings(r=4, target_modules=targets)
+    shape = shape_of(config, name="tiny", kind=kind, lora=settings)
+    auto = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForSeq2SeqLM
+    with torch.device("meta"):
+        model = get_peft_model(auto.from_config(config), LoraConfig(r=4, target_modules=targets))
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert shape.adapters is not None and shape.adapters.parameters == trained
+
+
+def test_llama_2_7b_with_rank_16_on_every_linear_layer():
+    settings = dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])
+    shape = shape_of(
+        config_of(settings), name="llama-2-7b", kind="causal_lm", lora=LoraSettings(r=16)
+    )
+    # 32 layers x (q, k, v, o: 16 x (4096 + 4096); gate, up, down: 16 x (4096 + 11008)).
+    assert shape.adapters is not None
+    assert shape.adapters.parameters == 32 * (4 * 16 * 8192 + 3 * 16 * 15104) == 39_976_960
