@@ -275,6 +275,13 @@ def _config(model: ModelConfig) -> tuple[PretrainedConfig, str, str | None]:
         config.tie_encoder_decoder = pair.tie_encoder_decoder
         name = pair.encoder if pair.encoder == pair.decoder else f"{pair.encoder} + {pair.decoder}"
         return config, name, note_e or note_d
+    if model.warm_start_decoder is not None:
+        # An encoder checkpoint built as a causal decoder (models/decoder_only.py): the same
+        # weights, self-attention looking back only.
+        source = model.warm_start_decoder
+        config, note = _source_config(source, model, key="model.warm_start_decoder")
+        config.is_decoder = True
+        return config, source, note
     assert model.source is not None  # ModelConfig guarantees exactly one source
     config, note = _source_config(model.source, model, key="model.source")
     return config, model.source, note
