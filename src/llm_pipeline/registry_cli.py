@@ -15,10 +15,12 @@ from pathlib import Path
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 from llm_pipeline.errors import UserError
 from llm_pipeline.registry import ModelVersion, Registry, open_registry
+from llm_pipeline.tasks import TASKS
 
 COMMANDS = ("registry", "rollback", "serve")
-#: Metrics shown per version in `registry`; every metric is kept in the registry.
-LISTED_METRICS = ("rougeLsum", "rouge1", "rouge2", "rougeL")
+#: Metrics shown per version in `registry`: every task's, its gate default first (a version
+#: holds its own task's); every metric is kept in the registry.
+LISTED_METRICS = tuple(dict.fromkeys(name for task in TASKS.values() for name in task.metric_names))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ def deploy(
     """Register a new version, check it serves, then move traffic and retire the old one.
 
     Locally the real prediction server starts on a free loopback port with the new version;
-    its health route must answer and it must summarize evaluation documents before the
+    its health route must answer and it must answer evaluation inputs before the
     endpoint points at it. On Vertex the version is uploaded under the parent model and
     deployed to the endpoint with a traffic split, probed with a prediction, and the old
     version is undeployed only once it has no traffic. A failed check leaves traffic where
@@ -39,7 +39,7 @@ def deploy(
             and `max_source_length`, so it reads documents as training did.
         evaluate: The config's `evaluate` section as JSON: its generation settings
             (`max_new_tokens`, `num_beams`, ...) become the server's defaults, so the
-            endpoint summarizes as the evaluated model did.
+            endpoint answers as the evaluated model did.
         run: The pipeline run's name, recorded with the version.
         gate_served: `model@version` the gate compared with; if the endpoint serves
             something else now, another run deployed in between and this step stops.

@@ -10,7 +10,8 @@ def download(task: str, data: str, dataset: Output[Dataset], metrics: Output[Met
     """Download a dataset and normalise its splits and columns.
 
     Args:
-        task: Task name (`summarization`); decides which columns are needed.
+        task: The config's task name (`llm_pipeline.tasks`); decides which columns are
+            needed.
         data: The config's `data` section as JSON (`llm_pipeline.config.DataConfig`): `dataset` (hub
             id, local file or folder, `gs://` or `s3://` path), `subset`, `revision`,
             `columns` (task role → source column), split names, `validation_fraction`

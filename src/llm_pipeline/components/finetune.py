@@ -1,4 +1,4 @@
-"""KFP component: fine-tune a seq2seq model with DeepSpeed ZeRO on one or many nodes."""
+"""KFP component: fine-tune a model with DeepSpeed ZeRO on one or many nodes."""
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -16,7 +16,7 @@ def finetune(
     metrics: Output[Metrics],
     logs: Output[Artifact],
 ):
-    """Fine-tune with the Hugging Face Seq2SeqTrainer under DeepSpeed, resuming if it can.
+    """Fine-tune with the Hugging Face Trainer under DeepSpeed, resuming if it can.
 
     Locally the step starts `torchrun` with `cluster.processes` CPU processes (gloo). On
     Vertex AI the pipeline runs this component as a custom job with `cluster.node_count`
@@ -24,10 +24,11 @@ def finetune(
     node's processes; only the primary writes the outputs, the others exit 0.
 
     Args:
-        task: Task name (`summarization`).
+        task: The config's task name (`llm_pipeline.tasks`): the kind of model and how it
+            is trained.
         model: The config's `model` section as JSON (`llm_pipeline.config.ModelConfig`): a
-            checkpoint (`source`), an architecture config with a tokenizer, or two encoders
-            to warm-start an encoder-decoder.
+            checkpoint (`source`), an architecture config with a tokenizer, or encoder
+            weights to warm-start from.
         train: The config's `train` section as JSON (`TrainConfig`): epochs or max_steps,
             per-device batch size, learning rate and schedule, precision, ZeRO stage and
             offload (or your own DeepSpeed JSON), `lora` (LoRA adapters instead of every

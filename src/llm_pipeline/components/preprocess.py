@@ -1,4 +1,4 @@
-"""KFP component: tokenize a `Dataset` artifact for a seq2seq model."""
+"""KFP component: tokenize a `Dataset` artifact for the task's model."""
 
 from kfp.dsl import Dataset, Input, Metrics, Output
 
@@ -17,11 +17,11 @@ def preprocess(
     """Tokenize every split with the model's fast tokenizer, without padding.
 
     Args:
-        task: Task name (`summarization`).
-        data: The config's `data` section as JSON: `prefix` (put before each document),
-            `max_source_length` / `max_target_length` in tokens (null: the tokenizer's limit
-            capped at 1024 / the `target_length_percentile` of training summaries, capped at
-            `max_target_length_cap`), `num_proc` tokenization workers.
+        task: The config's task name (`llm_pipeline.tasks`): how a row becomes inputs and
+            labels.
+        data: The config's `data` section as JSON: the task's lengths and layout (for
+            example `max_source_length` / `max_target_length`, or `max_length`, `packing`
+            and `chat_template`), `num_proc` tokenization workers.
         model: The config's `model` section as JSON; the tokenizer loads from `model.tokenizer` or
             the model's checkpoint.
         dataset: Output of `download`.

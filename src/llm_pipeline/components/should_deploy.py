@@ -29,14 +29,14 @@ def should_deploy(
             deciding `metric`, `min_improvement` (in the metric's units), `floors` per
             metric, `override` (`auto`, `always`, `never`), `deploy_if_nothing_served`.
         vertex: The config's `vertex` section as JSON (project and region, for `vertex`).
-        metrics: Output of `evaluate` (rouge1, rouge2, rougeL, rougeLsum, ...).
+        metrics: Output of `evaluate` (the task's metrics, `Task.metric_names`).
 
     Outputs:
         Output: True to deploy (the pipeline's `dsl.If` runs `deploy` only then).
         decision: `deploy` (1/0), `new_<metric>`, `served_<metric>`, `improvement`.
         report: The decision and its reason as Markdown, with the numbers.
-        reason: One sentence that says why, e.g. `rougeLsum 31.2 vs 30.8 served by version
-            summarizer@3: +0.4 < min_improvement 0.5, not deploying`.
+        reason: One sentence that says why, e.g. `<metric> 31.2 vs 30.8 served by version
+            docstrings@3: +0.4 < min_improvement 0.5, not deploying`.
         served_version: `model@version` the endpoint served (empty: nothing).
     """
     from llm_pipeline.steps.should_deploy import run_should_deploy
