@@ -166,6 +166,7 @@ def run_train_job(
         train=config.train,
         cluster=config.cluster,
         env=env,
+        task=config.task,
     )
     if result.is_primary and local_model != model_dir:
         upload(local_model, model_dir, shared_files=True)

@@ -88,7 +88,7 @@ BAD_CONFIGS = [
     (
         "two model sources",
         with_change("model.architecture", {"model_type": "t5"}),
-        "model: set exactly one of source, architecture, encoder_decoder "
+        "model: set exactly one of source, architecture, encoder_decoder, warm_start_decoder "
         "(got source, architecture)",
     ),
     ("no model source", with_change("model.source", ...), "(got none)"),

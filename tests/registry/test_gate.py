@@ -122,9 +122,19 @@ def test_gate_decides_and_says_why(
     deploy: bool,
     reason: str,
 ) -> None:
-    decision = decide(metrics, now, DeployPolicyConfig(**policy))
+    decision = decide(metrics, now, rouge_policy(**policy))
     assert decision.deploy is deploy
     assert reason in decision.reason
+
+
+def rouge_policy(**settings: Any) -> DeployPolicyConfig:
+    """A policy on summarization's metric, as PipelineConfig fills it for that task."""
+    return DeployPolicyConfig(**{"metric": "rougeLsum", **settings})
+
+
+def test_a_policy_without_a_metric_is_refused_by_name() -> None:
+    with pytest.raises(GateError, match=r"deploy_policy\.metric is not set"):
+        decide({"rougeLsum": 30.0}, None, DeployPolicyConfig())
 
 
 def test_a_missing_metric_names_it_and_the_metrics_that_exist() -> None:
@@ -136,15 +146,15 @@ def test_a_missing_metric_names_it_and_the_metrics_that_exist() -> None:
 
 def test_a_served_version_without_the_metric_is_named() -> None:
     with pytest.raises(GateError, match="served version summarizer@3 has no metric 'rougeLsum'"):
-        decide({"rougeLsum": 30.0}, served(rouge1=40.0), DeployPolicyConfig())
+        decide({"rougeLsum": 30.0}, served(rouge1=40.0), rouge_policy())
 
 
 def test_a_floor_on_an_unknown_metric_is_named() -> None:
     with pytest.raises(GateError, match=r"floors.*'bleu'"):
-        decide({"rougeLsum": 30.0}, None, DeployPolicyConfig(floors={"bleu": 10.0}))
+        decide({"rougeLsum": 30.0}, None, rouge_policy(floors={"bleu": 10.0}))
 
 
 def test_improvement_is_reported_with_the_numbers() -> None:
-    decision = decide({"rougeLsum": 31.2}, served(rougeLsum=30.8), DeployPolicyConfig())
+    decision = decide({"rougeLsum": 31.2}, served(rougeLsum=30.8), rouge_policy())
     assert decision.served_value == 30.8 and decision.value == 31.2
     assert decision.improvement == pytest.approx(0.4)

@@ -30,7 +30,7 @@ def scored(metrics: Output[Metrics], model: Output[Model], dataset: Output[Datas
 
 def gated_pipeline(registry_dir: Path, override: str) -> object:
     deploy_section = DeployConfig(registry_dir=str(registry_dir)).model_dump_json()
-    policy = DeployPolicyConfig(override=override).model_dump_json()  # type: ignore[arg-type]
+    policy = DeployPolicyConfig(metric="rougeLsum", override=override).model_dump_json()  # type: ignore[arg-type]
     vertex = VertexConfig().model_dump_json()
 
     @dsl.pipeline(name="gate-says-no")

@@ -29,7 +29,7 @@ def run_gate(
     task = tmp_path / "should-deploy"
     decided = run_should_deploy(
         deploy=deploy.model_dump_json(),
-        policy=DeployPolicyConfig(**policy).model_dump_json(),  # type: ignore[arg-type]
+        policy=DeployPolicyConfig(**{"metric": "rougeLsum", **policy}).model_dump_json(),  # type: ignore[arg-type]
         vertex=VertexConfig().model_dump_json(),
         metrics=metrics,
         decision=Metrics(uri=str(task / "decision")),

@@ -21,7 +21,8 @@ import pytest
 from llm_pipeline.config import ModelConfig, TrainConfig
 
 from ..docstring_data import DocstringData
-from ..offline_models import MINILM, TINY_T5
+from ..instruction_data import write_instruction_dataset
+from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
 
 MAX_SOURCE, MAX_TARGET = 64, 24
 
@@ -94,6 +95,29 @@ def tokenized_docstrings_tiny(
     """16 training and 8 validation rows, for runs of a step or two."""
     folder = tmp_path_factory.mktemp("docstrings-tiny")
     return make_tokenized(folder, docstring_data, train_rows=16, validation_rows=8)
+
+
+@pytest.fixture(scope="session")
+def tokenized_instructions(
+    tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData
+) -> Path:
+    """64 training and 16 validation instruction rows (docstring prompt, summary response),
+    tokenized for a causal LM with MiniLM's tokenizer (tests/instruction_data.py)."""
+    from transformers import AutoTokenizer
+
+    from llm_pipeline.models.sources import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(MINILM))
+    data = docstring_data
+    splits = {"train": data.rows("train", 64), "validation": data.rows("validation", 16)}
+    folder = tmp_path_factory.mktemp("instructions")
+    return write_instruction_dataset(folder, splits, tokenizer)
+
+
+@pytest.fixture
+def tiny_llama_model() -> ModelConfig:
+    """A randomly initialised Llama (hidden 32, 2 layers) with MiniLM's tokenizer."""
+    return ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM)
 
 
 @pytest.fixture

@@ -128,3 +128,42 @@ def test_a_model_without_an_encoder_counts_every_weight_per_token() -> None:
     counted = flop_parameters(model)
     assert counted.per_target_token == 0
     assert counted.per_source_token == sum(p.numel() for p in model.parameters()) - position_table
+
+
+def test_a_llama_counts_its_layers_and_untied_head_per_token() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from llm_pipeline.train.counts import flop_parameters
+
+    h, i, layers, vocab = 32, 64, 2, 100
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=h,
+            intermediate_size=i,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    )
+    # Per layer: q, k, v, o (h×h each), gate, up, down (h×i each), two RMSNorm weights; then
+    # the final norm and the LM head, a matmul at every position. Token embeddings: lookups.
+    by_hand = layers * (4 * h * h + 3 * h * i + 2 * h) + h + vocab * h
+    counted = flop_parameters(model)
+    assert (counted.per_source_token, counted.per_target_token) == (by_hand, 0)
+
+
+def test_a_decoder_only_run_counts_its_targets_once() -> None:
+    counts = RunCounts(
+        samples=2,
+        source_tokens=100,  # prompt and response tokens read
+        target_tokens=30,  # the response tokens, among those 100
+        seconds=1.0,
+        parameters=10,
+        flop_parameters=FlopParameters(per_source_token=10, per_target_token=0),
+        world_size=1,
+        device_name=None,
+        decoder_only=True,
+    )
+    assert counts.tokens == 100
+    assert throughput(counts)["train_tflops_per_second"] == pytest.approx(6 * 10 * 100 / 1e12)

@@ -38,7 +38,11 @@ def registry_name_problem(name: str, target: str) -> str | None:
 class DeployPolicyConfig(Section):
     """The gate: compare the new model with the one the endpoint serves now."""
 
-    metric: str = Field(default="rougeLsum", description="Metric that decides.")
+    metric: str | None = Field(
+        default=None,
+        description="Metric that decides; `null`: the task's own (summarization `rougeLsum`, "
+        "instruction_tuning `rougeL`).",
+    )
     min_improvement: float = Field(
         default=0.0, description="Deploy only if the metric beats the served model by this much."
     )

@@ -4,10 +4,15 @@ from pydantic import Field
 
 from llm_pipeline.config.base import Section
 
+#: Settings only a model that continues a prompt (a causal LM) takes: a seq2seq model's
+#: search stays deterministic, as published summarization scores are.
+PROMPT_CONTINUATION_SETTINGS = ("do_sample", "temperature", "top_p", "stop")
+
 
 class EvaluateConfig(Section):
-    """Generation and ROUGE settings. Unset generation fields fall back to the model's
-    generation config."""
+    """Generation and scoring settings. Unset (null) fields take the task's default
+    (instruction_tuning: greedy, 128 new tokens, the un-fine-tuned model scored too), then
+    the model's generation config."""
 
     max_samples: int | None = Field(
         default=None, gt=0, description="Cap on evaluated examples; `null` scores the whole split."
@@ -22,7 +27,9 @@ class EvaluateConfig(Section):
         "`null` uses every GPU the machine sees (on Vertex, all of a training node's), or 1 "
         "on a CPU-only machine.",
     )
-    max_new_tokens: int | None = Field(default=None, gt=0, description="Longest summary in tokens.")
+    max_new_tokens: int | None = Field(
+        default=None, gt=0, description="Longest summary (or response) in tokens."
+    )
     min_new_tokens: int | None = Field(
         default=None, ge=0, description="Shortest summary in tokens."
     )
@@ -33,6 +40,22 @@ class EvaluateConfig(Section):
     no_repeat_ngram_size: int | None = Field(
         default=None, ge=0, description="Forbid repeating n-grams of this size."
     )
+    do_sample: bool | None = Field(
+        default=None,
+        description="Sample instead of searching (causal LMs only; scores then vary with "
+        "`seed`). Default: greedy.",
+    )
+    temperature: float | None = Field(
+        default=None, gt=0, description="Sampling temperature (with `do_sample`)."
+    )
+    top_p: float | None = Field(
+        default=None, gt=0, le=1, description="Nucleus sampling mass (with `do_sample`)."
+    )
+    stop: list[str] | None = Field(
+        default=None,
+        description="Strings that end a response (causal LMs only): generation stops at the "
+        "first and the response is cut before it.",
+    )
     use_stemmer: bool = Field(
         default=True, description="Porter-stem tokens before matching (as published scores do)."
     )
@@ -42,10 +65,11 @@ class EvaluateConfig(Section):
     lead_k: int = Field(
         default=3, ge=0, description="Also score the first k sentences as a baseline; 0 skips."
     )
-    score_base_model: bool = Field(
-        default=False,
+    score_base_model: bool | None = Field(
+        default=None,
         description="Also generate with the model as it was before fine-tuning (built from the "
         "trained model's recorded `model` settings) and score it as a baseline (`base_*`): "
-        "shows what training changed, at twice the generation time.",
+        "shows what training changed, at twice the generation time. Default: the task's "
+        "(summarization no, instruction_tuning yes).",
     )
-    seed: int = Field(default=42, description="Seed for the bootstrap.")
+    seed: int = Field(default=42, description="Seed for the bootstrap (and for sampling).")

@@ -31,7 +31,8 @@ class EncoderDecoderSource(Section):
 
 
 class ModelConfig(Section):
-    """The model to fine-tune. Exactly one of `source`, `architecture`, `encoder_decoder`."""
+    """The model to fine-tune. Exactly one of `source`, `architecture`, `encoder_decoder`,
+    `warm_start_decoder`."""
 
     source: str | None = Field(
         default=None,
@@ -46,9 +47,19 @@ class ModelConfig(Section):
     encoder_decoder: EncoderDecoderSource | None = Field(
         default=None, description="Warm-start a seq2seq model from two encoder checkpoints."
     )
+    warm_start_decoder: str | None = Field(
+        default=None,
+        description="Warm-start a causal LM (for `instruction_tuning`) from a BERT-style "
+        "encoder checkpoint (hub id, folder, `gs://`, `package:`): its weights load into the "
+        "architecture's causal-LM form (`BertLMHeadModel` for BERT and MiniLM) with "
+        "`is_decoder` set, so its self-attention only looks back, and an LM head tied to the "
+        "word embeddings. How the offline demo fine-tunes real pretrained weights; "
+        "`encoder_decoder`'s decoder is built the same way.",
+    )
     tokenizer: str | None = Field(
         default=None,
-        description="Tokenizer location; defaults to `source` (or the encoder).",
+        description="Tokenizer location; defaults to `source` (or the encoder, or "
+        "`warm_start_decoder`).",
     )
     revision: str | None = Field(default=None, description="Hub revision of `source` to pin.")
     trust_remote_code: bool = Field(
@@ -59,12 +70,12 @@ class ModelConfig(Section):
     def _exactly_one_source(self) -> "ModelConfig":
         given = [
             name
-            for name in ("source", "architecture", "encoder_decoder")
+            for name in ("source", "architecture", "encoder_decoder", "warm_start_decoder")
             if getattr(self, name) is not None
         ]
         if len(given) != 1:
             raise ValueError(
-                "set exactly one of source, architecture, encoder_decoder"
+                "set exactly one of source, architecture, encoder_decoder, warm_start_decoder"
                 + (f" (got {', '.join(given)})" if given else " (got none)")
             )
         if self.architecture is not None:
@@ -83,5 +94,7 @@ class ModelConfig(Section):
             return self.tokenizer
         if self.source is not None:
             return self.source
+        if self.warm_start_decoder is not None:
+            return self.warm_start_decoder
         assert self.encoder_decoder is not None  # guaranteed by _exactly_one_source
         return self.encoder_decoder.encoder

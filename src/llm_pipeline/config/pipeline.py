@@ -8,7 +8,7 @@ from llm_pipeline.config.base import Section
 from llm_pipeline.config.cluster import ClusterConfig
 from llm_pipeline.config.data import DataConfig
 from llm_pipeline.config.deploy import DeployConfig, DeployPolicyConfig
-from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.config.evaluate import PROMPT_CONTINUATION_SETTINGS, EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.config.train import TrainConfig
 from llm_pipeline.config.vertex import VertexConfig
@@ -83,6 +83,44 @@ class PipelineConfig(Section):
             f"data.columns must map exactly the roles of task {self.task!r} "
             f"({task.describe_role_sets()}): {detail}"
         )
+
+    @model_validator(mode="after")
+    def _model_fits_the_task(self) -> "PipelineConfig":
+        kind = TASKS[self.task].model_kind
+        if kind == "causal_lm" and self.model.encoder_decoder is not None:
+            raise ValueError(
+                f"model.encoder_decoder builds a seq2seq model, but task {self.task!r} trains a "
+                "causal LM: use model.source, model.architecture or model.warm_start_decoder"
+            )
+        if kind == "causal_lm" and self.train.freeze_encoder:
+            raise ValueError(
+                f"train.freeze_encoder: task {self.task!r} trains a causal LM, which has no "
+                "encoder to freeze"
+            )
+        if kind == "seq2seq" and self.model.warm_start_decoder is not None:
+            raise ValueError(
+                f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "
+                "seq2seq model: use model.encoder_decoder to warm-start one"
+            )
+        if kind == "seq2seq":
+            given = [
+                name
+                for name in PROMPT_CONTINUATION_SETTINGS
+                if name in self.evaluate.model_fields_set
+            ]
+            if given:
+                raise ValueError(
+                    f"evaluate.{given[0]}: applies to models that continue a prompt (causal LMs); "
+                    f"task {self.task!r} trains a seq2seq model, whose search is deterministic"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _gate_metric_from_the_task(self) -> "PipelineConfig":
+        # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
+        if self.deploy_policy.metric is None:
+            self.deploy_policy.metric = TASKS[self.task]().gate_metric
+        return self
 
     @model_validator(mode="after")
     def _frozen_encoder_is_not_the_decoder(self) -> "PipelineConfig":

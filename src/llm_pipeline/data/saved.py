@@ -12,6 +12,9 @@ from llm_pipeline.storage import check_output_complete, to_uri
 #: The columns of preprocess's output that a model consumes, and all that training reads;
 #: the rest is raw text for people and for evaluation.
 MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+#: What packed rows (`data.packing`) add for the model: positions restarting at 0 for each
+#: example in the row.
+PACKED_COLUMNS = ("position_ids",)
 
 
 def load_saved_dataset(

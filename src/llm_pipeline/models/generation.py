@@ -99,7 +99,8 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class Generated:
-    """Summaries in input order, with the tokens each took (end-of-sequence included)."""
+    """Generated texts (summaries, completions) in input order, with the tokens each took
+    (end-of-sequence included)."""
 
     texts: list[str]
     token_counts: list[int]

@@ -1,8 +1,10 @@
-"""Build the seq2seq network to fine-tune from a `ModelConfig`, in one of three ways.
+"""Build the network to fine-tune from a `ModelConfig`: a seq2seq model or a causal LM.
 
-A pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation from an
-architecture config plus a named tokenizer, or an encoder-decoder warm-started from two encoder
-checkpoints. Weights load from safetensors where a checkpoint has them; one that ships only
+The task's model kind (`tasks.ModelKind`) picks the `AutoModelFor...` class. The weights come
+from a pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation
+from an architecture config plus a named tokenizer, an encoder-decoder warm-started from two
+encoder checkpoints (seq2seq), or a causal decoder warm-started from one encoder checkpoint
+(causal LM). Weights load from safetensors where a checkpoint has them; one that ships only
 `pytorch_model.bin` (google/t5-v1_1-xxl does) is read with torch's `weights_only` unpickler,
 which takes tensors and plain containers and refuses anything that would run code.
 """
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
+from llm_pipeline.tasks import ModelKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -25,11 +28,26 @@ if TYPE_CHECKING:
 SAFE_WEIGHTS: dict[str, Any] = {"use_safetensors": None, "weights_only": True}
 
 
-def load_model(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
-    """The model `model` describes, its special-token ids matching `tokenizer`.
+#: What each model kind is called in messages.
+_KIND_WORDS: dict[str, str] = {"seq2seq": "seq2seq model", "causal_lm": "causal LM"}
+
+
+def load_model(
+    model: ModelConfig, tokenizer: PreTrainedTokenizerBase, *, kind: ModelKind = "seq2seq"
+) -> PreTrainedModel:
+    """The `kind` of model `model` describes, its special-token ids matching `tokenizer`.
 
     Raises ModelError naming the config key, the location tried and why it failed.
     """
+    if kind == "causal_lm":
+        from llm_pipeline.models.decoder_only import build_causal_lm
+
+        return build_causal_lm(model, tokenizer)
+    if model.warm_start_decoder is not None:
+        raise ModelError(
+            "model.warm_start_decoder builds a causal LM; this task trains a seq2seq model: "
+            "use model.encoder_decoder to warm-start one from encoder checkpoints"
+        )
     if model.architecture is not None:
         return _from_architecture(model.architecture, tokenizer)
     if model.encoder_decoder is not None:
@@ -62,7 +80,7 @@ def hidden_size(model: ModelConfig) -> int | None:
             settings = dict(model.architecture)
             config = AutoConfig.for_model(settings.pop("model_type"), **settings)
         else:
-            source = model.source if model.source is not None else model.tokenizer_source
+            source = model.source or model.warm_start_decoder or model.tokenizer_source
             if model.encoder_decoder is not None:
                 source = model.encoder_decoder.encoder
             config = AutoConfig.from_pretrained(
@@ -132,20 +150,26 @@ def _from_architecture(
         ) from err
 
 
-def _pretrained(source: str, *, model: ModelConfig) -> PreTrainedModel:
-    from transformers import AutoModelForSeq2SeqLM
+def _pretrained(
+    source: str, *, model: ModelConfig, kind: ModelKind = "seq2seq", **options: Any
+) -> PreTrainedModel:
+    """`kind`'s Auto class from the checkpoint at `source` (`options` go to from_pretrained)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    path, where = _resolve("model.source", source)
+    key = "model.warm_start_decoder" if source == model.warm_start_decoder else "model.source"
+    path, where = _resolve(key, source)
     _no_conversion_requests()
+    auto = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForSeq2SeqLM
     try:
-        return AutoModelForSeq2SeqLM.from_pretrained(
+        return auto.from_pretrained(
             path,
             revision=model.revision if where.startswith("hub") else None,
             trust_remote_code=model.trust_remote_code,
             **SAFE_WEIGHTS,
+            **options,
         )
     except Exception as err:
-        raise ModelError(_load_failure("model.source", source, where, err)) from err
+        raise ModelError(_load_failure(key, source, where, err, kind=kind)) from err
 
 
 def _warm_started_encoder_decoder(
@@ -255,7 +279,9 @@ def _resolve(key: str, source: str) -> tuple[str, str]:
     return path, f"folder {path}"
 
 
-def _load_failure(key: str, source: str, where: str, err: BaseException) -> str:
+def _load_failure(
+    key: str, source: str, where: str, err: BaseException, *, kind: ModelKind = "seq2seq"
+) -> str:
     reason = _first_line(err)
     hint = ""
     if where.startswith("hub") and ("offline" in reason.lower() or "connect" in reason.lower()):
@@ -270,7 +296,7 @@ def _load_failure(key: str, source: str, where: str, err: BaseException) -> str:
             "loaded), and only plain tensors are read"
         )
         hint = "; save it as safetensors with `model.save_pretrained(folder)` where you trust it"
-    return f"{key} {source!r}: could not load a seq2seq model from {where}: {reason}{hint}"
+    return f"{key} {source!r}: could not load a {_KIND_WORDS[kind]} from {where}: {reason}{hint}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -22,6 +22,7 @@ from llm_pipeline.storage import (
     looks_like_path,
     to_uri,
 )
+from llm_pipeline.tasks import ModelKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -151,11 +152,12 @@ def _is_hub_unreachable(exc: BaseException) -> bool:
     )
 
 
-def load_tokenizer(model: ModelConfig) -> "PreTrainedTokenizerBase":
+def load_tokenizer(model: ModelConfig, *, kind: ModelKind = "seq2seq") -> "PreTrainedTokenizerBase":
     """The fast tokenizer for `model` (from `model.tokenizer`, else the checkpoint).
 
     Fast (Rust) tokenizers are required: preprocessing tokenizes whole batches and relies on
-    their truncation rules. Raises ModelSourceError saying what was tried and what to do.
+    their truncation rules. For a causal LM (`kind`) it has a pad token
+    (`ensure_pad_token`). Raises ModelSourceError saying what was tried and what to do.
     """
     from transformers import AutoTokenizer
 
@@ -189,4 +191,21 @@ def load_tokenizer(model: ModelConfig) -> "PreTrainedTokenizerBase":
             f"{key} {source!r}: only a slow (Python) tokenizer is available from {where}; "
             "preprocessing needs a fast one (a folder with tokenizer.json)"
         )
+    if kind == "causal_lm":
+        ensure_pad_token(tokenizer)
     return tokenizer
+
+
+def ensure_pad_token(tokenizer: "PreTrainedTokenizerBase") -> None:
+    """Give a tokenizer without a pad token (OPT has one; Llama, Qwen and GPT-2 do not) its
+    EOS as the pad token. Padded positions are masked from attention and carry label -100,
+    so what pads them never reaches the loss; the real EOS at a response's end keeps its
+    label."""
+    if tokenizer.pad_token is not None:
+        return
+    if tokenizer.eos_token is None:
+        raise ModelSourceError(
+            f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an end-of-sequence "
+            "token; batches are padded and answers must end, so use a tokenizer that has one"
+        )
+    tokenizer.pad_token = tokenizer.eos_token

@@ -63,6 +63,9 @@ def decide(
     value must beat the served one by more than zero and by at least `min_improvement`.
     """
     name = policy.metric
+    if name is None:
+        # PipelineConfig fills it from the task; a policy built on its own must name it.
+        raise GateError("deploy_policy.metric is not set: name the metric the gate compares")
     value = _metric(metrics, name, "the new model")
     missed = _missed_floors(metrics, policy.floors)
     served_value = None

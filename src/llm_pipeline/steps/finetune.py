@@ -32,6 +32,7 @@ def run_finetune_step(
         train=TrainConfig.from_component(train),
         cluster=ClusterConfig.from_component(cluster),
         tensorboard_dir=logs.path,
+        task=task,
     )
     if not result.is_primary:
         # Leaving before the KFP executor writes outputs: on Vertex only the primary replica

@@ -6,8 +6,14 @@ line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 """
 
 from abc import ABC
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Literal
+
+#: How a task's network is built and generates: `seq2seq` reads the source with an encoder
+#: and writes the target with a decoder (T5, BART); `causal_lm` is one decoder that continues
+#: its prompt (OPT, Llama, Qwen, Gemma). A saved model folder says its own kind through the
+#: `is_encoder_decoder` of its config.json.
+ModelKind = Literal["seq2seq", "causal_lm"]
 
 
 class Task(ABC):
@@ -43,3 +49,40 @@ class Task(ABC):
     def target_texts(self, batch: dict[str, list[Any]]) -> list[str]:
         """The text the model should produce for each row of a batch."""
         return [str(text) for text in batch[self.target_role]]
+
+    # model and training
+    #: The network the task trains: it picks the `AutoModelFor...` class, how batches are
+    #: collated and the loss is taken, and how the model generates.
+    model_kind: ClassVar[ModelKind]
+
+    def auto_model_class(self) -> Any:
+        """The transformers Auto class that builds this task's model from a config or a
+        checkpoint (`AutoModelForSeq2SeqLM`, `AutoModelForCausalLM`)."""
+        import transformers
+
+        name = {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}
+        return getattr(transformers, name[self.model_kind])
+
+    # evaluation
+    #: What the evaluate step reports, the gate's default metric first
+    #: (`deploy_policy.metric` when the config leaves it unset). ROUGE names are F1 ×100 by
+    #: rouge-score's definitions; `exact_match` is a percentage, `perplexity` a ratio.
+    metric_names: ClassVar[tuple[str, ...]]
+    #: The dataset columns evaluation reads: the text the model is given (shown in the
+    #: report) and the reference it is scored against.
+    source_column: ClassVar[str]
+    reference_column: ClassVar[str]
+    #: Also score the first `evaluate.lead_k` sentences of the source as a baseline.
+    lead_baseline: ClassVar[bool] = False
+    #: Settings `evaluate` takes from the task when the config leaves them unset (null),
+    #: before the model's own generation config is consulted.
+    evaluation_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: Words the HTML report uses: its title, and what it calls a model's input and output.
+    report_title: ClassVar[str]
+    source_label: ClassVar[str]
+    output_label: ClassVar[str]
+
+    @property
+    def gate_metric(self) -> str:
+        """The metric the deploy gate compares when `deploy_policy.metric` is unset."""
+        return self.metric_names[0]

@@ -4,17 +4,23 @@ checkpoint layout and the world size, put together."""
 from __future__ import annotations
 
 import torch.distributed as dist
-from transformers import Seq2SeqTrainingArguments
+from transformers import TrainingArguments
 
 from llm_pipeline.models.loading import hidden_size
+from llm_pipeline.tasks import ModelKind
 from llm_pipeline.train.checkpoint_sync import CheckpointLayout
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import deepspeed_settings, training_arguments
 
 
 def trainer_arguments(
-    spec: WorkerSpec, layout: CheckpointLayout, *, precision: str, has_eval: bool
-) -> Seq2SeqTrainingArguments:
+    spec: WorkerSpec,
+    layout: CheckpointLayout,
+    *,
+    precision: str,
+    has_eval: bool,
+    kind: ModelKind = "seq2seq",
+) -> TrainingArguments:
     """Trainer arguments with the DeepSpeed config.
 
     Create them before loading the model: under ZeRO-3 their existence is what makes
@@ -38,4 +44,5 @@ def trainer_arguments(
         deepspeed=deepspeed,
         save_on_each_node=layout.save_on_each_node,
         has_eval=has_eval,
+        kind=kind,
     )

@@ -55,10 +55,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 def flop_parameters(model: torch.nn.Module) -> FlopParameters:
     """The model's matmul parameters, split by the tokens that pass through them.
 
-    Source side: the encoder and the decoder's cross-attention keys and values. Target side:
-    the rest of the decoder and the output projection (LM head), counted once even where it
-    shares its weight with the input embedding. Embedding tables are lookups, not matmuls,
-    and are left out. A model with no encoder is all source side.
+    Encoder-decoder: source side, the encoder and the decoder's cross-attention keys and
+    values; target side, the rest of the decoder and the output projection (LM head).
+    Decoder-only (a causal LM): every token read, prompt and response alike, passes through
+    every layer and the LM head (logits are computed at every position), so it is all source
+    side. Either way the LM head is counted once even where it shares its weight with the
+    input embedding, and embedding tables (token, position) are lookups, not matmuls, and are
+    left out.
     """
     lookups = {
         id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()
@@ -106,6 +109,7 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         seconds=float(slowest[0]),
         parameters=count_parameters(model),
         flop_parameters=flop_parameters(model),
+        decoder_only=not getattr(getattr(model, "config", None), "is_encoder_decoder", False),
         world_size=dist.get_world_size(),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     )

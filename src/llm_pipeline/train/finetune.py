@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.tasks import DEFAULT_TASK
 from llm_pipeline.train.checkpoints import resolve_checkpoint_root
 from llm_pipeline.train.cluster import ClusterInfo, NotATrainingNode, detect_cluster
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
@@ -66,6 +67,7 @@ def run_finetune(
     cluster: ClusterConfig,
     tensorboard_dir: str | None = None,
     env: Mapping[str, str] = os.environ,
+    task: str = DEFAULT_TASK,
 ) -> FinetuneResult:
     """Fine-tune on this node's share of the cluster; returns when every local rank is done.
 
@@ -73,7 +75,8 @@ def run_finetune(
     `output_dir`: local folder (Vertex: the artifact's `/gcs/` path) for the model; written
     whole at the end, by the primary only. TensorBoard event files go to `tensorboard_dir`
     and are also copied to `AIP_TENSORBOARD_LOG_DIR` when Vertex sets it (neither: none).
-    Checkpoints: see `checkpoints.resolve_checkpoint_root`. Raises TrainError naming the
+    Checkpoints: see `checkpoints.resolve_checkpoint_root`. `task` (a `tasks.TASKS` name)
+    picks the model kind: a seq2seq model or a causal LM. Raises TrainError naming the
     failing rank and its error.
     """
     check_output_dir(output_dir)
@@ -97,6 +100,7 @@ def run_finetune(
             work_dir=work,
             node_count=info.node_count,
             procs_per_node=info.procs_per_node,
+            task=task,
         )
         if cluster.launcher == "deepspeed" and info.node_count > 1:
             from llm_pipeline.train.ds_launch import launch_with_deepspeed

@@ -51,8 +51,9 @@ class FlopParameters:
     An encoder-decoder reads the source with its encoder and the target with its decoder. The
     decoder's cross-attention projects the encoder's output, so its key and value projections
     run once per source token; its queries, outputs, self-attention, feed-forward layers and the
-    output projection (LM head) once per target token. A model without an encoder puts all of
-    its parameters on the source side and is trained on source tokens alone.
+    output projection (LM head) once per target token. A decoder-only model (a causal LM) puts
+    all of its parameters on the source side: every input token passes through all of them,
+    and its target (response) tokens are among those inputs.
     """
 
     per_source_token: int
@@ -87,17 +88,23 @@ class RunCounts:
     """What one training run did, summed over every rank."""
 
     samples: int
-    source_tokens: int  # non-pad tokens the encoder read
-    target_tokens: int  # label tokens the decoder was trained on (not the ignored ones)
+    # non-pad tokens read: the encoder's input, or a decoder-only model's whole sequence
+    source_tokens: int
+    # label tokens trained on (not the ignored ones): a seq2seq decoder's target, or the
+    # response tokens of a decoder-only model, which are also among its source tokens
+    target_tokens: int
     seconds: float  # wall time from the first step to the last, this run only
     parameters: int
     flop_parameters: FlopParameters
     world_size: int
     device_name: str | None  # the GPU's name, None on the CPU
+    decoder_only: bool = False
 
     @property
     def tokens(self) -> int:
-        return self.source_tokens + self.target_tokens
+        """Tokens the model processed: source plus target, or a decoder-only model's input
+        tokens alone (its targets are among them)."""
+        return self.source_tokens if self.decoder_only else self.source_tokens + self.target_tokens
 
 
 def throughput(counts: RunCounts) -> dict[str, float | None]:

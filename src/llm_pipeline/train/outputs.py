@@ -51,6 +51,7 @@ def save_final_model(
             _inputs_the_model_takes(tokenizer, model)
             tokenizer.save_pretrained(folder)
             payload = {
+                "task": spec.task,
                 "model": spec.model.model_dump(mode="json"),
                 "train": spec.train.model_dump(mode="json"),
                 "resolved": resolved,

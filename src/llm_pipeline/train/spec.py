@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.tasks import DEFAULT_TASK
 
 RESULT_FILE = "result.json"
 
@@ -32,6 +33,8 @@ class WorkerSpec:
     work_dir: str
     node_count: int
     procs_per_node: int
+    # The task's name (`tasks.TASKS`): it says which kind of model is trained and how.
+    task: str = DEFAULT_TASK
 
     @property
     def result_path(self) -> Path:

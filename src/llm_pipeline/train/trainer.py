@@ -1,9 +1,11 @@
 """The Hugging Face pieces of the finetune step: DeepSpeed config, arguments, the Trainer.
 
-`Seq2SeqTrainer` owns the loop. What this adds: DeepSpeed settings from `TrainConfig` (or the
-user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which checkpoints are
-complete, the Trainer does not), a reproducible length-grouped order, and counts of the
-samples and tokens each rank trained on, for throughput figures that hold for resumed runs.
+`Seq2SeqTrainer` owns the loop of a seq2seq model, the plain `Trainer` that of a causal LM
+(the model kind comes from the task). What this adds: DeepSpeed settings from `TrainConfig`
+(or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which
+checkpoints are complete, the Trainer does not), a reproducible length-grouped order, a
+token-mean loss, and counts of the samples and tokens each rank trained on, for throughput
+figures that hold for resumed runs.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ from transformers import (
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
+    Trainer,
     TrainerCallback,
+    TrainingArguments,
 )
 
 from llm_pipeline.config import TrainConfig
+from llm_pipeline.tasks import ModelKind
+from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
 
 Sampling = Literal["group_by_length", "random", "sequential"]
-# The loss ignores label positions holding this value; padding labels with it keeps padded
-# positions out of the loss and out of the token counts.
-LABEL_PAD = -100
 _BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 
 
@@ -81,15 +84,19 @@ def training_arguments(
     deepspeed: dict[str, Any] | None,
     save_on_each_node: bool,
     has_eval: bool,
-) -> Seq2SeqTrainingArguments:
+    kind: ModelKind = "seq2seq",
+) -> TrainingArguments:
     """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
 
-    Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded afterwards
-    are partitioned as they load instead of materialised whole on every rank.
+    `Seq2SeqTrainingArguments` for a seq2seq model, plain `TrainingArguments` for a causal
+    LM. Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded
+    afterwards are partitioned as they load instead of materialised whole on every rank.
     """
     on_cpu = not torch.cuda.is_available()
     eval_strategy = ("steps" if train.eval_steps else "epoch") if has_eval else "no"
-    return Seq2SeqTrainingArguments(
+    seq2seq: dict[str, Any] = {"predict_with_generate": False} if kind == "seq2seq" else {}
+    arguments = Seq2SeqTrainingArguments if kind == "seq2seq" else TrainingArguments
+    return arguments(
         output_dir=output_dir,
         num_train_epochs=train.epochs,
         max_steps=train.max_steps or -1,
@@ -111,7 +118,7 @@ def training_arguments(
         use_cpu=on_cpu,
         ddp_backend="gloo" if on_cpu else None,
         ddp_timeout=train.collective_timeout_s,
-        # Every parameter of a seq2seq model takes part in each step; the search costs time.
+        # Every parameter of the model takes part in each step; the search costs time.
         ddp_find_unused_parameters=False,
         eval_strategy=eval_strategy,
         eval_steps=train.eval_steps,
@@ -126,12 +133,12 @@ def training_arguments(
         # TrainingStatus prints a line per logging period instead of tqdm's redrawn bar.
         disable_tqdm=True,
         report_to="none",
-        predict_with_generate=False,
         label_names=["labels"],
+        **seq2seq,
     )
 
 
-def token_mean_loss(label_smoothing: float) -> Callable[..., torch.Tensor]:
+def token_mean_loss(label_smoothing: float, *, shift: bool = False) -> Callable[..., torch.Tensor]:
     """Cross-entropy summed over label tokens, divided by the label tokens of the whole step.
 
     The Trainer counts the step's label tokens over every micro-batch and rank
@@ -140,10 +147,16 @@ def token_mean_loss(label_smoothing: float) -> Callable[..., torch.Tensor]:
     without this the loss and gradients come out N times too large on N processes and ranks
     are weighted equally rather than by their tokens. With it, N processes compute exactly
     the gradient one process would on the same global batch.
+
+    `shift` (causal LMs): the logits at position t predict the token at t + 1, so they are
+    scored against the labels one place on; the first label is never a target (the causal
+    collator sets it to -100, so the Trainer's count agrees).
     """
 
     def loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[1]
+        if shift:
+            logits, labels = logits[:, :-1], labels[:, 1:]
         total = torch.nn.functional.cross_entropy(
             logits.flatten(0, 1).float(),
             labels.flatten().to(logits.device),
@@ -159,8 +172,9 @@ def token_mean_loss(label_smoothing: float) -> Callable[..., torch.Tensor]:
     return loss
 
 
-class FinetuneTrainer(Seq2SeqTrainer):
-    """A Seq2SeqTrainer that counts what it trains on and orders examples reproducibly."""
+class FinetuneTrainer(Trainer):
+    """A Trainer that counts what it trains on and orders examples reproducibly (a causal
+    LM's; `Seq2SeqFinetuneTrainer` is a seq2seq model's)."""
 
     def __init__(self, *args: Any, sampling: Sampling = "group_by_length", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -173,15 +187,23 @@ class FinetuneTrainer(Seq2SeqTrainer):
     def training_step(
         self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
     ) -> torch.Tensor:
-        ids, mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
+        ids, labels = inputs["input_ids"], inputs["labels"]
+        # Packed rows come without a mask (their position_ids keep examples apart): every
+        # token of them is read.
+        mask = inputs.get("attention_mask")
         device = ids.device
         self._samples = self._samples.to(device) + ids.shape[0]
-        self._source_tokens = self._source_tokens.to(device) + mask.sum()
+        read = mask.sum() if mask is not None else ids.numel()
+        self._source_tokens = self._source_tokens.to(device) + read
         self._target_tokens = self._target_tokens.to(device) + (labels != LABEL_PAD).sum()
         return super().training_step(model, inputs, num_items_in_batch)
 
     def trained_counts(self) -> tuple[int, int, int]:
-        """(samples, source tokens, target tokens) this process trained on in this run."""
+        """(samples, source tokens, target tokens) this process trained on in this run.
+
+        Source tokens are the input tokens read (a causal LM's prompt and response alike),
+        target tokens those with a label (a causal LM's response tokens).
+        """
         return (
             int(self._samples.item()),
             int(self._source_tokens.item()),
@@ -204,26 +226,37 @@ class FinetuneTrainer(Seq2SeqTrainer):
         )
 
 
+class Seq2SeqFinetuneTrainer(FinetuneTrainer, Seq2SeqTrainer):
+    """`FinetuneTrainer` over `Seq2SeqTrainer`: a seq2seq model's loop."""
+
+
 def build_trainer(
     *,
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    args: Seq2SeqTrainingArguments,
+    args: TrainingArguments,
     train_dataset: Dataset,
     eval_dataset: Dataset | None,
     callbacks: list[TrainerCallback],
     sampling: Sampling,
     label_smoothing: float = 0.0,
+    kind: ModelKind = "seq2seq",
 ) -> FinetuneTrainer:
-    """The Trainer, batches padded per batch (inputs with the pad id, labels with -100)."""
-    collator = DataCollatorForSeq2Seq(
-        tokenizer,
-        model=model,
-        label_pad_token_id=LABEL_PAD,
-        # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
-        pad_to_multiple_of=8 if torch.cuda.is_available() else None,
-    )
-    return FinetuneTrainer(
+    """The Trainer for the `kind` of model, batches padded per batch (inputs with the pad
+    id, labels with -100)."""
+    # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
+    multiple = 8 if torch.cuda.is_available() else None
+    collator: Any
+    trainer: type[FinetuneTrainer]
+    if kind == "causal_lm":
+        collator = CausalLMCollator(pad_id=int(tokenizer.pad_token_id), pad_to_multiple_of=multiple)
+        trainer = FinetuneTrainer
+    else:
+        collator = DataCollatorForSeq2Seq(
+            tokenizer, model=model, label_pad_token_id=LABEL_PAD, pad_to_multiple_of=multiple
+        )
+        trainer = Seq2SeqFinetuneTrainer
+    return trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -231,6 +264,6 @@ def build_trainer(
         data_collator=collator,
         processing_class=tokenizer,
         callbacks=callbacks,
-        compute_loss_func=token_mean_loss(label_smoothing),
+        compute_loss_func=token_mean_loss(label_smoothing, shift=kind == "causal_lm"),
         sampling=sampling,
     )

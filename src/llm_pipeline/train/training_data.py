@@ -9,7 +9,7 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
-from llm_pipeline.data.saved import MODEL_COLUMNS, load_saved_dataset
+from llm_pipeline.data.saved import MODEL_COLUMNS, PACKED_COLUMNS, load_saved_dataset
 from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
@@ -28,9 +28,16 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
                 f"dataset {spec.dataset_dir!r}: split {name!r} lacks {missing}; run the "
                 "preprocess step on it first"
             )
-    train = splits["train"].select_columns(list(MODEL_COLUMNS))
+    train = _model_columns(splits["train"])
     validation = splits.get("validation")
-    return train, validation.select_columns(list(MODEL_COLUMNS)) if validation is not None else None
+    return train, _model_columns(validation) if validation is not None else None
+
+
+def _model_columns(split: Dataset) -> Dataset:
+    """The columns the model takes: `MODEL_COLUMNS`, and the `position_ids` of packed rows
+    (`data.packing`), which keep the examples sharing a row apart."""
+    optional = [c for c in PACKED_COLUMNS if c in split.column_names]
+    return split.select_columns([*MODEL_COLUMNS, *optional])
 
 
 def _local_dataset(spec: WorkerSpec) -> Path:

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train import (
     arguments,
     checkpoints,
@@ -65,10 +66,11 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     layout = _plan_checkpoints(spec)
     resume_from = prepare_resume(layout)
     train_precision = precision.training_precision(spec)
-    tokenizer = load_tokenizer(spec.model)
+    kind = get_task(spec.task).model_kind
+    tokenizer = load_tokenizer(spec.model, kind=kind)
     train_set, eval_set = training_data.load_splits(spec)
     args = arguments.trainer_arguments(
-        spec, layout, precision=train_precision, has_eval=eval_set is not None
+        spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
     )
     model = _build_model(spec, tokenizer)
     clock = counts.Clock()
@@ -88,6 +90,7 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         ],
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         label_smoothing=spec.train.label_smoothing,
+        kind=kind,
     )
     try:
         loop.train(trainer, resume_from, stopper)
@@ -138,7 +141,7 @@ def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
 def _build_model(spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """The model, seeded, with the encoder frozen if the config says so."""
     set_seed(spec.train.seed)
-    model = load_model(spec.model, tokenizer)
+    model = load_model(spec.model, tokenizer, kind=get_task(spec.task).model_kind)
     if spec.train.freeze_encoder:
         freeze_encoder(model)
     return model

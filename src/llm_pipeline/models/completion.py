@@ -1,0 +1,255 @@
+"""Loading a fine-tuned causal LM folder and completing prompts in batches.
+
+The causal-LM counterpart of `generation` (which serves seq2seq models), shared by evaluation
+(sharded across torchrun ranks) and the prediction server. Why it is done this way:
+
+* Prompts are padded on the **left**: a causal LM continues the last token of its input, so
+  every row's prompt must end in the same column, where the new tokens begin. The attention
+  mask keeps the padding out, and transformers derives each row's positions from it.
+* A prompt is tokenized as training saw it: the tokenizer's leading special tokens (`<s>`,
+  `[CLS]`), unless the prompt text already starts with them (a chat template writes its own),
+  then the text with no special tokens added. An end-of-sequence token appended to a prompt
+  (BERT's tokenizer adds `[SEP]`) would tell the model the text is finished.
+* Only the new tokens are decoded, so a completion never repeats its prompt; a stop string
+  ends generation for its row (transformers' `StopStringCriteria`) and the text is cut
+  before its first occurrence, so the stop string itself is never returned.
+* Search is greedy unless a caller asks to sample (`do_sample`, `temperature`, `top_p`).
+* Batches, length order, dtype and device as in `generation`: longest prompts first, outputs
+  back in input order; bf16 on GPUs that compute in it natively, fp32 elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from llm_pipeline.errors import UserError
+from llm_pipeline.models.errors import ModelLoadError
+from llm_pipeline.models.generation import (
+    GENERATION_FIELDS,
+    Generated,
+    _check_weights,
+    default_device,
+    inference_dtype,
+    longest_first,
+)
+from llm_pipeline.models.sources import ensure_pad_token
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "CompletionSettings",
+    "Generated",
+    "complete",
+    "completion_config",
+    "cut_at_stop",
+    "encode_prompts",
+    "load_causal_lm",
+    "pad_left",
+]
+
+_EXPECTED = "the finetune step's causal LM folder (config.json, model.safetensors, tokenizer files)"
+
+
+@dataclass(frozen=True)
+class CompletionSettings:
+    """How to complete prompts. Unset (None) search settings keep the model's generation
+    config; `do_sample` False is greedy (or beam) search whatever that config says."""
+
+    batch_size: int = 16
+    max_new_tokens: int | None = None
+    min_new_tokens: int | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    do_sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    #: Strings that end a completion; it is cut before the first one found.
+    stop: tuple[str, ...] = ()
+
+
+def load_causal_lm(
+    model_dir: str | os.PathLike[str],
+    *,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    error: type[UserError] = ModelLoadError,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The causal LM (eval mode, on `device`) and tokenizer saved in `model_dir`.
+
+    `dtype` defaults to `inference_dtype(device)`. The tokenizer gets its EOS as pad token
+    if it has none. Raises `error` (a caller's own UserError, so its step reports it) for a
+    folder that is not a consolidated causal-LM checkpoint.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(model_dir)
+    _check_causal(folder, error)
+    _check_weights(folder, error)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        ensure_pad_token(tokenizer)
+    except (OSError, ValueError) as exc:
+        raise error(
+            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
+        ) from exc
+    device = device or default_device()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or inference_dtype(device))
+    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
+    cast(Any, model).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def _check_causal(folder: Path, error: type[UserError]) -> None:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if not (folder / "config.json").is_file():
+        what = "no such folder" if not folder.is_dir() else "no config.json"
+        raise error(f"model folder {folder}: {what}; expected {_EXPECTED}")
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise error(f"model folder {folder}: unreadable config.json ({exc})") from exc
+    model_type = str(config.model_type)
+    if getattr(config, "is_encoder_decoder", False) or (
+        model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    ):
+        kind = ", ".join(getattr(config, "architectures", None) or []) or model_type
+        raise error(
+            f"model folder {folder} holds a {kind} model (model_type {model_type!r}), not a "
+            "causal LM: completions need a decoder-only model such as OPT, Llama or a "
+            "warm-started decoder; give the finetune step's output folder"
+        )
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[list[int]]:
+    """Each prompt's token ids as training saw them: the tokenizer's leading special tokens
+    unless the text begins with them, then the text without special tokens."""
+    leading = _leading_ids(tokenizer)
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    return [ids if ids[: len(leading)] == leading else leading + ids for ids in encoded]
+
+
+def _leading_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The special tokens the tokenizer puts before a text (`<s>`, `[CLS]`, or none), found
+    by encoding a probe with and without them, so any post-processor is read right."""
+    with_special = list(tokenizer("hello world", add_special_tokens=True)["input_ids"])
+    bare = list(tokenizer("hello world", add_special_tokens=False)["input_ids"])
+    for start in range(len(with_special) - len(bare) + 1):
+        if with_special[start : start + len(bare)] == bare:
+            return with_special[:start]
+    return []
+
+
+def completion_config(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: CompletionSettings
+) -> GenerationConfig:
+    """The model's generation config with `settings` laid over it.
+
+    Without `do_sample` the sampling settings the model's config may carry (Llama-2's
+    temperature 0.6, top_p 0.9) are reset, so transformers does not warn that they are unused.
+    """
+    generation = copy.deepcopy(model.generation_config)
+    overrides: dict[str, Any] = {
+        name: getattr(settings, name)
+        for name in GENERATION_FIELDS
+        if getattr(settings, name) is not None
+    }
+    if settings.do_sample:
+        overrides |= {
+            name: getattr(settings, name)
+            for name in ("temperature", "top_p")
+            if getattr(settings, name) is not None
+        }
+    else:
+        overrides |= {"temperature": None, "top_p": None, "top_k": None}
+    generation.update(**overrides, do_sample=settings.do_sample, use_cache=True)
+    if generation.pad_token_id is None:
+        generation.pad_token_id = tokenizer.pad_token_id
+    if generation.eos_token_id is None:
+        generation.eos_token_id = tokenizer.eos_token_id or tokenizer.sep_token_id
+    generation.stop_strings = list(settings.stop) or None
+    return generation
+
+
+def complete(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    settings: CompletionSettings,
+) -> Generated:
+    """The completion of every prompt (new text only, cut at a stop string), generated
+    `settings.batch_size` at a time, in input order, with the new tokens each took."""
+    generation = completion_config(model, tokenizer, settings)
+    pad_id = int(generation.pad_token_id)
+    stops = _ids_of(generation.eos_token_id)
+    device = next(model.parameters()).device
+    input_ids = encode_prompts(tokenizer, prompts)
+    texts = [""] * len(prompts)
+    counts = [0] * len(prompts)
+    order = longest_first(input_ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), settings.batch_size):
+            rows = order[start : start + settings.batch_size]
+            ids, mask = pad_left([input_ids[i] for i in rows], pad_id, device)
+            # `generate` is mixed in per model class, so PreTrainedModel does not declare it.
+            out = cast(Any, model).generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=generation,
+                tokenizer=tokenizer,  # what StopStringCriteria reads stop strings with
+            )
+            for i, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
+                kept = _until_end(new, stops, pad_id)
+                text = str(tokenizer.decode(kept, skip_special_tokens=True))
+                texts[i] = cut_at_stop(text, settings.stop)
+                counts[i] = len(kept)
+    return Generated(texts=texts, token_counts=counts)
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """`text` up to the earliest occurrence of any stop string (all of it if none occurs)."""
+    found = [index for index in (text.find(s) for s in stop if s) if index >= 0]
+    return text[: min(found)] if found else text
+
+
+def _ids_of(value: int | list[int] | None) -> set[int]:
+    if value is None:
+        return set()
+    return {value} if isinstance(value, int) else set(value)
+
+
+def _until_end(tokens: list[int], eos: set[int], pad_id: int) -> list[int]:
+    """The generated tokens up to and including the first end-of-sequence; a row that
+    finished early (a stop string, or another row still running) is padded after it."""
+    for index, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: index + 1]
+        if token == pad_id:
+            return tokens[:index]
+    return tokens
+
+
+def pad_left(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids padded on the left to the longest row, and the matching attention mask."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.as_tensor(list(row), dtype=torch.long)
+            mask[i, width - len(row) :] = 1
+    return ids.to(device), mask.to(device)

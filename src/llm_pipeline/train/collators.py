@@ -1,0 +1,60 @@
+"""How a causal LM's training rows become a batch.
+
+The preprocess step saves unpadded rows: `input_ids`, `attention_mask`, and `labels` (the
+input ids with -100 on prompt tokens), and with `data.packing` fixed-length rows of several
+examples whose `position_ids` restart at 0 for each. transformers has no collator for exactly
+this: `DataCollatorForLanguageModeling` rebuilds the labels from the inputs (unmasking the
+prompt), and `DataCollatorForSeq2Seq` pads through the tokenizer, which knows nothing of
+`position_ids`. So:
+
+* every row is padded on the right to the batch's longest (or a multiple of 8 on GPUs):
+  input ids with the pad id, the attention mask with 0, labels with -100, positions with 0;
+* the first label of every row is set to -100: no token precedes it, so nothing is trained
+  to predict it, and every count of label tokens (the Trainer's, the run's) agrees;
+* a batch with `position_ids` leaves the attention mask out. Given positions and no mask,
+  transformers builds attention that stays inside each packed example (`masking_utils`'
+  packed-sequence detection, flash-attention's varlen path); with a mask it would not look
+  for the example boundaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: The loss ignores label positions holding this value; padding labels with it keeps padded
+#: positions out of the loss and out of the token counts.
+LABEL_PAD = -100
+
+__all__ = ["LABEL_PAD", "CausalLMCollator"]
+
+
+@dataclass(frozen=True)
+class CausalLMCollator:
+    """Pads a list of causal-LM rows into a batch of tensors (see the module's docstring)."""
+
+    pad_id: int
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(row["input_ids"]) for row in rows)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        packed = "position_ids" in rows[0]
+        fill = {"input_ids": self.pad_id, "attention_mask": 0, "labels": LABEL_PAD}
+        if packed:
+            fill = {"input_ids": self.pad_id, "labels": LABEL_PAD, "position_ids": 0}
+        batch = {
+            name: torch.full((len(rows), width), value, dtype=torch.long)
+            for name, value in fill.items()
+        }
+        for i, row in enumerate(rows):
+            length = len(row["input_ids"])
+            for name in fill:
+                values = row[name] if name in row else [1] * length
+                batch[name][i, :length] = torch.as_tensor(values, dtype=torch.long)
+        batch["labels"][:, 0] = LABEL_PAD
+        return batch

@@ -1,0 +1,60 @@
+"""What a config takes from its task: the gate's metric, and which model sources and
+generation settings fit the task's kind of model."""
+
+from typing import Any
+
+import pytest
+
+from llm_pipeline.config import ConfigError, load_config
+
+from .minimal_config import MINIMAL, with_change
+
+SFT: dict[str, Any] = {
+    "task": "instruction_tuning",
+    "data": {"dataset": "data.jsonl", "columns": {"prompt": "q", "response": "a"}},
+    "model": {"source": "facebook/opt-125m"},
+}
+
+
+@pytest.mark.parametrize(
+    ("raw", "metric"),
+    [
+        (MINIMAL, "rougeLsum"),
+        (SFT, "rougeL"),
+        ({**SFT, "deploy_policy": {"metric": "exact_match"}}, "exact_match"),
+    ],
+    ids=["summarization", "instruction_tuning", "set"],
+)
+def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: str) -> None:
+    assert load_config(raw=raw).config.deploy_policy.metric == metric
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (
+            {**SFT, "model": {"encoder_decoder": {"encoder": "bert-base-uncased", "decoder": "x"}}},
+            "model.encoder_decoder builds a seq2seq model, but task 'instruction_tuning' trains a "
+            "causal LM",
+        ),
+        (
+            with_change("model", {"warm_start_decoder": "bert-base-uncased"}),
+            "model.warm_start_decoder builds a causal LM, but task 'summarization' trains a "
+            "seq2seq model",
+        ),
+        (
+            with_change("evaluate.stop", ["###"]),
+            "evaluate.stop: applies to models that continue a prompt (causal LMs)",
+        ),
+    ],
+    ids=["encoder-decoder for a causal LM", "decoder for seq2seq", "stop for seq2seq"],
+)
+def test_a_model_setting_of_the_other_kind_is_refused(raw: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw=raw)
+    assert any(problem in line for line in caught.value.problems), caught.value.problems
+
+
+def test_prompt_settings_are_taken_for_a_causal_lm() -> None:
+    raw = {**SFT, "evaluate": {"stop": ["###"], "do_sample": True, "top_p": 0.9}}
+    assert load_config(raw=raw).config.evaluate.stop == ["###"]
