@@ -50,6 +50,7 @@ def deploy_step(
     metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
     metrics.log_metric("rougeLsum", 31.5)
     run_deploy(
+        task="summarization",
         deploy=DeployConfig(
             registry_dir=str(registry_dir), model_display_name="summarizer", health_timeout_s=120
         ).model_dump_json(),
@@ -84,6 +85,7 @@ def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
     assert served is not None and served.ref == "summarizer@1"
     assert served.metrics == {"rougeLsum": 31.5} and served.run == "run-under-test"
     assert served.serving_env["LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS"] == "64"
+    assert served.serving_env["LLM_PIPELINE_SERVE_TASK"] == "summarization"
     # The endpoint generates as the evaluation did.
     assert json.loads(served.serving_env["LLM_PIPELINE_SERVE_PARAMETERS"]) == {
         "max_new_tokens": 12,

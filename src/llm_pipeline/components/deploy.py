@@ -7,6 +7,7 @@ from llm_pipeline.components.image import component
 
 @component
 def deploy(
+    task: str,
     deploy: str,
     vertex: str,
     data: str,
@@ -24,13 +25,15 @@ def deploy(
     """Register a new version, check it serves, then move traffic and retire the old one.
 
     Locally the real prediction server starts on a free loopback port with the new version;
-    its health route must answer and it must summarize evaluation documents before the
+    its health route must answer and it must answer evaluation inputs before the
     endpoint points at it. On Vertex the version is uploaded under the parent model and
     deployed to the endpoint with a traffic split, probed with a prediction, and the old
     version is undeployed only once it has no traffic. A failed check leaves traffic where
     it was and fails the step with the reason.
 
     Args:
+        task: The config's `task`: the server loads the model of the kind that task trains
+            and takes the instances and parameters it defines.
         deploy: The config's `deploy` section as JSON (`DeployConfig`): target, names,
             serving image and machine, replicas, `traffic_percent` (100, or a canary share),
             `health_timeout_s`, `probe_instances`.
@@ -39,7 +42,7 @@ def deploy(
             and `max_source_length`, so it reads documents as training did.
         evaluate: The config's `evaluate` section as JSON: its generation settings
             (`max_new_tokens`, `num_beams`, ...) become the server's defaults, so the
-            endpoint summarizes as the evaluated model did.
+            endpoint generates as the evaluated model did.
         run: The pipeline run's name, recorded with the version.
         gate_served: `model@version` the gate compared with; if the endpoint serves
             something else now, another run deployed in between and this step stops.
@@ -56,6 +59,7 @@ def deploy(
     from llm_pipeline.steps.deploy import run_deploy
 
     run_deploy(
+        task=task,
         deploy=deploy,
         vertex=vertex,
         data=data,

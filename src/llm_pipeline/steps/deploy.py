@@ -29,11 +29,13 @@ from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
 from llm_pipeline.steps.errors import reports_user_errors
 from llm_pipeline.storage import check_output_complete, to_uri
+from llm_pipeline.tasks import get_task
 
 
 @reports_user_errors
 def run_deploy(
     *,
+    task: str,
     deploy: str,
     vertex: str,
     data: str,
@@ -54,9 +56,10 @@ def run_deploy(
     deploy_config = DeployConfig.from_component(deploy)
     data_config = DataConfig.from_component(data)
     env = serving_env(
+        task=task,
         prefix=data_config.prefix,
         max_input_tokens=data_config.max_source_length,
-        parameters=generation_defaults(EvaluateConfig.from_component(evaluate)),
+        parameters=generation_defaults(EvaluateConfig.from_component(evaluate), task=task),
     )
     registry = open_registry(
         deploy_config,
@@ -98,10 +101,11 @@ def run_deploy(
     _write(endpoint, endpoint_name)
 
 
-def generation_defaults(evaluate: EvaluateConfig) -> dict[str, Any]:
-    """The evaluation's generation settings that the server takes as its defaults: the
-    endpoint then summarizes as the model was scored (unset ones keep the model's own)."""
-    names = set(GenerationParameters.model_fields)
+def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any]:
+    """The evaluation's generation settings that the server takes as its defaults, among
+    those the task's requests may set: the endpoint then generates as the model was scored
+    (unset ones keep the model's own)."""
+    names = set(GenerationParameters.model_fields) & set(get_task(task).serving_parameters)
     return evaluate.model_dump(include=names, exclude_none=True)
 
 
