@@ -133,6 +133,19 @@ BAD_CONFIGS = [
         "(['prompt', 'response'] or ['messages']): got ['messages', 'prompt']",
     ),
     (
+        "a data setting another task reads",
+        with_change("data.packing", True),
+        "data.packing: not read by task 'summarization' (its own settings: "
+        "data.max_source_length, data.max_target_length, data.max_target_length_cap, "
+        "data.prefix, data.target_length_percentile)",
+    ),
+    (
+        "a chat template that is not Jinja",
+        {**with_change("data.chat_template", "{% if %}"), "task": "instruction_tuning"},
+        "data.chat_template: not a Jinja template: Expected an expression, got 'end of "
+        "statement block' (line 1)",
+    ),
+    (
         "flat key clashing with its section",
         {**with_change("train.epochs", 2), "epochs": 3},
         "epochs: flat key maps to train.epochs, which is also set (3 vs 2); keep one",

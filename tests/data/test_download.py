@@ -2,6 +2,7 @@
 rules, each error; and the published DialogSum files where they are beside the checkout."""
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -506,3 +507,37 @@ def test_the_published_dialogsum_folder(tmp_path):
     saved = datasets.load_from_disk(str(tmp_path / "ok"))
     assert saved["validation"].column_names == ["document", "summary"]
     assert saved["validation"][0]["document"].startswith("#Person1#: ")
+
+
+# --- chats (instruction tuning) ------------------------------------------------------
+
+
+def test_a_chat_column_is_kept_as_chats_even_with_a_malformed_row(tmp_path):
+    """OpenAI/Vertex-style chat files: the chats stay lists of turns for preprocess to check,
+    a row that is not one (a string, an unknown role) included, and the other columns go."""
+    chat = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    rows = [
+        {"id": 1, "conversation": chat},
+        {"id": 2, "conversation": "not a chat"},
+        {"id": 3, "conversation": [{"role": "bot", "content": "x"}]},
+    ]
+    source = tmp_path / "chats.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = DataConfig(
+        dataset=str(source), columns={"messages": "conversation"}, validation_fraction=0.34
+    )
+    download_dataset(config, get_task("instruction_tuning"), tmp_path / "out")
+    saved = datasets.load_from_disk(str(tmp_path / "out"))
+    kept = list(saved["train"]["messages"]) + list(saved["validation"]["messages"])
+    assert saved["train"].column_names == ["messages"]
+    assert sorted(map(json.dumps, kept)) == sorted(json.dumps(row["conversation"]) for row in rows)
+
+
+def test_instruction_columns_must_be_one_role_set(tmp_path):
+    config = DataConfig(dataset="unused", columns={"prompt": "q", "messages": "m"})
+    with pytest.raises(DataError) as caught:
+        download_dataset(config, get_task("instruction_tuning"), tmp_path / "out")
+    assert str(caught.value) == (
+        "data.columns: maps ['messages', 'prompt']; task 'instruction_tuning' needs exactly "
+        "['prompt', 'response'] or ['messages']"
+    )

@@ -36,3 +36,6 @@ def test_unknowable_content_is_not_cached() -> None:
 
 def test_the_docstrings_are_known_by_the_installed_packages() -> None:
     assert content_digest("builtin:docstrings") == f"builtin:docstrings:{environment_fingerprint()}"
+    # The instructions are the same docstrings asked back: the same packages, a distinct key.
+    instructions = content_digest("builtin:instructions")
+    assert instructions == f"builtin:instructions:{environment_fingerprint()}"

@@ -119,13 +119,11 @@ def completions(causal_lm_dir: Path) -> Any:
 
     task = get_task("instruction_tuning")
     model, tokenizer = load_causal_lm(causal_lm_dir, device=torch.device("cpu"))
+    prompt = task.serving_prompter(tokenizer, prefix="", chat_template=None)
 
     def answers(instances: Sequence[Any], **parameters: Any) -> list[str]:
         settings = CompletionSettings(**{"max_new_tokens": CHAT_NEW_TOKENS, **parameters})
-        prompts = [
-            task.serving_prompt(task.serving_instance(instance), tokenizer=tokenizer, prefix="")
-            for instance in instances
-        ]
+        prompts = [prompt(task.serving_instance(instance)) for instance in instances]
         return [complete(model, tokenizer, [p], settings=settings).texts[0] for p in prompts]
 
     return answers

@@ -29,41 +29,49 @@ BAD_CHATS = [
     (
         "messages not a list",
         {"instances": [{"messages": "hi"}]},
-        "instances[0].messages: expected a list of turns",
+        "instances[0].messages: not a list of turns (got str)",
     ),
-    ("messages empty", chat(), "instances[1].messages: empty; a chat needs at least one user turn"),
-    ("turn not an object", chat(USER, "hi", USER), "instances[1].messages[1]: expected a turn"),
+    ("messages empty", chat(), "instances[1].messages: no turns"),
+    (
+        "turn not an object",
+        chat(USER, "hi", USER),
+        "instances[1].messages: turn 1: not an object with `role` and `content`",
+    ),
     (
         "unknown role",
         chat(USER, ANSWER, {"role": "bot", "content": "hi"}),
-        "instances[1].messages[2].role: unknown role 'bot'; expected one of system, user, "
-        "assistant",
+        "instances[1].messages: turn 2: unknown role 'bot' (roles: system, user, assistant)",
     ),
-    ("no role", chat({"content": "hi"}), "instances[1].messages[0].role: required"),
+    (
+        "no role",
+        chat({"content": "hi"}),
+        "instances[1].messages: turn 0: not an object with `role` and `content`",
+    ),
     (
         "turn without text",
         chat(USER, ANSWER, {"role": "user"}),
-        "instances[1].messages[2].content: required: the turn's text",
+        "instances[1].messages: turn 2: not an object with `role` and `content`",
     ),
     (
         "blank text",
         chat(USER, ANSWER, {"role": "user", "content": "  "}),
-        "instances[1].messages[2].content: empty",
+        "instances[1].messages: turn 2: no text",
     ),
     (
         "text not a string",
         chat({"role": "user", "content": ["hi"]}),
-        "instances[1].messages[0].content: expected text, got array",
+        "instances[1].messages: turn 0: content is not text (got list)",
     ),
     (
-        "unknown turn key",
-        chat({**USER, "name": "ann"}),
-        "instances[1].messages[0]: unknown key 'name'",
+        "answer before a question",
+        chat(ANSWER, USER),
+        "instances[1].messages: turn 0: an assistant turn with no system or user turn before it",
     ),
     (
         "ends with the assistant",
         chat(USER, ANSWER),
-        "instances[1].messages[1].role: the last turn is the assistant's",
+        "instances[1].messages: turn 1: the chat ends with the assistant's turn; it must end "
+        "with the user's",
     ),
     ("empty prompt", {"instances": ["ok", " "]}, "instances[1]: prompt is empty"),
     ("instance a number", {"instances": [3]}, "instances[0]: expected a prompt (string)"),

@@ -84,14 +84,31 @@ def test_a_chat_the_models_own_template_refuses_is_the_clients_to_fix(
         "{% endif %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
     )
     task = get_task("instruction_tuning")
+    prompt = task.serving_prompter(tokenizer, prefix="", chat_template=None)
     chat = task.serving_instance({"messages": [{"role": "user", "content": "Hi"}]})
-    assert task.serving_prompt(chat, tokenizer=tokenizer, prefix="") == "[user] Hi "
+    assert prompt(chat) == "[user] Hi "
     twice = task.serving_instance(
         {"messages": [{"role": "user", "content": "Hi"}, {"role": "user", "content": "Hi?"}]}
     )
     with pytest.raises(InstanceError) as refused:
-        task.serving_prompt(twice, tokenizer=tokenizer, prefix="")
+        prompt(twice)
     assert refused.value.where == ("messages",)
     assert "the model's chat template refuses this chat: Conversation roles must alternate" in (
         refused.value.what
     )
+
+
+def test_the_servers_chat_template_is_trainings_for_a_tokenizer_without_one(
+    causal_lm_dir: Path,
+) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(causal_lm_dir)
+    task = get_task("instruction_tuning")
+    chat = task.serving_instance("What does heapq do?")
+    plain = task.serving_prompter(tokenizer, prefix="", chat_template=None)
+    assert plain(chat) == "### Instruction:\nWhat does heapq do?\n\n### Response:\n"
+    configured = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    assert load_settings(serving_env(chat_template=configured)).chat_template == configured
+    rendered = task.serving_prompter(tokenizer, prefix="", chat_template=configured)
+    assert rendered(chat) == "<user>What does heapq do?<assistant>"

@@ -1,5 +1,6 @@
 """Where the examples come from and how they become model inputs."""
 
+import jinja2
 from pydantic import Field, field_validator, model_validator
 
 from llm_pipeline.config.base import Section
@@ -11,9 +12,10 @@ class DataConfig(Section):
     dataset: str = Field(
         description="A Hugging Face hub dataset id (`cnn_dailymail`), a local file or folder "
         "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), a `gs://` / `s3://` "
-        "path, or `builtin:docstrings`: pairs built offline from the docstrings of the "
-        "installed Python packages (summary line ← body). Local paths are relative to the "
-        "config file."
+        "path, or a dataset built offline from the docstrings of the installed Python "
+        "packages: `builtin:docstrings` (document, summary: summary line ← body) or "
+        '`builtin:instructions` (prompt, response: "What does `X` do?" ← summary line). '
+        "Local paths are relative to the config file."
     )
     subset: str | None = Field(
         default=None, description="Hub dataset configuration name, e.g. `3.0.0` for cnn_dailymail."
@@ -52,19 +54,21 @@ class DataConfig(Section):
     seed: int = Field(default=42, description="Seed for the validation carve.")
     prefix: str = Field(
         default="",
-        description="Text put before every document, e.g. `summarize: ` for T5 checkpoints.",
+        description="summarization: text put before every document, e.g. `summarize: ` for T5 "
+        "checkpoints.",
     )
     max_source_length: int | None = Field(
         default=None,
         gt=0,
-        description="Documents are truncated to this many tokens; `null` uses the tokenizer's "
-        "model_max_length capped at 1024.",
+        description="summarization: documents are truncated to this many tokens; `null` uses "
+        "the tokenizer's model_max_length capped at 1024.",
     )
     max_target_length: int | None = Field(
         default=None,
         gt=0,
-        description="Summaries are truncated to this many tokens; `null` computes it from the "
-        "training data (`target_length_percentile`, capped at `max_target_length_cap`).",
+        description="summarization: summaries are truncated to this many tokens; `null` "
+        "computes it from the training data (`target_length_percentile`, capped at "
+        "`max_target_length_cap`).",
     )
     target_length_percentile: float = Field(
         default=95.0,
@@ -74,6 +78,29 @@ class DataConfig(Section):
     )
     max_target_length_cap: int = Field(
         default=512, gt=0, description="Upper bound on a computed max_target_length."
+    )
+    max_length: int | None = Field(
+        default=None,
+        gt=0,
+        description="instruction_tuning: tokens in one sequence, prompt and response together "
+        "(and in one packed row). A longer example loses its oldest prompt tokens first, never "
+        "the response; the prompt keeps at least its last quarter of this, and a response too "
+        "long for the rest is cut at its end. `null` uses the tokenizer's model_max_length "
+        "capped at 1024.",
+    )
+    packing: bool = Field(
+        default=False,
+        description="instruction_tuning: pack several training examples into each sequence of "
+        "`max_length` tokens, with position ids restarting per example, so that attention and "
+        "labels stay within each example. For a model whose attention does not follow the "
+        "position ids (OPT, BERT-style decoders), the train split stays unpacked and training "
+        "groups examples by length instead, as the preprocess log says.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="instruction_tuning: a Jinja chat template (Hugging Face's format) for a "
+        "tokenizer that has none of its own; the tokenizer's own always wins. `null` is a plain "
+        "layout: `### Instruction:\\n{prompt}\\n\\n### Response:\\n{response}<eos>`.",
     )
     num_proc: int = Field(
         default=1, ge=1, description="Worker processes for tokenization (datasets' num_proc)."
@@ -85,6 +112,18 @@ class DataConfig(Section):
         bad = {split: n for split, n in value.items() if n <= 0}
         if bad:
             raise ValueError(f"every cap must be > 0, got {bad}")
+        return value
+
+    @field_validator("chat_template")
+    @classmethod
+    def _parses_as_jinja(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                jinja2.Environment().parse(value)
+            except jinja2.TemplateSyntaxError as exc:
+                raise ValueError(
+                    f"not a Jinja template: {exc.message} (line {exc.lineno})"
+                ) from None
         return value
 
     @field_validator("columns")

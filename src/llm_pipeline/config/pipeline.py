@@ -123,6 +123,19 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _data_settings_the_task_reads(self) -> "PipelineConfig":
+        task = TASKS[self.task]
+        others = {key for other in TASKS.values() for key in other.data_keys} - task.data_keys
+        fields = DataConfig.model_fields
+        unread = sorted(key for key in others if getattr(self.data, key) != fields[key].default)
+        if unread:
+            raise ValueError(
+                f"{', '.join('data.' + key for key in unread)}: not read by task {self.task!r} "
+                f"(its own settings: {', '.join('data.' + key for key in sorted(task.data_keys))})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _frozen_encoder_is_not_the_decoder(self) -> "PipelineConfig":
         pair = self.model.encoder_decoder
         if self.train.freeze_encoder and pair is not None and pair.tie_encoder_decoder:

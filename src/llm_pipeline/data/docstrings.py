@@ -117,6 +117,17 @@ class DocstringPair:
     name: str
     body: str
     summary: str
+    #: The dotted module the object lives in (`json.decoder`); "" when unknown.
+    module: str = ""
+    #: True for the module's own docstring (then `name` is the module file's stem).
+    is_module: bool = False
+
+    @property
+    def qualified_name(self) -> str:
+        """`json.decoder.JSONDecoder.raw_decode`; the module itself for its own docstring."""
+        if self.is_module or not self.module:
+            return self.module or self.name
+        return f"{self.module}.{self.name}"
 
     @property
     def document(self) -> str:
@@ -145,10 +156,24 @@ def build_docstring_splits(
 ) -> dict[str, list[dict[str, str]]]:
     """`{split: [{"document", "summary"}]}`: the docstring dataset for `roots` (default: this
     Python's standard library and site-packages), split and ordered by seeded hash."""
-    files = list(source_files(roots or default_roots()))
+    splits = build_pair_splits(roots, seed=seed, workers=workers)
+    return {
+        name: [{"document": pair.document, "summary": pair.summary} for pair in pairs]
+        for name, pairs in splits.items()
+    }
+
+
+def build_pair_splits(
+    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
+) -> dict[str, list[DocstringPair]]:
+    """`{split: [DocstringPair]}` for `roots`, split and ordered by seeded hash of the
+    summary: what every dataset built from docstrings starts from."""
+    roots = list(roots or default_roots())
+    files = list(source_files(roots))
     started = time.monotonic()
     logger.info("reading docstrings from %d Python files (parsed, not imported)", len(files))
-    pairs = deduplicated(_pairs_of_files(files, workers))
+    modules = [module_name(path, roots) for path in files]
+    pairs = deduplicated(_pairs_of_files(files, modules, workers))
     logger.info("%d docstring pairs in %.0f s", len(pairs), time.monotonic() - started)
     splits: dict[str, list[tuple[float, DocstringPair]]] = {
         "train": [],
@@ -165,10 +190,18 @@ def build_docstring_splits(
             bound += share
         # The place within the split: a second, independent draw.
         splits[split].append((_unit_hash(pair.summary, seed + 1), pair))
-    return {
-        name: [{"document": p.document, "summary": p.summary} for _, p in sorted(rows)]
-        for name, rows in splits.items()
-    }
+    return {name: [pair for _, pair in sorted(rows, key=_by_draw)] for name, rows in splits.items()}
+
+
+def module_name(path: Path, roots: Sequence[Path]) -> str:
+    """The dotted module a source file is (`json/decoder.py` → `json.decoder`)."""
+    for root in roots:
+        if path.is_relative_to(root):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            return ".".join(parts) or path.stem
+    return path.stem
 
 
 def source_files(roots: Iterable[Path]) -> Iterator[Path]:
@@ -185,8 +218,9 @@ def source_files(roots: Iterable[Path]) -> Iterator[Path]:
                 continue
 
 
-def docstring_pairs(path: Path) -> list[DocstringPair]:
-    """The usable pairs of one source file, in the order its definitions appear."""
+def docstring_pairs(path: Path, module: str = "") -> list[DocstringPair]:
+    """The usable pairs of one source file (the dotted `module` it is), in the order its
+    definitions appear."""
     try:
         source = path.read_bytes()
         if _GENERATED.search(source[:3000]):
@@ -195,11 +229,11 @@ def docstring_pairs(path: Path) -> list[DocstringPair]:
     except (OSError, SyntaxError, ValueError, RecursionError):
         return []
     pairs = []
-    for name, docstring in _named_docstrings(tree, path.stem):
+    for name, docstring, is_module in _named_docstrings(tree, path.stem):
         parts = split_docstring(docstring)
         if parts is not None and reads_as_prose(*parts):
             summary, body = parts
-            pairs.append(DocstringPair(name, body, summary))
+            pairs.append(DocstringPair(name, body, summary, module=module, is_module=is_module))
     return pairs
 
 
@@ -256,35 +290,47 @@ def deduplicated(pairs: Iterable[DocstringPair]) -> list[DocstringPair]:
     return kept
 
 
-def _named_docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
-    """(qualified name, docstring) for the module and every class and function in it."""
+def _named_docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str, bool]]:
+    """(qualified name, docstring, whether it is the module's) for the module and every
+    class and function in it."""
     docstring = ast.get_docstring(tree, clean=False)
     if docstring:
-        yield module, docstring
+        yield module, docstring, True
     yield from _definitions(tree, "")
 
 
-def _definitions(node: ast.AST, prefix: str) -> Iterator[tuple[str, str]]:
+def _definitions(node: ast.AST, prefix: str) -> Iterator[tuple[str, str, bool]]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             name = prefix + child.name
             docstring = ast.get_docstring(child, clean=False)
             if docstring:
-                yield name, docstring
+                yield name, docstring, False
             if isinstance(child, ast.ClassDef):
                 yield from _definitions(child, f"{name}.")
 
 
-def _pairs_of_files(files: list[Path], workers: int | None) -> list[DocstringPair]:
+def _pairs_of_files(
+    files: list[Path], modules: list[str], workers: int | None
+) -> list[DocstringPair]:
     """Every file's pairs, in file order; parsed in `workers` processes (default: CPUs)."""
     workers = workers or len(os.sched_getaffinity(0))
     if workers == 1 or len(files) < 100:
-        return [pair for path in files for pair in docstring_pairs(path)]
+        return [
+            pair
+            for path, module in zip(files, modules, strict=True)
+            for pair in docstring_pairs(path, module)
+        ]
     chunk = max(1, len(files) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return [
-            pair for pairs in pool.map(docstring_pairs, files, chunksize=chunk) for pair in pairs
-        ]
+        found = pool.map(docstring_pairs, files, modules, chunksize=chunk)
+        return [pair for pairs in found for pair in pairs]
+
+
+def _by_draw(row: tuple[float, DocstringPair]) -> tuple[float, str, str]:
+    # Ties in the draw are all but impossible; the texts make the order total regardless.
+    draw, pair = row
+    return draw, pair.name, pair.summary
 
 
 def _unit_hash(text: str, seed: int) -> float:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from llm_pipeline.data.docstrings import NAME as DOCSTRINGS
-from llm_pipeline.data.docstrings import environment_fingerprint
+from llm_pipeline.data import docstrings, instructions
 from llm_pipeline.storage import is_remote
 
 #: Bytes read at a time while hashing.
@@ -23,11 +22,11 @@ def content_digest(source: str, *, base: Path | None = None) -> str | None:
     """A digest of the content `source` names, or None where it cannot be known cheaply
     and surely (hub ids, remote files): such a source is downloaded on every run.
 
-    `base` resolves a relative path. The built-in docstring dataset is a function of the
-    installed packages, so its digest is theirs.
+    `base` resolves a relative path. The built-in datasets are functions of the installed
+    packages, so their digest is theirs.
     """
-    if source == DOCSTRINGS:
-        return f"{DOCSTRINGS}:{environment_fingerprint()}"
+    if source in (docstrings.NAME, instructions.NAME):
+        return f"{source}:{docstrings.environment_fingerprint()}"
     if is_remote(source):
         return None
     path = Path(source).expanduser()

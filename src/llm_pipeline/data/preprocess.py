@@ -1,5 +1,7 @@
 """Turn the downloaded text dataset into token ids a seq2seq model trains on.
 
+(A causal LM's chats take `data.chat_preprocess`, which `preprocess_dataset` hands them to.)
+
 Output (`save_to_disk` folder, one split per input split):
 - `input_ids`, `attention_mask`, `labels`: int32 lists, truncated but *not padded*; the
   collator pads each batch to its own longest row, which carries far fewer pad tokens than
@@ -29,8 +31,10 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.chat_preprocess import preprocess_chats
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess_report import (
+    ChatPreprocessReport,
     LengthStats,
     PreprocessReport,
     SplitStats,
@@ -62,8 +66,10 @@ def preprocess_dataset(
     data: DataConfig,
     model: ModelConfig,
     task: Task,
-) -> PreprocessReport:
+) -> PreprocessReport | ChatPreprocessReport:
     """Tokenize every split of the dataset at `dataset_dir` into `output_dir`.
+
+    A causal-LM task's chats go to `data.chat_preprocess`; what follows is the seq2seq way.
 
     Raises DataError for data that cannot be used (missing columns, a split with no usable
     rows, max lengths too short for the tokenizer's special tokens) and ModelSourceError
@@ -71,6 +77,15 @@ def preprocess_dataset(
     """
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
+    if task.model_kind == "causal_lm":
+        return preprocess_chats(
+            dataset=dataset,
+            tokenizer=tokenizer,
+            output_dir=output_dir,
+            data=data,
+            model=model,
+            task=task,
+        )
     source_layout = _special_layout(tokenizer, target=False)
     target_layout = _special_layout(tokenizer, target=True)
     max_source, source_from = _max_source_length(data, tokenizer)

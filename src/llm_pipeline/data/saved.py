@@ -12,9 +12,14 @@ from llm_pipeline.storage import check_output_complete, to_uri
 #: The columns of preprocess's output that a model consumes, and all that training reads;
 #: the rest is raw text for people and for evaluation.
 MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
-#: What packed rows (`data.packing`) add for the model: positions restarting at 0 for each
-#: example in the row.
-PACKED_COLUMNS = ("position_ids",)
+#: A packed split's (`data.packing`): no attention mask, which would stop transformers from
+#: keeping the packed examples apart (data/packing.py).
+PACKED_COLUMNS = ("input_ids", "labels", "position_ids")
+
+
+def model_columns(column_names: list[str]) -> tuple[str, ...]:
+    """The columns a model takes from a split with these columns: packed or not."""
+    return PACKED_COLUMNS if "position_ids" in column_names else MODEL_COLUMNS
 
 
 def load_saved_dataset(

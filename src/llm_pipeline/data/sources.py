@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstrings
+from llm_pipeline.data import docstrings, instructions
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.errors import exception_chain
@@ -86,14 +86,23 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
     return Source(load_hub_dataset(name, config.subset, config.revision), name)
 
 
+#: The datasets the project builds offline, by the name `data.dataset` gives them.
+BUILTINS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {
+    docstrings.NAME: docstrings.build_docstring_splits,
+    instructions.NAME: instructions.build_instruction_splits,
+}
+
+
 def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
     """The splits of a dataset the project builds offline itself (`builtin:NAME`)."""
-    if name != docstrings.NAME:
+    if name not in BUILTINS:
         raise DataError(
-            f"data.dataset: unknown built-in dataset {name!r}; the built-in one is "
-            f"{docstrings.NAME!r} (docstrings of the installed Python packages)"
+            f"data.dataset: unknown built-in dataset {name!r}; the built-in ones are "
+            f"{docstrings.NAME!r} (document/summary pairs from the docstrings of the installed "
+            f"Python packages) and {instructions.NAME!r} (the same docstrings as "
+            "prompt/response pairs)"
         )
-    splits = docstrings.build_docstring_splits(seed=seed)
+    splits = BUILTINS[name](seed=seed)
     return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
 
 

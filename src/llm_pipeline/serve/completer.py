@@ -1,7 +1,8 @@
 """A served causal LM: prompts and chats become completions.
 
-A chat is rendered as training rendered it (the task's chat rendering: the tokenizer's own
-chat template, else the plain layout), ending where the answer starts; the completion is
+A chat is rendered as training rendered it (`tasks.chat`: the tokenizer's own chat
+template, else training's `data.chat_template`, which the deploy step hands the server,
+else the plain layout), ending where the answer starts; the completion is
 generated with the code evaluation uses (`models.completion`: longest first, left padding,
 greedy unless a temperature above 0 is given), so a greedy served answer is the one the
 evaluate step scored for the same prompt. A prompt longer than the server reads
@@ -10,14 +11,17 @@ evaluate step scored for the same prompt. A prompt longer than the server reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_pipeline.serve.errors import ServeError
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import describe_model, input_limit, torch_placement
 from llm_pipeline.serve.settings import Settings
 from llm_pipeline.tasks import Instance, Task
+from llm_pipeline.tasks.chat import ChatTemplateError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -35,6 +39,7 @@ class Completer:
     #: evaluation default, else the model's generation config, else the server's limit
     #: (transformers' own default, max_length 20, would count the prompt too).
     default_new_tokens: int
+    prompt: Callable[[Instance], str]  # the chat rendered up to where the answer starts
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Completer:
@@ -42,15 +47,20 @@ class Completer:
         from llm_pipeline.models.completion import load_causal_lm
 
         model, tokenizer = load_causal_lm(folder, **torch_placement(settings))
-        own = model.generation_config.max_new_tokens
+        try:
+            prompt = task.serving_prompter(
+                tokenizer, prefix="", chat_template=settings.chat_template
+            )
+        except ChatTemplateError as exc:
+            raise ServeError(f"model folder {folder}: {exc}") from None
+        limit = settings.max_new_tokens_limit
         new_tokens = (
-            min(own, settings.max_new_tokens_limit) if own else settings.max_new_tokens_limit
+            task.evaluation_defaults.get("max_new_tokens")
+            or model.generation_config.max_new_tokens
+            or limit
         )
-        return cls(model, tokenizer, task, input_limit(settings, tokenizer), new_tokens)
-
-    def prompt(self, instance: Instance) -> str:
-        """The instance's chat rendered up to where the answer starts."""
-        return self.task.serving_prompt(instance, tokenizer=self.tokenizer, prefix="")
+        limits = input_limit(settings, tokenizer), min(new_tokens, limit)
+        return cls(model, tokenizer, task, *limits, prompt)
 
     def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
         """One completion per prompt, in one generate call (the batcher sized the batch)."""

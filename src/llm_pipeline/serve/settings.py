@@ -87,6 +87,12 @@ class Settings(BaseModel):
         description="Inputs are truncated to this many tokens (training's max_source_length); "
         f"unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="The Jinja chat template training rendered chats with when the "
+        "tokenizer has none (the config's `data.chat_template`); unset: the plain "
+        "`### Instruction:` / `### Response:` layout. The tokenizer's own always wins.",
+    )
     source_prefix: str = Field(
         default="", description="Put before every text, as training did (`summarize: ` for T5)."
     )
@@ -179,6 +185,7 @@ def serving_env(
     task: str | None = None,
     prefix: str = "",
     max_input_tokens: int | None = None,
+    chat_template: str | None = None,
     parameters: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """The environment that makes the server load the model of `task`'s kind and read its
@@ -193,6 +200,8 @@ def serving_env(
         env[env_name("source_prefix")] = prefix
     if max_input_tokens is not None:
         env[env_name("max_input_tokens")] = str(max_input_tokens)
+    if chat_template is not None:
+        env[env_name("chat_template")] = chat_template
     if parameters:
         env[env_name("parameters")] = json.dumps(dict(parameters))
     return env

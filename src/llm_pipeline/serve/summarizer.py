@@ -8,6 +8,7 @@ scored for the same document and settings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ class Summarizer:
     task: Task
     source_prefix: str
     max_input_tokens: int
+    prompt: Callable[[Instance], str]  # the text the model reads for an instance
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Summarizer:
@@ -38,12 +40,9 @@ class Summarizer:
         from llm_pipeline.models.generation import load_seq2seq
 
         model, tokenizer = load_seq2seq(folder, **torch_placement(settings))
-        return cls(model, tokenizer, task, settings.source_prefix, input_limit(settings, tokenizer))
-
-    def prompt(self, instance: Instance) -> str:
-        """The text of a document instance, prefixed as training prefixed documents."""
-        prefix = self.source_prefix
-        return self.task.serving_prompt(instance, tokenizer=self.tokenizer, prefix=prefix)
+        prefix = settings.source_prefix
+        prompt = task.serving_prompter(tokenizer, prefix=prefix, chat_template=None)
+        return cls(model, tokenizer, task, prefix, input_limit(settings, tokenizer), prompt)
 
     def input_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of `texts` as the model reads them: truncated as training did."""

@@ -58,7 +58,9 @@ def run_deploy(
     env = serving_env(
         task=task,
         prefix=data_config.prefix,
-        max_input_tokens=data_config.max_source_length,
+        # Each task reads its own input limit; the config refuses the other task's.
+        max_input_tokens=data_config.max_source_length or data_config.max_length,
+        chat_template=data_config.chat_template,
         parameters=generation_defaults(EvaluateConfig.from_component(evaluate), task=task),
     )
     registry = open_registry(

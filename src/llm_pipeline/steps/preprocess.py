@@ -23,7 +23,7 @@ def run_preprocess(
     """Tokenize the `dataset` artifact into `tokenized` and log length statistics."""
     data_config = DataConfig.from_component(data)
     model_config = ModelConfig.from_component(model)
-    status("tokenizing documents and summaries")
+    status("tokenizing the dataset")
     report = preprocess_dataset(
         dataset_dir=dataset.path,
         output_dir=tokenized.path,

@@ -6,7 +6,7 @@ line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -62,6 +62,9 @@ class Task(ABC):
     role_sets: ClassVar[tuple[tuple[str, ...], ...]]
     #: The role the model learns to produce (its length decides max_target_length).
     target_role: ClassVar[str]
+    #: The `data.*` settings only this task reads; another task's, set to anything but its
+    #: default, is refused by the config rather than silently ignored.
+    data_keys: ClassVar[frozenset[str]]
 
     def role_set(self, columns: Iterable[str]) -> tuple[str, ...] | None:
         """The role set that `columns` (the roles a config maps) is exactly; None if none."""
@@ -84,6 +87,15 @@ class Task(ABC):
     def target_texts(self, batch: dict[str, list[Any]]) -> list[str]:
         """The text the model should produce for each row of a batch."""
         return [str(text) for text in batch[self.target_role]]
+
+    def chats(self, batch: dict[str, list[Any]]) -> list[Any]:
+        """Each row of a batch as a chat (causal-LM tasks); check them with `chat_problems`."""
+        raise NotImplementedError(f"task {self.name!r} reads no chats")
+
+    def chat_problems(self, batch: dict[str, list[Any]]) -> list[str | None]:
+        """What makes each row of a batch unusable for training, naming the column or turn;
+        None for a usable row (causal-LM tasks)."""
+        raise NotImplementedError(f"task {self.name!r} reads no chats")
 
     # model and training
     #: The network the task trains: it picks the `AutoModelFor...` class, how batches are
@@ -139,9 +151,13 @@ class Task(ABC):
         """
 
     @abstractmethod
-    def serving_prompt(self, instance: Instance, *, tokenizer: Any, prefix: str) -> str:
-        """The text the model reads for a checked instance (`prefix`: the server's
-        `source_prefix`, for tasks that put one before their input)."""
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """How the server turns a checked instance into the text the model reads, made once
+        when the model loads: `prefix` (the server's `source_prefix`) and `chat_template`
+        (training's `data.chat_template`) are for the tasks that use them. The function
+        raises InstanceError for an instance the model's own rules refuse."""
 
     @staticmethod
     def instance_chars(instance: Instance) -> int:

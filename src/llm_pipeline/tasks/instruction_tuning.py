@@ -4,17 +4,19 @@
 Rows are either a `prompt` and its `response`, or one `messages` column holding a chat:
 a list of turns `{"role": "system" | "user" | "assistant", "content": str}` (the layout
 most hub SFT sets, OpenAI and Vertex use). The model learns every assistant turn; the
-system and user turns before it are its prompt.
+system and user turns before it are its prompt. A prompt/response row is the one-turn chat
+`[user: prompt, assistant: response]`, so both layouts take the same path (tasks/chat.py).
 
-Served, an instance is a prompt (a text: one user turn) or `{"messages": [...]}`, rendered
-as training rendered chats; the prediction is the model's completion.
+Served, an instance is a prompt (one user turn) or `{"messages": [...]}`, checked and
+rendered by the same rules as training's chats; the prediction is the model's completion.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.chat import ChatFormat, TemplateError, as_chat, chat_problem
 
 
 class InstructionTuning(Task):
@@ -26,6 +28,25 @@ class InstructionTuning(Task):
     # data
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))
     target_role: ClassVar[str] = "response"
+    data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "packing", "chat_template"})
+
+    def chats(self, batch: dict[str, list[Any]]) -> list[Any]:
+        """Each row of a batch as a chat, as stored (check it with `chat_problem`)."""
+        if "messages" in batch:
+            return [as_chat(chat) for chat in batch["messages"]]
+        return [
+            [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
+        ]
+
+    def chat_problems(self, batch: dict[str, list[Any]]) -> list[str | None]:
+        """What makes each row unusable for training, naming the column or the turn."""
+        if "messages" in batch:
+            return [chat_problem(chat, need_assistant=True) for chat in self.chats(batch)]
+        return [
+            _text_problem("prompt", prompt) or _text_problem("response", response)
+            for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
+        ]
 
     def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
         return [prefix + str(text) for text in batch["prompt"]]
@@ -71,7 +92,8 @@ class InstructionTuning(Task):
     serving_instance_shape: ClassVar[str] = 'a list of prompts (texts) or {"messages": [...]} chats'
 
     def serving_instance(self, value: Any) -> Instance:
-        """A prompt (one user turn) or `{"messages": [turns]}`, checked turn by turn."""
+        """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
+        ending with the user's turn that the model answers."""
         if isinstance(value, str):
             if not value.strip():
                 raise InstanceError("prompt is empty")
@@ -85,91 +107,41 @@ class InstructionTuning(Task):
             raise InstanceError(f'unknown key {extra[0]!r}; an instance object holds "messages"')
         if "messages" not in value:
             raise InstanceError('an instance object needs "messages"')
-        return check_chat(value["messages"], where=("messages",))
-
-    def serving_prompt(self, instance: Instance, *, tokenizer: Any, prefix: str) -> str:
-        """The chat rendered as training rendered it, ending where the answer starts."""
-        from jinja2 import TemplateError
-
-        assert not isinstance(instance, str)  # serving_instance made it a chat
-        try:
-            return render_chat(instance, tokenizer, add_generation_prompt=True)
-        except TemplateError as exc:  # the model's own template refuses it (Llama 2's does)
+        chat = value["messages"]
+        problem = chat_problem(chat, need_assistant=False)
+        if problem is not None:
+            raise InstanceError(problem, ("messages",))
+        last = len(chat) - 1
+        if chat[last]["role"] != "user":
             raise InstanceError(
-                f"the model's chat template refuses this chat: {exc}", where=("messages",)
-            ) from None
-
-
-#: The roles a chat turn may have.
-CHAT_ROLES = ("system", "user", "assistant")
-
-#: The plain instruction/response layout (a Jinja chat template, as Hugging Face writes
-#: them) for tokenizers that bring no template of their own.
-PLAIN_CHAT_TEMPLATE = (
-    "{% for turn in messages %}"
-    "{% if turn['role'] == 'system' %}{{ turn['content'] }}\n\n"
-    "{% elif turn['role'] == 'user' %}### Instruction:\n{{ turn['content'] }}\n\n"
-    "{% else %}### Response:\n{{ turn['content'] }}\n\n"
-    "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}### Response:\n{% endif %}"
-)
-
-
-def render_chat(chat: Chat, tokenizer: Any, *, add_generation_prompt: bool) -> str:
-    """`chat` as text: the tokenizer's own chat template where it has one, else the plain
-    layout. With `add_generation_prompt` it ends where the assistant's answer begins."""
-    template = None if getattr(tokenizer, "chat_template", None) else PLAIN_CHAT_TEMPLATE
-    text = tokenizer.apply_chat_template(
-        chat,
-        chat_template=template,
-        tokenize=False,
-        add_generation_prompt=add_generation_prompt,
-    )
-    return str(text)
-
-
-def check_chat(turns: Any, *, where: tuple[str | int, ...] = ()) -> Chat:
-    """`turns` as a chat the model can answer, or InstanceError naming the turn at fault.
-
-    A chat is a non-empty list of `{"role", "content"}` objects with known roles and text in
-    every turn, and it ends with the user's turn (the one the model answers).
-    """
-    if not isinstance(turns, list):
-        raise InstanceError(
-            f'expected a list of turns {{"role": ..., "content": ...}}, got {json_type(turns)}',
-            where,
-        )
-    if not turns:
-        raise InstanceError("empty; a chat needs at least one user turn", where)
-    chat: Chat = []
-    for index, turn in enumerate(turns):
-        at = (*where, index)
-        if not isinstance(turn, dict):
-            raise InstanceError(
-                f'expected a turn {{"role": ..., "content": ...}}, got {json_type(turn)}', at
+                f"turn {last}: the chat ends with the {chat[last]['role']}'s turn; it must end "
+                "with the user's, which the model answers",
+                ("messages",),
             )
-        extra = sorted(set(turn) - {"role", "content"})
-        if extra:
-            raise InstanceError(f'unknown key {extra[0]!r}; a turn holds "role" and "content"', at)
-        role = turn.get("role")
-        if role not in CHAT_ROLES:
-            what = "required" if role is None else f"unknown role {role!r}"
-            raise InstanceError(f"{what}; expected one of {', '.join(CHAT_ROLES)}", (*at, "role"))
-        content = turn.get("content")
-        if not isinstance(content, str) or not content.strip():
-            what = (
-                "required: the turn's text"
-                if content is None
-                else f"expected text, got {json_type(content)}"
-                if not isinstance(content, str)
-                else "empty: the turn has no text"
-            )
-            raise InstanceError(what, (*at, "content"))
-        chat.append({"role": role, "content": content})
-    if chat[-1]["role"] != "user":
-        raise InstanceError(
-            f"the last turn is the {chat[-1]['role']}'s; a chat ends with the user's turn, "
-            "which the model answers",
-            (*where, len(chat) - 1, "role"),
-        )
-    return chat
+        return [{"role": turn["role"], "content": turn["content"]} for turn in chat]
+
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """Chats rendered as training rendered them (the tokenizer's chat template, else
+        `chat_template`, else the plain layout), ending where the answer starts."""
+        chat_format = ChatFormat.for_tokenizer(tokenizer, chat_template)
+
+        def prompt(instance: Instance) -> str:
+            assert not isinstance(instance, str)  # serving_instance made it a chat
+            try:
+                return chat_format.render(instance, generation_prompt=True)
+            except TemplateError as exc:  # the template refuses the chat (Llama 2's may)
+                raise InstanceError(
+                    f"the model's chat template refuses this chat: {exc}", ("messages",)
+                ) from None
+
+        return prompt
+
+
+def _text_problem(column: str, text: Any) -> str | None:
+    if not isinstance(text, str):
+        return f"{column}: not text (got {type(text).__name__})"
+    if not text.strip():
+        return f"{column}: no text"
+    return None

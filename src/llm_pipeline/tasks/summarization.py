@@ -1,5 +1,6 @@
 """Summarization: a document in, a short summary out."""
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -10,8 +11,19 @@ class Summarization(Task):
     """Abstractive summarization with a seq2seq model (T5, BART, encoder-decoder)."""
 
     name: ClassVar[str] = "summarization"
+
+    # data
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("document", "summary"),)
     target_role: ClassVar[str] = "summary"
+    data_keys: ClassVar[frozenset[str]] = frozenset(
+        {
+            "prefix",
+            "max_source_length",
+            "max_target_length",
+            "target_length_percentile",
+            "max_target_length_cap",
+        }
+    )
 
     # model and training
     model_kind: ClassVar[ModelKind] = "seq2seq"
@@ -70,6 +82,13 @@ class Summarization(Task):
             raise InstanceError("text is empty")
         return value
 
-    def serving_prompt(self, instance: Instance, *, tokenizer: Any, prefix: str) -> str:
-        assert isinstance(instance, str)  # serving_instance made it
-        return prefix + instance
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """The document after the prefix training put before documents."""
+
+        def prompt(instance: Instance) -> str:
+            assert isinstance(instance, str)  # serving_instance made it
+            return prefix + instance
+
+        return prompt

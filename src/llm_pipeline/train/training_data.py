@@ -9,7 +9,7 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
-from llm_pipeline.data.saved import MODEL_COLUMNS, PACKED_COLUMNS, load_saved_dataset
+from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
@@ -22,22 +22,18 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
         raise TrainError(f"dataset {spec.dataset_dir!r}: needs a 'train' split, found {list(data)}")
     splits = {name: data[name] for name in ("train", "validation") if name in data}
     for name, split in splits.items():
-        missing = [c for c in MODEL_COLUMNS if c not in split.column_names]
+        missing = [c for c in model_columns(split.column_names) if c not in split.column_names]
         if missing:
             raise TrainError(
                 f"dataset {spec.dataset_dir!r}: split {name!r} lacks {missing}; run the "
                 "preprocess step on it first"
             )
-    train = _model_columns(splits["train"])
+    # A packed train split (data.packing) has position ids and no attention mask.
+    train = splits["train"].select_columns(list(model_columns(splits["train"].column_names)))
     validation = splits.get("validation")
-    return train, _model_columns(validation) if validation is not None else None
-
-
-def _model_columns(split: Dataset) -> Dataset:
-    """The columns the model takes: `MODEL_COLUMNS`, and the `position_ids` of packed rows
-    (`data.packing`), which keep the examples sharing a row apart."""
-    optional = [c for c in PACKED_COLUMNS if c in split.column_names]
-    return split.select_columns([*MODEL_COLUMNS, *optional])
+    if validation is None:
+        return train, None
+    return train, validation.select_columns(list(model_columns(validation.column_names)))
 
 
 def _local_dataset(spec: WorkerSpec) -> Path:
