@@ -135,7 +135,14 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
         registry = Path(config.deploy.registry_dir).expanduser()
         endpoint = config.deploy.endpoint_name()
     example = _example_document(run)
-    print(format_summary(run, report=report, registry=registry, example=example, endpoint=endpoint))
+    headline = (
+        {"headline": config.deploy_policy.metric} if config and config.deploy_policy.metric else {}
+    )
+    print(
+        format_summary(
+            run, report=report, registry=registry, example=example, endpoint=endpoint, **headline
+        )
+    )
 
 
 def _example_document(run: LocalRun) -> str | None:

@@ -58,3 +58,11 @@ def test_a_model_setting_of_the_other_kind_is_refused(raw: dict[str, Any], probl
 def test_prompt_settings_are_taken_for_a_causal_lm() -> None:
     raw = {**SFT, "evaluate": {"stop": ["###"], "do_sample": True, "top_p": 0.9}}
     assert load_config(raw=raw).config.evaluate.stop == ["###"]
+
+
+@pytest.mark.parametrize("raw", [MINIMAL, SFT], ids=["summarization", "instruction_tuning"])
+def test_a_resolved_config_validates_again(raw: dict[str, Any]) -> None:
+    # What the configure step hands on (every key written out, nulls included) is taken back.
+    config = load_config(raw=raw).config
+    again = load_config(raw=config.model_dump(mode="json")).config
+    assert again == config

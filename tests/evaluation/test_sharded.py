@@ -77,6 +77,7 @@ def evaluate_step(
     section = EvaluateConfig(batch_size=4, bootstrap_samples=100, seed=1, processes=processes)
     metrics = Sink(path=str(out / "metrics"), values={})
     run_evaluate(
+        task="summarization",
         evaluate=section.model_dump_json(),
         model=SimpleNamespace(path=str(model)),
         dataset=SimpleNamespace(path=str(dataset)),

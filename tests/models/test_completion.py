@@ -15,6 +15,7 @@ from llm_pipeline.models.completion import (
     cut_at_stop,
     encode_prompts,
     load_causal_lm,
+    new_text,
     pad_left,
 )
 from llm_pipeline.models.errors import ModelLoadError
@@ -60,6 +61,14 @@ def test_prompts_keep_the_leading_token_and_get_no_end_token(llama_dir: Path) ->
     # BERT's tokenizer would wrap a text in [CLS] ... [SEP]; a prompt must not end in [SEP].
     assert plain[0] == tokenizer.cls_token_id and tokenizer.sep_token_id not in plain
     assert templated == plain  # a [CLS] the text already has is not doubled
+
+
+def test_new_text_continues_a_word_the_prompt_left_unfinished(llama_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
+    prompt = tokenizer("the word is un", add_special_tokens=False)["input_ids"]
+    new = tokenizer.convert_tokens_to_ids(["##like", "this"])
+    # Decoded alone, "##like this"; as a continuation, the word's end and the next word.
+    assert new_text(tokenizer, prompt, new) == "like this"
 
 
 def test_completions_are_the_same_batched_or_alone(llama_dir: Path) -> None:

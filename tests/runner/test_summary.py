@@ -1,6 +1,7 @@
 """The summary a person reads when a local run ends, and the run report it points at."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from llm_pipeline.runner.local import LocalRun, StepOutcome
@@ -68,6 +69,21 @@ def test_summary_leads_with_the_score_beside_its_baselines(tmp_path: Path) -> No
     base = next(line for line in text.splitlines() if "before fine-tuning" in line)
     assert "2.50 [1.00, 4.00]" in base and "distinct predictions 3%" in base
     assert any("lead-1" in line and "18.00" in line for line in text.splitlines())
+
+
+def test_summary_leads_with_the_gate_metric_it_is_given(tmp_path: Path) -> None:
+    metrics = {"rougeL": 31.0, "rougeL_low": 29.0, "rougeL_high": 33.0, "base_rougeL": 4.0}
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, metrics=metrics | {"samples": 12.0}) if step.name == "evaluate" else step
+        for step in run.steps
+    )
+    text = format_summary(replace(run, steps=steps), headline="rougeL")
+    assert "Scores on 12 held-out examples (rougeL, 95% interval):" in text
+    assert any(
+        "fine-tuned model" in line and "31.00 [29.00, 33.00]" in line for line in text.splitlines()
+    )
+    assert any("before fine-tuning" in line and "4.00" in line for line in text.splitlines())
 
 
 def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ class PipelineConfig(Section):
             given = [
                 name
                 for name in PROMPT_CONTINUATION_SETTINGS
-                if name in self.evaluate.model_fields_set
+                if getattr(self.evaluate, name) is not None
             ]
             if given:
                 raise ValueError(

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.tasks import DEFAULT_TASK, Task, get_task
 
 __all__ = ["EvaluationExamples", "evaluation_split", "load_examples"]
 
@@ -19,12 +20,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EvaluationExamples:
-    """The rows to summarize: raw documents and references, and the model's input ids."""
+    """The rows to score: the model's raw input texts (documents, prompts) and references,
+    its input ids, and, for a perplexity, the labels (-100 on prompt tokens)."""
 
     split: str
     documents: list[str]
     references: list[str]
     input_ids: list[list[int]]
+    labels: list[list[int]] | None = None
 
 
 def evaluation_split(splits: list[str], split: str | None) -> str:
@@ -34,10 +37,18 @@ def evaluation_split(splits: list[str], split: str | None) -> str:
 
 
 def load_examples(
-    dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
+    dataset_dir: str | os.PathLike[str],
+    split: str | None,
+    max_samples: int | None,
+    task: Task | None = None,
 ) -> EvaluationExamples:
-    """The evaluation rows of the preprocess step's output, checked for what scoring needs."""
+    """The evaluation rows of the preprocess step's output, checked for what scoring needs:
+    the task's source and reference columns (`Task.source_column`, `reference_column`)."""
     from llm_pipeline.data.saved import load_saved_dataset
+
+    task = task or get_task(DEFAULT_TASK)
+    source, reference = task.source_column, task.reference_column
+    wants_labels = "perplexity" in task.metric_names
 
     loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
     name = evaluation_split(list(loaded), split)
@@ -46,10 +57,12 @@ def load_examples(
             f"{dataset_dir}: no split {name!r} to evaluate (it has {list(loaded)})"
         )
     table = loaded[name]
-    needed = {"input_ids": "run the preprocess step first", "document": "", "summary": ""}
+    needed = {"input_ids": "run the preprocess step first", source: "", reference: ""}
+    if wants_labels:
+        needed["labels"] = "run the preprocess step first"
     for column, hint in needed.items():
         if column not in table.column_names:
-            what = "references missing: " if column == "summary" else ""
+            what = "references missing: " if column == reference else ""
             raise EvaluationError(
                 f"{what}split {name!r} of {dataset_dir} has no {column!r} column (it has "
                 f"{table.column_names}){'; ' + hint if hint else ''}"
@@ -58,17 +71,18 @@ def load_examples(
         table = table.select(range(max_samples))
     if len(table) == 0:
         raise EvaluationError(f"split {name!r} of {dataset_dir} is empty: nothing to evaluate")
-    references = [str(text or "").strip() for text in table["summary"]]
+    references = [str(text or "").strip() for text in table[reference]]
     blank = sum(not text for text in references)
     if blank == len(references):
         raise EvaluationError(
-            f"references missing: every 'summary' in split {name!r} of {dataset_dir} is empty"
+            f"references missing: every {reference!r} in split {name!r} of {dataset_dir} is empty"
         )
     if blank:
         logger.warning("%d of %d references are empty; they score 0", blank, len(references))
     return EvaluationExamples(
         split=name,
-        documents=[str(text or "") for text in table["document"]],
+        documents=[str(text or "") for text in table[source]],
         references=references,
         input_ids=[list(ids) for ids in table["input_ids"]],
+        labels=[list(ids) for ids in table["labels"]] if wants_labels else None,
     )

@@ -1,8 +1,9 @@
-"""Summaries for the evaluate step, sharded across torchrun ranks.
+"""Summaries, completions and response losses for the evaluate step, sharded across ranks.
 
-Loading and batched generation live in `llm_pipeline.models.generation` (the prediction
-server uses them too); they are re-exported here so evaluation code keeps one import. What
-is evaluation's own:
+Loading and batched generation live in `llm_pipeline.models.generation` (seq2seq) and
+`llm_pipeline.models.completion` (causal LMs); the prediction server uses them too. The
+seq2seq names are re-exported here so evaluation code keeps one import. What is
+evaluation's own:
 
 * Model folder problems are reported as EvaluationError, so the step prints them.
 * Under torchrun with several processes, rank r takes every world_size-th input of the
@@ -15,22 +16,23 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from llm_pipeline.evaluation.errors import EvaluationError
-from llm_pipeline.models import generation
+from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
+from llm_pipeline.models import completion, generation
+from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
     Generated,
     build_generation_config,
     default_device,
     generate_summaries,
-    longest_first,
 )
 
 if TYPE_CHECKING:
@@ -42,12 +44,17 @@ __all__ = [
     "GENERATION_FIELDS",
     "Generated",
     "build_generation_config",
+    "complete_sharded",
     "default_device",
     "generate_sharded",
     "generate_summaries",
     "init_distributed",
+    "load_causal_lm",
     "load_seq2seq",
+    "response_losses_sharded",
 ]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +95,16 @@ def load_seq2seq(
     return generation.load_seq2seq(model_dir, device=device, error=EvaluationError)
 
 
+def load_causal_lm(
+    model_dir: str | os.PathLike[str], *, device: torch.device | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The causal LM (eval mode, on `device`) and tokenizer saved in `model_dir`.
+
+    Raises EvaluationError for a folder that is not a consolidated causal-LM checkpoint.
+    """
+    return completion.load_causal_lm(model_dir, device=device, error=EvaluationError)
+
+
 def generate_sharded(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -101,57 +118,111 @@ def generate_sharded(
     and logs its progress; other ranks get None. Without a group (or with one rank) the
     summaries are those of `generate_summaries`.
     """
+
+    def produce(rows: list[int]) -> list[tuple[str, int]]:
+        done = generate_summaries(model, tokenizer, [input_ids[i] for i in rows], config=config)
+        return list(zip(done.texts, done.token_counts, strict=True))
+
+    rows = _sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
+    return _as_generated(rows)
+
+
+def complete_sharded(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    settings: CompletionSettings,
+) -> Generated | None:
+    """`models.completion.complete` split across the ranks as `generate_sharded` is."""
+    lengths = [len(ids) for ids in encode_prompts(tokenizer, prompts)]
+
+    def produce(rows: list[int]) -> list[tuple[str, int]]:
+        done = complete(model, tokenizer, [prompts[i] for i in rows], settings=settings)
+        return list(zip(done.texts, done.token_counts, strict=True))
+
+    return _as_generated(_sharded(lengths, produce, settings.batch_size, "responses"))
+
+
+def response_losses_sharded(
+    model: PreTrainedModel,
+    input_ids: Sequence[Sequence[int]],
+    labels: Sequence[Sequence[int]],
+    *,
+    batch_size: int,
+    pad_id: int,
+) -> list[ResponseLoss] | None:
+    """`perplexity.response_losses` split across the ranks; rank 0 gets every example's."""
+
+    def produce(rows: list[int]) -> list[ResponseLoss]:
+        picked = [input_ids[i] for i in rows], [labels[i] for i in rows]
+        return response_losses(model, *picked, batch_size=batch_size, pad_id=pad_id)
+
+    return _sharded([len(ids) for ids in input_ids], produce, batch_size, "response losses")
+
+
+def _as_generated(rows: list[tuple[str, int]] | None) -> Generated | None:
+    if rows is None:
+        return None
+    return Generated(texts=[text for text, _ in rows], token_counts=[n for _, n in rows])
+
+
+def _sharded(
+    lengths: Sequence[int],
+    produce: Callable[[list[int]], list[T]],
+    batch_size: int,
+    what: str,
+) -> list[T] | None:
+    """`produce` over every index, split across the ranks of the process group, if any.
+
+    Every rank must call it with the same inputs. Rank r takes every world_size-th index of
+    the longest-first order, so the ranks get equally heavy shares; rank 0 gathers every
+    result, in input order, and logs its progress; other ranks get None.
+    """
     grouped = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     rank, world = (dist.get_rank(), dist.get_world_size()) if grouped else (0, 1)
-    # Strided over the length-sorted order: every rank gets long and short inputs alike.
-    mine = longest_first(input_ids)[rank::world]
-    local = _generate_logging_progress(
-        model, tokenizer, [input_ids[i] for i in mine], config=config, rank=rank, world=world
-    )
-    part = list(zip(mine, local.texts, local.token_counts, strict=True))
-    parts: list[list[tuple[int, str, int]]] | None = [part]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    mine = order[rank::world]
+    local = _logging_progress(mine, produce, batch_size, what, rank=rank, world=world)
+    part = list(zip(mine, local, strict=True))
+    parts: list[list[tuple[int, Any]]] | None = [part]
     if world > 1:
         parts = [[] for _ in range(world)] if rank == 0 else None
         dist.gather_object(part, parts, dst=0)
     if parts is None:
         return None
-    texts = [""] * len(input_ids)
-    counts = [0] * len(input_ids)
-    for index, text, count in (row for rank_part in parts for row in rank_part):
-        texts[index] = text
-        counts[index] = count
-    return Generated(texts=texts, token_counts=counts)
+    results: list[Any] = [None] * len(lengths)
+    for index, value in (row for rank_part in parts for row in rank_part):
+        results[index] = value
+    return results
 
 
-def _generate_logging_progress(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    input_ids: Sequence[Sequence[int]],
+def _logging_progress(
+    rows: list[int],
+    produce: Callable[[list[int]], list[T]],
+    batch_size: int,
+    what: str,
     *,
-    config: EvaluateConfig,
     rank: int,
     world: int,
-) -> Generated:
-    """`generate_summaries` a batch at a time, rank 0 saying how far it is: a large model
-    takes hours over a test split. `input_ids` come longest first, so the batches are the
-    ones `generate_summaries` would make of them all at once."""
-    texts: list[str] = []
-    counts: list[int] = []
+) -> list[T]:
+    """`produce` a batch at a time, rank 0 saying how far it is: a large model takes hours
+    over a test split. `rows` come longest first, so the batches are the ones `produce`
+    would make of them all at once."""
+    results: list[T] = []
     started = shown = time.perf_counter()
     share = f" (rank 0's share of {world} processes)" if world > 1 else ""
-    for start in range(0, len(input_ids), config.batch_size):
-        batch = input_ids[start : start + config.batch_size]
-        done = generate_summaries(model, tokenizer, batch, config=config)
-        texts += done.texts
-        counts += done.token_counts
+    for start in range(0, len(rows), batch_size):
+        results += produce(rows[start : start + batch_size])
         now = time.perf_counter()
-        if rank == 0 and (now - shown >= PROGRESS_EVERY_S or len(texts) == len(input_ids)):
+        if rank == 0 and (now - shown >= PROGRESS_EVERY_S or len(results) == len(rows)):
             logger.info(
-                "generated %d of %d summaries%s in %.0f s",
-                len(texts),
-                len(input_ids),
+                "generated %d of %d %s%s in %.0f s",
+                len(results),
+                len(rows),
+                what,
                 share,
                 now - started,
             )
             shown = now
-    return Generated(texts=texts, token_counts=counts)
+    return results

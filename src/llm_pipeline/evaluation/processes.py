@@ -28,6 +28,7 @@ from llm_pipeline.evaluation.evaluate import (
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.progress import status
 from llm_pipeline.storage import check_output_complete, to_uri
+from llm_pipeline.tasks import DEFAULT_TASK
 from llm_pipeline.train.cluster import detect_cluster
 from llm_pipeline.train.failures import first_failure, tail_lines
 from llm_pipeline.train.launch import torchrun_command
@@ -81,10 +82,12 @@ def evaluate_in_processes(
     config: EvaluateConfig,
     output_dir: str | os.PathLike[str],
     env: Mapping[str, str] = os.environ,
+    task: str = DEFAULT_TASK,
 ) -> EvaluationOutputs:
     """Evaluate with `evaluation_processes(config)` processes; the same outputs either way.
 
-    Several processes run under torchrun with `env` (default: this process's environment).
+    `task` (a `tasks.TASKS` name) says what the model does and how it is scored. Several
+    processes run under torchrun with `env` (default: this process's environment).
     Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
     rank that failed and its last output.
     """
@@ -92,7 +95,11 @@ def evaluate_in_processes(
     processes = evaluation_processes(config)
     if processes == 1:
         result = evaluate_model(
-            model_dir=model_dir, dataset_dir=dataset_dir, config=config, output_dir=output_dir
+            model_dir=model_dir,
+            dataset_dir=dataset_dir,
+            config=config,
+            output_dir=output_dir,
+            task=task,
         )
         return EvaluationOutputs(result.split, result.metrics, result.output_dir, processes)
     from llm_pipeline.data.saved import load_saved_dataset
@@ -112,6 +119,8 @@ def evaluate_in_processes(
             str(output_dir),
             "--config",
             config.model_dump_json(),
+            "--task",
+            task,
         ],
     )
     status(f"generating in {processes} processes (torchrun)")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
 
-__all__ = ["PIPELINE_VIEW", "render_report", "report_page"]
+__all__ = ["PIPELINE_VIEW", "OtherScore", "ReportWords", "render_report", "report_page"]
 
 #: Where the run report puts the pipeline's view (steps, loss curve, gate) into this page.
 PIPELINE_VIEW = "<!-- pipeline view -->"
@@ -27,6 +28,30 @@ EXAMPLES_EACH = 20
 DOCUMENT_PREVIEW = 300
 #: The score examples are ranked by; rougeLsum is what summarization papers lead with.
 RANK_BY = "rougeLsum"
+
+
+@dataclass(frozen=True)
+class ReportWords:
+    """What the page calls things; a task supplies its own (`Task.report_title`, ...)."""
+
+    title: str = "Summarization evaluation"
+    source: str = "document"  # the model's input
+    output: str = "summary"  # what the model writes, in general
+    prediction: str = "prediction"  # one example's output, on its card
+
+
+@dataclass(frozen=True)
+class OtherScore:
+    """A score beside ROUGE in the table (exact match, perplexity): the model's value, each
+    baseline's (by the baselines' names) and, optionally, each example's, for its card."""
+
+    name: str
+    value: float
+    baselines: Mapping[str, float] = field(default_factory=dict)
+    per_example: Sequence[float] | None = None
+    higher_is_better: bool = True
+    note: str = ""
+
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;
@@ -53,36 +78,42 @@ def render_report(
     predictions: Sequence[str],
     baselines: Mapping[str, RougeResult] | None = None,
     facts: Mapping[str, str] | None = None,
-    title: str = "Summarization evaluation",
+    words: ReportWords | None = None,
+    rouge_types: Sequence[str] = ROUGE_TYPES,
+    others: Sequence[OtherScore] = (),
 ) -> str:
-    """The report page: scores beside the baselines, summary lengths, best and worst examples.
+    """The report page: scores beside the baselines, output lengths, best and worst examples.
 
     `baselines` maps a name (`lead-3`, `before fine-tuning`) to its scores on the same
     examples. `facts` are short "name: value" items shown under the title (model, split,
-    samples...).
+    samples...). `rouge_types` are the ROUGE rows shown (examples are ranked by rougeLsum
+    when it is among them, else by the first), `others` the rows after them.
     """
+    words = words or ReportWords()
     n = model.n_examples
     if not len(documents) == len(references) == len(predictions) == n:
         raise ValueError(
             f"report inputs differ in length: {n} scores, {len(documents)} documents, "
             f"{len(references)} references, {len(predictions)} predictions"
         )
-    best, worst = _best_and_worst(model.per_example[RANK_BY])
+    rank_by = RANK_BY if RANK_BY in rouge_types else rouge_types[0]
+    best, worst = _best_and_worst(model.per_example[rank_by])
+    cards = _Cards(model, rouge_types, others, words, documents, references, predictions)
     sections = [
-        f"<h1>{_e(title)}</h1>",
+        f"<h1>{_e(words.title)}</h1>",
         _facts(facts or {}),
         PIPELINE_VIEW,
         "<h2>Scores</h2>",
-        _scores_table(model, baselines or {}),
-        "<h2>Summary lengths (words)</h2>",
-        _length_histogram(predictions, references),
-        f"<h2>Best {len(best)} examples by {RANK_BY}</h2>",
-        *(_example(i, model, documents, references, predictions) for i in best),
+        _scores_table(model, baselines or {}, rouge_types, others),
+        f"<h2>{_e(words.output.capitalize())} lengths (words)</h2>",
+        _length_histogram(predictions, references, words.output),
+        f"<h2>Best {len(best)} examples by {rank_by}</h2>",
+        *(cards.card(i) for i in best),
     ]
     if worst:  # fewer examples than two full lists: every one is already shown above
-        sections.append(f"<h2>Worst {len(worst)} examples by {RANK_BY}</h2>")
-        sections += [_example(i, model, documents, references, predictions) for i in worst]
-    return report_page(title, "\n".join(sections))
+        sections.append(f"<h2>Worst {len(worst)} examples by {rank_by}</h2>")
+        sections += [cards.card(i) for i in worst]
+    return report_page(words.title, "\n".join(sections))
 
 
 def report_page(title: str, body: str) -> str:
@@ -123,22 +154,37 @@ def _score_cell(result: RougeResult, name: str) -> str:
     return f'<td>{score} <span class="ci">[{low:.2f}, {high:.2f}]</span></td>'
 
 
-def _scores_table(model: RougeResult, baselines: Mapping[str, RougeResult]) -> str:
+def _scores_table(
+    model: RougeResult,
+    baselines: Mapping[str, RougeResult],
+    rouge_types: Sequence[str],
+    others: Sequence[OtherScore],
+) -> str:
     level = round(100 * model.confidence)
     head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
     for name in baselines:
         head += f"<th>{_e(name)}</th><th>model − {_e(name)}</th>"
     rows = []
-    for metric in ROUGE_TYPES:
+    for metric in rouge_types:
         cells = f"<td>{_e(metric)}</td>{_score_cell(model, metric)}"
         for baseline in baselines.values():
             delta = model.scores[metric] - baseline.scores[metric]
-            tone = "up" if delta > 0 else "down" if delta < 0 else ""
-            cells += f'{_score_cell(baseline, metric)}<td class="{tone}">{delta:+.2f}</td>'
+            cells += f"{_score_cell(baseline, metric)}{_delta_cell(delta)}"
         rows.append(f"<tr>{cells}</tr>")
+    for other in others:
+        cells = f"<td>{_e(other.name)}</td><td>{other.value:.2f}</td>"
+        for name in baselines:
+            if name not in other.baselines:
+                cells += "<td></td><td></td>"
+                continue
+            theirs = other.baselines[name]
+            delta = other.value - theirs
+            cells += f"<td>{theirs:.2f}</td>{_delta_cell(delta, other.higher_is_better)}"
+        rows.append(f"<tr>{cells}</tr>")
+    notes = "".join(f" {_e(other.note)}" for other in others if other.note)
     note = (
         f'<p class="ci">ROUGE F1 ×100 (rouge-score definitions); intervals: percentile '
-        f"bootstrap of the mean, {model.n_resamples} resamples.</p>"
+        f"bootstrap of the mean, {model.n_resamples} resamples.{notes}</p>"
     )
     return (
         f'<table id="scores"><thead><tr>{head}</tr></thead>'
@@ -146,7 +192,16 @@ def _scores_table(model: RougeResult, baselines: Mapping[str, RougeResult]) -> s
     )
 
 
-def _length_histogram(predictions: Sequence[str], references: Sequence[str]) -> str:
+def _delta_cell(delta: float, higher_is_better: bool = True) -> str:
+    better = delta > 0 if higher_is_better else delta < 0
+    worse = delta < 0 if higher_is_better else delta > 0
+    tone = "up" if better else "down" if worse else ""
+    return f'<td class="{tone}">{delta:+.2f}</td>'
+
+
+def _length_histogram(
+    predictions: Sequence[str], references: Sequence[str], output: str = "summary"
+) -> str:
     """Side-by-side bars of generated and reference lengths in words, as inline SVG."""
     generated = np.array([len(t.split()) for t in predictions])
     wanted = np.array([len(t.split()) for t in references])
@@ -165,7 +220,7 @@ def _length_histogram(predictions: Sequence[str], references: Sequence[str]) -> 
     bar = slot * 0.4
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'role="img" aria-label="histogram of generated and reference summary lengths">',
+        f'role="img" aria-label="histogram of generated and reference {_e(output)} lengths">',
         f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
         f'y2="{top_pad + plot_h}" stroke="#57606a"/>',
         f'<text x="{left - 6}" y="{top_pad + 4}" text-anchor="end">{peak}</text>',
@@ -191,25 +246,36 @@ def _length_histogram(predictions: Sequence[str], references: Sequence[str]) -> 
         )
     parts.append(
         f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
-        "words per summary</text></svg>"
+        f"words per {_e(output)}</text></svg>"
     )
     return "".join(parts)
 
 
-def _example(
-    i: int,
-    model: RougeResult,
-    documents: Sequence[str],
-    references: Sequence[str],
-    predictions: Sequence[str],
-) -> str:
-    scores = " · ".join(f"{name} {model.per_example[name][i]:.1f}" for name in ROUGE_TYPES)
-    return (
-        f'<div class="ex"><h3>#{i} — {scores}</h3><dl>'
-        f"<dt>document</dt><dd>{_document(documents[i])}</dd>"
-        f"<dt>reference</dt><dd>{_e(references[i])}</dd>"
-        f"<dt>prediction</dt><dd>{_e(predictions[i])}</dd></dl></div>"
-    )
+@dataclass(frozen=True)
+class _Cards:
+    """One example's card: its scores, its input, the reference and what the model wrote."""
+
+    model: RougeResult
+    rouge_types: Sequence[str]
+    others: Sequence[OtherScore]
+    words: ReportWords
+    documents: Sequence[str]
+    references: Sequence[str]
+    predictions: Sequence[str]
+
+    def card(self, i: int) -> str:
+        scores = [f"{name} {self.model.per_example[name][i]:.1f}" for name in self.rouge_types]
+        scores += [
+            f"{other.name} {other.per_example[i]:.1f}"
+            for other in self.others
+            if other.per_example is not None
+        ]
+        return (
+            f'<div class="ex"><h3>#{i} — {" · ".join(scores)}</h3><dl>'
+            f"<dt>{_e(self.words.source)}</dt><dd>{_document(self.documents[i])}</dd>"
+            f"<dt>reference</dt><dd>{_e(self.references[i])}</dd>"
+            f"<dt>{_e(self.words.prediction)}</dt><dd>{_e(self.predictions[i])}</dd></dl></div>"
+        )
 
 
 def _document(text: str) -> str:

@@ -60,6 +60,7 @@ __all__ = [
     "cut_prompt",
     "encode_prompts",
     "load_causal_lm",
+    "new_text",
     "pad_left",
 ]
 
@@ -227,7 +228,7 @@ def complete(
             )
             for i, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
                 kept = _until_end(new, stops, pad_id)
-                text = str(tokenizer.decode(kept, skip_special_tokens=True))
+                text = new_text(tokenizer, input_ids[i], kept)
                 texts[i] = cut_at_stop(text, settings.stop)
                 counts[i] = len(kept)
     return Generated(texts=texts, token_counts=counts)
@@ -264,6 +265,17 @@ class _StopStrings(StoppingCriteria):
         texts = self._tokenizer.batch_decode(input_ids[:, self._start :], skip_special_tokens=True)
         done = [any(stop in text for stop in self._stop) for text in texts]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def new_text(tokenizer: PreTrainedTokenizerBase, prompt: list[int], new: list[int]) -> str:
+    """The text `new` adds to `prompt`: the decoded whole less the decoded prompt, as
+    transformers' text-generation pipeline does. Decoded alone, new tokens can read wrong
+    where they continue a word (WordPiece's `##` pieces) or lean on the space before them."""
+    head = str(tokenizer.decode(prompt, skip_special_tokens=True))
+    whole = str(tokenizer.decode(prompt + new, skip_special_tokens=True))
+    if whole.startswith(head):
+        return whole[len(head) :]
+    return str(tokenizer.decode(new, skip_special_tokens=True))
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

@@ -119,6 +119,7 @@ def build_pipeline(
         )
         options["finetune"](trained)
         scored = evaluate(
+            task=config.task,
             evaluate=sections["evaluate"],
             model=trained.outputs["trained_model"],
             dataset=tokenized.outputs["tokenized"],

@@ -17,7 +17,8 @@ from llm_pipeline.output_files import METRICS_FILE, REPORT_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
 
-#: The score the summary leads with; what summarization papers report first.
+#: The score the summary leads with unless told (the gate's metric): what summarization
+#: papers report first.
 HEADLINE = "rougeLsum"
 #: Where `pipeline.py serve` listens unless told otherwise.
 SERVE_PORT = 8080
@@ -31,14 +32,16 @@ def format_summary(
     registry: Path | None = None,
     example: str | None = None,
     endpoint: str | None = None,
+    headline: str = HEADLINE,
 ) -> str:
     """The summary as text. `registry` is a local registry's folder; `example` a document
     to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
-    run deployed nothing but the endpoint serves an earlier version."""
+    run deployed nothing but the endpoint serves an earlier version; `headline` the score
+    shown for the model and its baselines (the config's gate metric)."""
     steps = {step.name: step for step in run.steps}
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
-    lines += _scores(steps.get("evaluate"))
+    lines += _scores(steps.get("evaluate"), headline)
     lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
     lines += _places(run, steps, report=report, registry=registry)
     lines += _serving(steps.get("should-deploy"), steps.get("deploy"), example, endpoint)
@@ -54,22 +57,22 @@ def _step_line(step: StepOutcome) -> str:
     return line
 
 
-def _scores(evaluate: StepOutcome | None) -> list[str]:
-    if evaluate is None or evaluate.status != "succeeded" or HEADLINE not in evaluate.metrics:
+def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
+    if evaluate is None or evaluate.status != "succeeded" or headline not in evaluate.metrics:
         return []
     m = evaluate.metrics
     samples = int(m.get("samples", 0))
-    lines = ["", f"Scores on {samples} held-out examples ({HEADLINE}, 95% interval):"]
+    lines = ["", f"Scores on {samples} held-out examples ({headline}, 95% interval):"]
     rows = [("fine-tuned model", "", "distinct_predictions")]
     rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
     for key in m:
-        if lead := re.fullmatch(rf"lead(\d+)_{HEADLINE}", key):
+        if lead := re.fullmatch(rf"lead(\d+)_{re.escape(headline)}", key):
             rows.append((f"lead-{lead.group(1)}", f"lead{lead.group(1)}_", ""))
     for name, prefix, distinct in rows:
-        if f"{prefix}{HEADLINE}" not in m:
+        if f"{prefix}{headline}" not in m:
             continue
-        score = f"{m[f'{prefix}{HEADLINE}']:6.2f}"
-        low, high = m.get(f"{prefix}{HEADLINE}_low"), m.get(f"{prefix}{HEADLINE}_high")
+        score = f"{m[f'{prefix}{headline}']:6.2f}"
+        low, high = m.get(f"{prefix}{headline}_low"), m.get(f"{prefix}{headline}_high")
         interval = f"[{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
         share = f"distinct predictions {100 * m[distinct]:.0f}%" if distinct in m else ""
         lines.append(f"  {name:<20}{score} {interval:<16} {share}".rstrip())

@@ -73,7 +73,10 @@ def run_deploy(
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
     check_output_complete(model.path, made_by="finetune", error=DeployError)
-    probe = load_examples(dataset.path, None, deploy_config.probe_instances).documents
+    # The evaluation inputs as the evaluate step read them (for a chat task: its rendered
+    # prompts, which the server reads as one user turn each).
+    examples = load_examples(dataset.path, None, deploy_config.probe_instances, get_task(task))
+    probe = examples.documents
     registered = registry.register(
         model=deploy_config.model_display_name,
         model_dir=model.path if deploy_config.target == "local" else model.uri,

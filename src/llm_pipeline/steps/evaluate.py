@@ -13,6 +13,7 @@ from llm_pipeline.steps.errors import reports_user_errors
 @reports_user_errors
 def run_evaluate(
     *,
+    task: str,
     evaluate: str,
     model: Any,
     dataset: Any,
@@ -23,7 +24,11 @@ def run_evaluate(
     """Evaluate into the `predictions` folder; log the scores and publish the report."""
     config = EvaluateConfig.from_component(evaluate)
     result = evaluate_in_processes(
-        model_dir=model.path, dataset_dir=dataset.path, config=config, output_dir=predictions.path
+        model_dir=model.path,
+        dataset_dir=dataset.path,
+        config=config,
+        output_dir=predictions.path,
+        task=task,
     )
     save_resolved_config(
         predictions.path, evaluate=config, split=result.split, processes=str(result.processes)

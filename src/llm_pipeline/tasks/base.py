@@ -124,10 +124,12 @@ class Task(ABC):
     #: Settings `evaluate` takes from the task when the config leaves them unset (null),
     #: before the model's own generation config is consulted.
     evaluation_defaults: ClassVar[Mapping[str, Any]] = {}
-    #: Words the HTML report uses: its title, and what it calls a model's input and output.
+    #: Words the HTML report uses: its title, what it calls a model's input and its output
+    #: (in general, and on one example's card).
     report_title: ClassVar[str]
     source_label: ClassVar[str]
     output_label: ClassVar[str]
+    prediction_label: ClassVar[str]
 
     @property
     def gate_metric(self) -> str:

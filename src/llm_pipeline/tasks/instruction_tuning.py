@@ -72,6 +72,7 @@ class InstructionTuning(Task):
     }
     report_title: ClassVar[str] = "Instruction tuning evaluation"
     source_label: ClassVar[str] = "prompt"
+    prediction_label: ClassVar[str] = "response"
     output_label: ClassVar[str] = "response"
 
     # serving

@@ -36,6 +36,7 @@ class Summarization(Task):
     lead_baseline: ClassVar[bool] = True
     report_title: ClassVar[str] = "Summarization evaluation"
     source_label: ClassVar[str] = "document"
+    prediction_label: ClassVar[str] = "prediction"
     output_label: ClassVar[str] = "summary"
 
     def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
