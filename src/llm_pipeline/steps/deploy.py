@@ -111,7 +111,14 @@ def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any
     those the task's requests may set: the endpoint then generates as the model was scored
     (unset ones keep the model's own)."""
     names = set(GenerationParameters.model_fields) & set(get_task(task).serving_parameters)
-    return evaluate.model_dump(include=names, exclude_none=True)
+    chosen = evaluate.model_dump(include=names, exclude_none=True)
+    # The server samples exactly when its temperature is above 0: as the evaluation did.
+    if not evaluate.do_sample:
+        chosen.pop("temperature", None)
+        chosen.pop("top_p", None)
+    elif "temperature" in names:
+        chosen.setdefault("temperature", 1.0)  # transformers' default when sampling
+    return chosen
 
 
 def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck:
