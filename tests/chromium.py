@@ -1,14 +1,23 @@
-"""Headless Chromium for the tests of pages: a screenshot and the DOM it built."""
+"""Headless Chromium for the tests of pages: a screenshot and the DOM it built, or a page
+driven as a person drives it (clicks and keystrokes) over the DevTools protocol."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
 import shutil
 import struct
 import subprocess
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +73,158 @@ def render_in_chromium(html_file: Path, work: Path, *, size: str = "1200,900") -
     )
     dom = run_chromium("--dump-dom", html_file.as_uri(), work=work)
     return Rendered(screenshot, png_colours(screenshot), dom)
+
+
+class DevTools:
+    """A headless Chromium page driven over the DevTools protocol, on the pipe Chromium
+    opens with `--remote-debugging-pipe` (fds 3 and 4; JSON messages ended by NUL): no port
+    and no websocket library. Input goes through `Input.dispatch*Event`, as a person's
+    mouse and keyboard would."""
+
+    def __init__(self, commands: int, replies: int, timeout_s: float) -> None:
+        self._commands, self._replies, self._timeout_s = commands, replies, timeout_s
+        self._buffer = b""
+        self._next_id = 0
+        self._session: str | None = None
+
+    def attach(self) -> None:
+        """Talk to the page Chromium opened at start from now on."""
+        targets = self.call("Target.getTargets")["targetInfos"]
+        page = next(target for target in targets if target["type"] == "page")
+        attached = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)
+        self._session = attached["sessionId"]
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send one command and return its result (events in between are skipped)."""
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if self._session is not None:
+            message["sessionId"] = self._session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            while b"\0" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self._replies], [], [], left)[0]:
+                    raise TimeoutError(f"chromium did not answer {method} in {self._timeout_s} s")
+                chunk = os.read(self._replies, 1 << 16)
+                if not chunk:
+                    raise RuntimeError(f"chromium closed its pipe during {method}")
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(line)
+            if reply.get("id") == self._next_id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                result: dict[str, Any] = reply.get("result", {})
+                return result
+
+    def open(self, url: str) -> None:
+        """Load `url` and wait until it has loaded."""
+        self.call("Page.navigate", url=url)
+        self.wait_until(
+            f"location.href === {json.dumps(url)} && document.readyState === 'complete'",
+            what=f"{url} to load",
+        )
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def wait_until(self, expression: str, *, timeout_s: float = 60, what: str = "") -> Any:
+        """Poll `expression` until it is truthy; its value."""
+        deadline = time.monotonic() + timeout_s
+        while not (value := self.evaluate(expression)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"timed out after {timeout_s} s waiting for {what or expression}"
+                )
+            time.sleep(0.1)
+        return value
+
+    def click(self, selector: str) -> None:
+        """A left click in the middle of the element `selector` finds."""
+        box = self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+            ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
+
+    def type(self, text: str) -> None:
+        """Type `text` key by key into whatever has the focus."""
+        for char in text:
+            self.call("Input.dispatchKeyEvent", type="keyDown", key=char, text=char)
+            self.call("Input.dispatchKeyEvent", type="keyUp", key=char)
+
+    def press_enter(self) -> None:
+        """Press and release the Enter key."""
+        keys = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
+        self.call("Input.dispatchKeyEvent", type="keyDown", text="\r", **keys)
+        self.call("Input.dispatchKeyEvent", type="keyUp", **keys)
+
+    def screenshot(self, path: Path) -> Path:
+        """Save what the page shows now as a PNG."""
+        shot = self.call("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+
+@contextlib.contextmanager
+def devtools(*, work: Path, size: str = "1000,800", timeout_s: float = 60) -> Iterator[DevTools]:
+    """Headless Chromium with an empty page, driven over the DevTools pipe; skips where
+    Chromium is not installed. It is closed (killed if it hangs) when the block ends."""
+    binary = chromium_path()
+    to_chromium, from_us = os.pipe()
+    to_us, from_chromium = os.pipe()
+    # Above 9, so that bash's `3<&N 4>&M` cannot clash with 3 and 4 themselves.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chromium, from_chromium)]
+    for fd in (to_chromium, from_chromium):
+        os.close(fd)
+    command = [binary, *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--window-size={size}"]
+    command += [f"--user-data-dir={work / 'chromium-profile'}", "about:blank"]
+    process = subprocess.Popen(
+        ["bash", "-c", f'exec "$@" 3<&{high[0]} 4>&{high[1]}', "bash", *command],
+        pass_fds=high,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=work,
+    )
+    for fd in high:
+        os.close(fd)
+    browser = DevTools(from_us, to_us, timeout_s)
+    try:
+        browser.attach()
+        # The page's viewport exactly `size` (a headless window's is smaller by its frame).
+        width, height = (int(n) for n in size.split(","))
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        yield browser
+    finally:
+        with contextlib.suppress(Exception):
+            browser._session = None
+            browser.call("Browser.close")
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.close(from_us)
+        os.close(to_us)
 
 
 def png_colours(path: Path) -> set[bytes]:

@@ -47,6 +47,13 @@ def json_path(loc: Iterable[str | int]) -> str:
     return text
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages (`got array`)."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    names.update({list: "array", dict: "object", type(None): "null"})
+    return names.get(type(value), type(value).__name__)
+
+
 class JSONTooDeep(ValueError):
     """A JSON document nested deeper than `MAX_JSON_DEPTH` arrays and objects."""
 

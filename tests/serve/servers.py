@@ -27,6 +27,16 @@ LIMITS = {
     "LLM_PIPELINE_SERVE_MAX_NEW_TOKENS_LIMIT": "32",
     "LLM_PIPELINE_SERVE_NUM_BEAMS_LIMIT": "4",
 }
+#: The instruction-tuning server: its task and default length, as the deploy step sets them,
+#: and sampling limits.
+CHAT_NEW_TOKENS = 8
+CHAT_LIMITS = {
+    "LLM_PIPELINE_SERVE_TASK": "instruction_tuning",
+    "LLM_PIPELINE_SERVE_PARAMETERS": f'{{"max_new_tokens": {CHAT_NEW_TOKENS}}}',
+    "LLM_PIPELINE_SERVE_TEMPERATURE_LIMIT": "1.5",
+    "LLM_PIPELINE_SERVE_STOP_LIMIT": "2",
+    "LLM_PIPELINE_SERVE_STOP_CHARS_LIMIT": "32",
+}
 
 
 @dataclass

@@ -120,11 +120,19 @@ def test_no_model_at_all_is_refused(spawned: Any) -> None:
 def test_bad_settings_exit_2_naming_the_variable(spawned: Any, tiny_model_dir: Path) -> None:
     server = spawned(
         ["--model", str(tiny_model_dir)],
-        env={"LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "0", "AIP_HTTP_PORT": "http"},
+        env={
+            "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "0",
+            "AIP_HTTP_PORT": "http",
+            "LLM_PIPELINE_SERVE_TASK": "translation",
+        },
     )
     assert server.wait(EXIT_TIMEOUT_S) == 2
     output = server.output()
     assert "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE" in output and "AIP_HTTP_PORT" in output
+    assert (
+        "LLM_PIPELINE_SERVE_TASK: unknown task 'translation'; known tasks: "
+        "instruction_tuning, summarization" in output
+    )
     assert "Traceback" not in output
 
 

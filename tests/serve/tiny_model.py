@@ -1,4 +1,5 @@
-"""A tiny T5 trained on Python's own docstrings, for the server's tests and benchmark.
+"""A tiny T5 trained on Python's own docstrings, for the server's tests and benchmark, and a
+tiny random causal LM for serving instruction tuning.
 
 Needs nothing outside the repository and its installed packages: the documents are the
 docstrings of the standard library's modules (real human-written text every Python install
@@ -13,6 +14,7 @@ benchmarks/serve.py imports this file by path.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import sysconfig
 import tokenize
@@ -159,3 +161,45 @@ def _pad(rows: list[list[int]], value: int) -> tuple[Any, Any]:
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = 1
     return ids, mask
+
+
+def save_tiny_causal_lm(output_dir: Path, *, max_new_tokens: int = 8, seed: int = 0) -> Path:
+    """A randomly initialised causal LM of the tests' TINY_LLAMA shape
+    (tests/offline_models.py) with MiniLM's tokenizer, saved
+    as the finetune step saves one. MiniLM has no end-of-sequence token, so [SEP] ends an
+    answer, as instruction tuning's data ends every response. Its random weights give
+    different completions for different prompts, from a nearly flat next-token
+    distribution (so sampling strays from greedy)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    settings = dict(_offline_models().TINY_LLAMA)
+    config = AutoConfig.for_model(
+        settings.pop("model_type"),
+        **settings,
+        # Weights 25 times larger than transformers' default (0.02): at the default every
+        # prompt's answer is the same few tokens, since all end alike ("### Response:").
+        initializer_range=0.5,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.max_new_tokens = max_new_tokens
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+def _offline_models() -> Any:
+    """tests/offline_models.py, imported by path (benchmarks import this file by path too)."""
+    spec = importlib.util.spec_from_file_location(
+        "offline_models", Path(__file__).parents[1] / "offline_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -17,7 +17,7 @@ from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.registry.local import LocalRegistry
-from llm_pipeline.steps.deploy import run_deploy
+from llm_pipeline.steps.deploy import generation_defaults, run_deploy
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +50,7 @@ def deploy_step(
     metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
     metrics.log_metric("rougeLsum", 31.5)
     run_deploy(
+        task="summarization",
         deploy=DeployConfig(
             registry_dir=str(registry_dir), model_display_name="summarizer", health_timeout_s=120
         ).model_dump_json(),
@@ -84,6 +85,7 @@ def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
     assert served is not None and served.ref == "summarizer@1"
     assert served.metrics == {"rougeLsum": 31.5} and served.run == "run-under-test"
     assert served.serving_env["LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS"] == "64"
+    assert served.serving_env["LLM_PIPELINE_SERVE_TASK"] == "summarization"
     # The endpoint generates as the evaluation did.
     assert json.loads(served.serving_env["LLM_PIPELINE_SERVE_PARAMETERS"]) == {
         "max_new_tokens": 12,
@@ -143,3 +145,32 @@ def test_an_endpoint_that_changed_since_the_gate_is_left_alone(
     registry = LocalRegistry(registry_dir)
     assert [v.ref for v in registry.versions("summarizer")] == ["summarizer@1"]
     assert registry.served_version(ENDPOINT).ref == "summarizer@1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("task", "evaluate", "defaults"),
+    [
+        (
+            "summarization",
+            {"max_new_tokens": 12, "num_beams": 2},
+            {"max_new_tokens": 12, "num_beams": 2},
+        ),
+        # Greedy evaluation: the server is greedy too, whatever temperature was written down.
+        (
+            "instruction_tuning",
+            {"num_beams": 1, "max_new_tokens": 64, "top_p": 0.9, "stop": ["\n\n"]},
+            {"max_new_tokens": 64, "stop": ["\n\n"]},
+        ),
+        (
+            "instruction_tuning",
+            {"do_sample": True, "top_p": 0.9},
+            {"temperature": 1.0, "top_p": 0.9},
+        ),
+        ("instruction_tuning", {"do_sample": True, "temperature": 0.7}, {"temperature": 0.7}),
+    ],
+)
+def test_the_server_generates_by_default_as_the_evaluation_did(
+    task: str, evaluate: dict[str, object], defaults: dict[str, object]
+) -> None:
+    settings = EvaluateConfig.model_validate({"bootstrap_samples": 0, **evaluate})
+    assert generation_defaults(settings, task=task) == defaults

@@ -7,6 +7,7 @@ from llm_pipeline.components.image import component
 
 @component
 def deploy(
+    task: str,
     deploy: str,
     vertex: str,
     data: str,
@@ -31,15 +32,18 @@ def deploy(
     it was and fails the step with the reason.
 
     Args:
+        task: The config's `task`: the server loads the model of the kind that task trains
+            and takes the instances and parameters it defines.
         deploy: The config's `deploy` section as JSON (`DeployConfig`): target, names,
             serving image and machine, replicas, `traffic_percent` (100, or a canary share),
             `health_timeout_s`, `probe_instances`.
         vertex: The config's `vertex` section as JSON (project, region).
-        data: The config's `data` section as JSON: the serving container gets its `prefix`
-            and `max_source_length`, so it reads documents as training did.
+        data: The config's `data` section as JSON: the serving container gets what the task
+            reads inputs with (`prefix` and `max_source_length`, or `chat_template` and
+            `max_length`), so it reads them as training did.
         evaluate: The config's `evaluate` section as JSON: its generation settings
             (`max_new_tokens`, `num_beams`, ...) become the server's defaults, so the
-            endpoint answers as the evaluated model did.
+            endpoint generates as the evaluated model did.
         run: The pipeline run's name, recorded with the version.
         gate_served: `model@version` the gate compared with; if the endpoint serves
             something else now, another run deployed in between and this step stops.
@@ -56,6 +60,7 @@ def deploy(
     from llm_pipeline.steps.deploy import run_deploy
 
     run_deploy(
+        task=task,
         deploy=deploy,
         vertex=vertex,
         data=data,

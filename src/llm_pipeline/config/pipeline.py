@@ -85,19 +85,6 @@ class PipelineConfig(Section):
         )
 
     @model_validator(mode="after")
-    def _data_settings_the_task_reads(self) -> "PipelineConfig":
-        task = TASKS[self.task]
-        others = {key for other in TASKS.values() for key in other.data_keys} - task.data_keys
-        fields = DataConfig.model_fields
-        unread = sorted(key for key in others if getattr(self.data, key) != fields[key].default)
-        if unread:
-            raise ValueError(
-                f"{', '.join('data.' + key for key in unread)}: not read by task {self.task!r} "
-                f"(its own settings: {', '.join('data.' + key for key in sorted(task.data_keys))})"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _model_fits_the_task(self) -> "PipelineConfig":
         kind = TASKS[self.task].model_kind
         if kind == "causal_lm" and self.model.encoder_decoder is not None:
@@ -133,6 +120,19 @@ class PipelineConfig(Section):
         # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
         if self.deploy_policy.metric is None:
             self.deploy_policy.metric = TASKS[self.task]().gate_metric
+        return self
+
+    @model_validator(mode="after")
+    def _data_settings_the_task_reads(self) -> "PipelineConfig":
+        task = TASKS[self.task]
+        others = {key for other in TASKS.values() for key in other.data_keys} - task.data_keys
+        fields = DataConfig.model_fields
+        unread = sorted(key for key in others if getattr(self.data, key) != fields[key].default)
+        if unread:
+            raise ValueError(
+                f"{', '.join('data.' + key for key in unread)}: not read by task {self.task!r} "
+                f"(its own settings: {', '.join('data.' + key for key in sorted(task.data_keys))})"
+            )
         return self
 
     @model_validator(mode="after")

@@ -10,9 +10,15 @@ The causal-LM counterpart of `generation` (which serves seq2seq models), shared 
   `[CLS]`), unless the prompt text already starts with them (a chat template writes its own),
   then the text with no special tokens added. An end-of-sequence token appended to a prompt
   (BERT's tokenizer adds `[SEP]`) would tell the model the text is finished.
+* A prompt longer than `max_prompt_tokens`, or than the model's positions leave room for
+  beside the new tokens, loses its start, never its end: the end is what the answer
+  continues (a chat's latest turn). Its leading special tokens stay.
 * Only the new tokens are decoded, so a completion never repeats its prompt; a stop string
-  ends generation for its row (transformers' `StopStringCriteria`) and the text is cut
-  before its first occurrence, so the stop string itself is never returned.
+  ends generation for its row and the text is cut before its first occurrence, so the stop
+  string itself is never returned. Stops are looked for in each row's decoded new text
+  (microseconds a step) rather than with transformers' `StopStringCriteria`, which rebuilds
+  a table over the whole vocabulary on every generate call (1 to 4 s on a CPU for MiniLM's
+  30k tokens, more for larger vocabularies: `benchmarks/stop_strings.py`).
 * Search is greedy unless a caller asks to sample (`do_sample`, `temperature`, `top_p`).
 * Batches, length order, dtype and device as in `generation`: longest prompts first, outputs
   back in input order; bf16 on GPUs that compute in it natively, fp32 elsewhere.
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from llm_pipeline.errors import UserError
 from llm_pipeline.models.errors import ModelLoadError
@@ -50,6 +57,7 @@ __all__ = [
     "complete",
     "completion_config",
     "cut_at_stop",
+    "cut_prompt",
     "encode_prompts",
     "load_causal_lm",
     "new_text",
@@ -75,6 +83,9 @@ class CompletionSettings:
     top_p: float | None = None
     #: Strings that end a completion; it is cut before the first one found.
     stop: tuple[str, ...] = ()
+    #: Longest prompt read, in tokens (None: as long as the model's positions allow); a
+    #: longer one loses its start.
+    max_prompt_tokens: int | None = None
 
 
 def load_causal_lm(
@@ -179,7 +190,6 @@ def completion_config(
         generation.pad_token_id = tokenizer.pad_token_id
     if generation.eos_token_id is None:
         generation.eos_token_id = tokenizer.eos_token_id or tokenizer.sep_token_id
-    generation.stop_strings = list(settings.stop) or None
     return generation
 
 
@@ -196,7 +206,9 @@ def complete(
     pad_id = int(generation.pad_token_id)
     stops = _ids_of(generation.eos_token_id)
     device = next(model.parameters()).device
-    input_ids = encode_prompts(tokenizer, prompts)
+    leading = len(_leading_ids(tokenizer))
+    room = _prompt_room(model, generation, settings.max_prompt_tokens)
+    input_ids = [cut_prompt(ids, room, keep=leading) for ids in encode_prompts(tokenizer, prompts)]
     texts = [""] * len(prompts)
     counts = [0] * len(prompts)
     order = longest_first(input_ids)
@@ -204,12 +216,15 @@ def complete(
         for start in range(0, len(order), settings.batch_size):
             rows = order[start : start + settings.batch_size]
             ids, mask = pad_left([input_ids[i] for i in rows], pad_id, device)
+            stopping = StoppingCriteriaList()
+            if settings.stop:
+                stopping.append(_StopStrings(tokenizer, settings.stop, ids.shape[1]))
             # `generate` is mixed in per model class, so PreTrainedModel does not declare it.
             out = cast(Any, model).generate(
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=generation,
-                tokenizer=tokenizer,  # what StopStringCriteria reads stop strings with
+                stopping_criteria=stopping,
             )
             for i, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
                 kept = _until_end(new, stops, pad_id)
@@ -217,6 +232,39 @@ def complete(
                 texts[i] = cut_at_stop(text, settings.stop)
                 counts[i] = len(kept)
     return Generated(texts=texts, token_counts=counts)
+
+
+def cut_prompt(ids: list[int], room: int | None, *, keep: int) -> list[int]:
+    """`ids` cut from the left to `room` tokens (None: not cut), its first `keep` tokens (the
+    leading special tokens) kept in front."""
+    if room is None or len(ids) <= room:
+        return ids
+    tail = room - keep
+    return ids[:keep] + (ids[-tail:] if tail > 0 else [])
+
+
+def _prompt_room(
+    model: PreTrainedModel, generation: GenerationConfig, asked: int | None
+) -> int | None:
+    """How many prompt tokens a row may have: `asked`, and what the model's position table
+    leaves beside the new tokens (models with relative positions have no table)."""
+    limits = [asked] if asked else []
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        limits.append(max(1, positions - int(generation.max_new_tokens or 0)))
+    return min(limits) if limits else None
+
+
+class _StopStrings(StoppingCriteria):
+    """Ends a row once its decoded new text holds a stop string."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], start: int):
+        self._tokenizer, self._stop, self._start = tokenizer, tuple(stop), start
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        texts = self._tokenizer.batch_decode(input_ids[:, self._start :], skip_special_tokens=True)
+        done = [any(stop in text for stop in self._stop) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 def new_text(tokenizer: PreTrainedTokenizerBase, prompt: list[int], new: list[int]) -> str:

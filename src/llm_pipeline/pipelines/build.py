@@ -137,6 +137,7 @@ def build_pipeline(
         # that name for a condition on a task output.
         with dsl.If(gate.outputs["Output"] == True, name="deploy-if-better"):  # noqa: E712
             shipped = op(components.deploy)(
+                task=config.task,
                 deploy=sections["deploy"],
                 vertex=sections["vertex"],
                 data=sections["data"],

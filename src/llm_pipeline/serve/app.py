@@ -28,8 +28,8 @@ from llm_pipeline.errors import UserError
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import build_router
 from llm_pipeline.serve.schemas import GenerationParameters
+from llm_pipeline.serve.served import ServedModel, first_line, load_served_model
 from llm_pipeline.serve.settings import Settings
-from llm_pipeline.serve.summarizer import Summarizer, first_line
 
 logger = logging.getLogger("llm_pipeline.serve")
 
@@ -42,7 +42,7 @@ class ServerState:
     """What the routes share: settings, the model once loaded, and request counts."""
 
     settings: Settings
-    summarizer: Summarizer | None = None
+    model: ServedModel | None = None
     batcher: Batcher[GenerationParameters] | None = None
     error: str | None = None
     in_flight: int = 0
@@ -96,24 +96,23 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
     """Load the model and start the batcher; on failure record (and report) one line."""
     settings = state.settings
     try:
-        summarizer = Summarizer.load(settings, download_dir=download_dir)
-        warm_up = GenerationParameters(max_new_tokens=2, min_new_tokens=0, num_beams=1)
-        summarizer.summarize(warm_up, ["The model answers before health says so."])
+        model = load_served_model(settings, download_dir=download_dir)
+        model.warm_up()
     except UserError as exc:
         message = str(exc)
     except Exception as exc:  # anything else still ends the server with a reason
         message = f"could not load the model from {settings.model_uri}: {first_line(exc)}"
     else:
         batcher: Batcher[GenerationParameters] = Batcher(
-            summarizer.summarize,
+            model.generate,
             max_batch_size=settings.max_batch_size,
             max_wait_s=settings.max_wait_s,
             coalesce=settings.batching and settings.max_batch_size > 1,
         )
         batcher.start()
-        state.summarizer, state.batcher = summarizer, batcher
+        state.model, state.batcher = model, batcher
         state.loaded.set()
-        logger.info("model loaded: %s", summarizer.describe())
+        logger.info("model loaded: %s", model.describe())
         return
     state.error = message
     if on_failure is not None:

@@ -1,9 +1,15 @@
-"""The page at `/`: paste a text, read its summary. One self-contained HTML document.
+"""The page at `/`: one self-contained HTML document, in the layout the served task asks for.
 
-No external scripts, styles or fonts (the server may run where nothing outside reaches it);
-the page calls the predict route with `fetch`, exactly as any client does. `/?text=...`
-fills the text in and submits it at once, which makes the page scriptable from a shell
-(and testable in a headless browser).
+* `document` (summarization): paste a text, read its summary.
+* `chat` (instruction tuning): a system prompt, the turns so far, a message box, and the
+  model's answers; each send posts the whole conversation as one `{"messages": [...]}`
+  instance, as any client would.
+
+The words on the page and the settings it offers come from the task (`Task.serving_page`);
+the settings' bounds come from the server's limits. No external scripts, styles or fonts (the
+server may run where nothing outside reaches it); the page calls the predict route with
+`fetch`. `/?text=...` (document) or `/?message=...` (chat, with `&system=...`) fills the box
+and sends it at once, which makes the page scriptable from a shell.
 """
 
 from __future__ import annotations
@@ -12,99 +18,239 @@ import html
 import json
 
 from llm_pipeline.serve.settings import Settings
+from llm_pipeline.tasks import ServingPage, get_task
 
-_PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Summarize</title>
-<style>
+_STYLE = """
   body { font: 16px/1.5 system-ui, sans-serif; margin: 2rem auto; max-width: 52rem;
          padding: 0 1rem; color: #1b1b1b; background: #fafafa; }
   h1 { font-size: 1.4rem; margin-bottom: .25rem; }
   p.hint { color: #555; margin-top: 0; }
-  textarea { width: 100%; height: 14rem; font: inherit; padding: .5rem; box-sizing: border-box; }
+  textarea { width: 100%; font: inherit; padding: .5rem; box-sizing: border-box; }
+  #text { height: 14rem; }
+  label.block { display: block; font-weight: 600; margin-top: .75rem; }
   .row { display: flex; gap: 1rem; align-items: center; margin: .75rem 0; flex-wrap: wrap; }
   input[type=number] { width: 5rem; font: inherit; }
   button { font: inherit; padding: .4rem 1.2rem; background: #1a5fb4; color: white;
            border: 0; border-radius: 4px; cursor: pointer; }
+  button.quiet { background: #ddd; color: #1b1b1b; }
   button:disabled { background: #8aa7cf; cursor: wait; }
-  #summary { white-space: pre-wrap; background: #fff3c4; border-left: 4px solid #e5a50a;
-             padding: .75rem 1rem; min-height: 1.5rem; font-size: 1.1rem; }
+  #summary, .turn.assistant { white-space: pre-wrap; background: #fff3c4;
+             border-left: 4px solid #e5a50a; padding: .75rem 1rem; min-height: 1.5rem;
+             font-size: 1.1rem; }
+  #turns { display: flex; flex-direction: column; gap: .5rem; margin: 1rem 0; }
+  .turn { white-space: pre-wrap; padding: .6rem 1rem; border-radius: 4px; }
+  .turn.user { background: #dbe8fb; border-left: 4px solid #1a5fb4; }
+  .turn .role { display: block; font-size: .8rem; color: #555; font-weight: 600; }
+  .turn.empty .content { font-style: italic; color: #777; }
   #status.error { color: #a51d2d; font-weight: 600; }
-</style>
-</head>
-<body data-state="idle">
-<h1>Summarize</h1>
-<p class="hint">Model served at <code>__PREDICT__</code>. Paste a text and press Summarize.</p>
+"""
+
+#: How the page offers each generation parameter: its label, the input's attributes, and
+#: what an empty box means when the server sets no default.
+_INPUTS = {
+    "max_new_tokens": ("max new tokens", 'min="1" step="1"', "model's"),
+    "num_beams": ("beams", 'min="1" step="1"', "model's"),
+    "temperature": ("temperature", 'min="0" step="0.1"', "0: greedy"),
+    "top_p": ("top p", 'min="0.05" max="1" step="0.05"', "1"),
+}
+
+_DOCUMENT = """
+<p class="hint">Model served at <code>__PREDICT__</code>. Paste a text and press __ACTION__.</p>
 <form id="form">
-  <textarea id="text" name="text" placeholder="Text to summarize" required></textarea>
+  <textarea id="text" name="text" placeholder="__PLACEHOLDER__" required></textarea>
   <div class="row">
-    <label>max new tokens <input type="number" id="max_new_tokens" min="1"></label>
-    <label>beams <input type="number" id="num_beams" min="1"></label>
-    <button type="submit" id="go">Summarize</button>
+    __SETTINGS__
+    <button type="submit" id="go">__ACTION__</button>
     <span id="status"></span>
   </div>
 </form>
-<h2>Summary</h2>
+<h2>__OUTPUT__</h2>
 <div id="summary"></div>
 <script>
-const PREDICT = __PREDICT_JSON__;
-const form = document.getElementById("form");
+__COMMON__
 const text = document.getElementById("text");
-const statusLine = document.getElementById("status");
 const summary = document.getElementById("summary");
+
+async function run() {
+  const answer = await predict(text.value);
+  if (answer !== null) summary.textContent = answer;
+}
+
+form.addEventListener("submit", (event) => { event.preventDefault(); run(); });
+const given = new URLSearchParams(location.search).get("text");
+if (given) { text.value = given; run(); }
+</script>
+"""
+
+_CHAT = """
+<p class="hint">Model served at <code>__PREDICT__</code>. Write a message and press __ACTION__;
+the model answers with the whole conversation in view.</p>
+<label class="block" for="system">System prompt</label>
+<textarea id="system" rows="2" placeholder="Optional: how the assistant should answer"></textarea>
+<div id="turns" aria-live="polite"></div>
+<form id="form">
+  <textarea id="message" rows="3" placeholder="__PLACEHOLDER__" required></textarea>
+  <div class="row">
+    __SETTINGS__
+    <button type="submit" id="go">__ACTION__</button>
+    <button type="button" class="quiet" id="reset">New chat</button>
+    <span id="status"></span>
+  </div>
+</form>
+<script>
+__COMMON__
+const system = document.getElementById("system");
+const message = document.getElementById("message");
+const turnsBox = document.getElementById("turns");
+const turns = [];  // {role, content}, the user's and the model's, in order
+
+function draw() {
+  turnsBox.replaceChildren(...turns.map((turn) => {
+    const box = document.createElement("div");
+    box.className = "turn " + turn.role + (turn.content ? "" : " empty");
+    const role = document.createElement("span");
+    role.className = "role";
+    role.textContent = turn.role === "user" ? "You" : "Model";
+    const content = document.createElement("div");
+    content.className = "content";
+    content.textContent = turn.content || "(an empty answer)";
+    box.append(role, content);
+    return box;
+  }));
+}
+
+async function send() {
+  const content = message.value;
+  if (!content.trim()) return;
+  const messages = [];
+  if (system.value.trim()) messages.push({role: "system", content: system.value});
+  // An empty answer is shown but not sent back: a turn must have text.
+  messages.push(...turns.filter((turn) => turn.content), {role: "user", content});
+  turns.push({role: "user", content});
+  message.value = "";
+  draw();
+  const answer = await predict({messages});
+  if (answer === null) {  // put the message back to edit and resend
+    turns.pop();
+    message.value = content;
+  } else {
+    turns.push({role: "assistant", content: answer});
+  }
+  draw();
+}
+
+form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
+message.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    form.requestSubmit();
+  }
+});
+document.getElementById("reset").addEventListener("click", () => {
+  turns.length = 0;
+  draw();
+  statusLine.textContent = "";
+  document.body.dataset.state = "idle";
+});
+const query = new URLSearchParams(location.search);
+if (query.get("system")) system.value = query.get("system");
+if (query.get("message")) { message.value = query.get("message"); send(); }
+</script>
+"""
+
+#: What both layouts share: the settings, the call to the predict route, the status line.
+_COMMON = """const PREDICT = __PREDICT_JSON__;
+const SETTINGS = __SETTINGS_JSON__;
+const form = document.getElementById("form");
+const statusLine = document.getElementById("status");
 const button = document.getElementById("go");
 
 function parameters() {
   const chosen = {};
-  for (const name of ["max_new_tokens", "num_beams"]) {
+  for (const name of SETTINGS) {
     const value = document.getElementById(name).value;
     if (value !== "") chosen[name] = Number(value);
   }
   return chosen;
 }
 
-async function summarize() {
+// The prediction for one instance, or null after showing the server's error.
+async function predict(instance) {
   button.disabled = true;
   document.body.dataset.state = "working";
   statusLine.className = "";
-  statusLine.textContent = "Summarizing…";
+  statusLine.textContent = "Working…";
   const started = performance.now();
   try {
     const response = await fetch(PREDICT, {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({instances: [text.value], parameters: parameters()}),
+      body: JSON.stringify({instances: [instance], parameters: parameters()}),
     });
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || response.statusText);
-    summary.textContent = body.predictions[0];
     const seconds = ((performance.now() - started) / 1000).toFixed(2);
     statusLine.textContent = "Done in " + seconds + " s.";
     document.body.dataset.state = "done";
+    return body.predictions[0];
   } catch (error) {
     statusLine.className = "error";
     statusLine.textContent = "Error: " + error.message;
     document.body.dataset.state = "error";
+    return null;
   } finally {
     button.disabled = false;
   }
-}
-
-form.addEventListener("submit", (event) => { event.preventDefault(); summarize(); });
-const given = new URLSearchParams(location.search).get("text");
-if (given) { text.value = given; summarize(); }
-</script>
-</body>
-</html>
-"""
+}"""
 
 
 def render_page(settings: Settings) -> str:
-    """The page, pointed at this server's predict route."""
+    """The served task's page, pointed at this server's predict route."""
+    page = get_task(settings.task).serving_page
     route = settings.predict_route
+    body = (_CHAT if page.layout == "chat" else _DOCUMENT).replace("__COMMON__", _COMMON)
+    values = {
+        "__PREDICT_JSON__": _as_js(route),
+        "__SETTINGS_JSON__": _as_js(list(page.parameters)),
+        "__SETTINGS__": _settings_inputs(page, settings),
+        "__PREDICT__": html.escape(route),
+        "__ACTION__": html.escape(page.action),
+        "__PLACEHOLDER__": html.escape(page.placeholder),
+        "__OUTPUT__": html.escape(page.output),
+    }
+    for marker, value in values.items():
+        body = body.replace(marker, value)
+    title = html.escape(page.title)
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{title}</title>\n<style>{_STYLE}</style>\n</head>\n"
+        f'<body data-state="idle">\n<h1>{title}</h1>{body}</body>\n</html>\n'
+    )
+
+
+def _settings_inputs(page: ServingPage, settings: Settings) -> str:
+    """A number input per parameter the page offers, bounded by the server's limits, its
+    placeholder saying what an empty box means (the server's default, if it has one)."""
+    highest = {
+        "max_new_tokens": settings.max_new_tokens_limit,
+        "num_beams": settings.num_beams_limit,
+        "temperature": settings.temperature_limit,
+    }
+    inputs = []
+    for name in page.parameters:
+        label, attributes, unset = _INPUTS[name]
+        if name in highest:
+            attributes += f' max="{highest[name]:g}"'
+        default = getattr(settings.parameters, name)
+        shown = unset if default is None else f"{default:g}"
+        inputs.append(
+            f'<label>{label} <input type="number" id="{name}" {attributes} '
+            f'placeholder="{shown}"></label>'
+        )
+    return "\n    ".join(inputs)
+
+
+def _as_js(value: object) -> str:
     # json.dumps escapes quotes; "</" must not close the script element early.
-    as_js = json.dumps(route).replace("</", "<\\/")
-    return _PAGE.replace("__PREDICT_JSON__", as_js).replace("__PREDICT__", html.escape(route))
+    return json.dumps(value).replace("</", "<\\/")

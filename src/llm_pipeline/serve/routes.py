@@ -15,13 +15,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from llm_pipeline.errors import load_json
+from llm_pipeline.errors import json_path, load_json
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import PredictRequest, describe_errors, json_type
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
+from llm_pipeline.tasks import InstanceError, get_task
 
 if TYPE_CHECKING:
     from llm_pipeline.serve.app import ServerState
+    from llm_pipeline.serve.served import ServedModel
 
 #: Problems listed in one refusal; the rest are counted.
 _SHOWN_PROBLEMS = 10
@@ -68,13 +70,17 @@ async def predict(request: Request) -> JSONResponse:
         parsed = _validate(body, state.settings)
     except Refused as refused:
         return JSONResponse({"error": str(refused)}, status_code=refused.status)
-    if not state.ready or state.batcher is None:
+    if not state.ready or state.batcher is None or state.model is None:
         message = state.error or "the model is still loading; retry when health answers 200"
         return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "5"})
+    try:
+        prompts = _prompts(state.model, parsed)
+    except Refused as refused:
+        return JSONResponse({"error": str(refused)}, status_code=refused.status)
     parameters = parsed.parameters.over(state.settings.parameters)
     state.in_flight += 1
     try:
-        predictions = await state.batcher.submit(parameters, parsed.instances)
+        predictions = await state.batcher.submit(parameters, prompts)
     finally:
         state.in_flight -= 1
     state.answered += 1
@@ -82,7 +88,7 @@ async def predict(request: Request) -> JSONResponse:
 
 
 async def page(request: Request) -> HTMLResponse:
-    """A page where a person pastes a text and reads its summary."""
+    """The served task's page: paste a text and read its summary, or chat with the model."""
     return HTMLResponse(render_page(_state(request).settings))
 
 
@@ -102,8 +108,8 @@ async def stats(request: Request) -> JSONResponse:
             batch_sizes={str(size): n for size, n in counts.batch_sizes.items()},
             texts_queued=counts.queued,
         )
-    if state.summarizer is not None:
-        body["model"] = state.summarizer.describe()
+    if state.model is not None:
+        body["model"] = state.model.describe()
     return JSONResponse(body)
 
 
@@ -137,10 +143,23 @@ def _validate(body: Any, settings: Settings) -> PredictRequest:
     try:
         return PredictRequest.model_validate(body, context=settings)
     except ValidationError as exc:
-        problems = describe_errors(exc)
+        problems = describe_errors(exc, task=get_task(settings.task))
         more = len(problems) - _SHOWN_PROBLEMS
         shown = "; ".join(problems[:_SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
         raise Refused(400, shown) from None
+
+
+def _prompts(model: ServedModel, request: PredictRequest) -> list[str]:
+    """The text the model reads for each instance; a chat the model's own chat template
+    refuses is the client's to fix (400)."""
+    prompts = []
+    for index, instance in enumerate(request.instances):
+        try:
+            prompts.append(model.prompt(instance))
+        except InstanceError as exc:
+            where = json_path(("instances", index, *exc.where))
+            raise Refused(400, f"{where}: {exc.what}") from None
+    return prompts
 
 
 def _too_large(size: str) -> str:

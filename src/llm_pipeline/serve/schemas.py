@@ -1,10 +1,13 @@
 """Request and response bodies of the predict route, with the limits that guard the model.
 
 Requests follow Vertex AI's format: `{"instances": [...], "parameters": {...}}`, answered by
-`{"predictions": [...]}`. An instance is a text or `{"text": ...}`. Validation is strict
-(no "3" for 3) and every problem is reported with where it is (`instances[3]: ...`): a
-client fixes its request from the message alone. The server's limits reach the validators
-through pydantic's validation context (a `Settings`).
+`{"predictions": [...]}`. What an instance may be, and which parameters a request may set,
+is the served task's to say (`tasks.Task.serving_instance`, `serving_parameters`):
+summarization takes a text or `{"text": ...}`, instruction tuning a prompt or
+`{"messages": [...]}`. Validation is strict (no "3" for 3) and every problem is reported with
+where it is (`instances[1].messages[2].content: ...`): a client fixes its request from the
+message alone. The server's settings (its task and limits) reach the validators through
+pydantic's validation context (a `Settings`).
 """
 
 from __future__ import annotations
@@ -24,18 +27,22 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from llm_pipeline.errors import json_path
+from llm_pipeline.errors import json_path, json_type
+from llm_pipeline.tasks import DEFAULT_TASK, Instance, InstanceError, Task, get_task
 
 if TYPE_CHECKING:
     from llm_pipeline.serve.settings import Settings
 
+__all__ = ["GenerationParameters", "PredictRequest", "describe_errors", "json_type", "problem"]
+
 _PROBLEM = "serve_problem"
-_SHAPE = 'a list of texts or {"text": ...} objects'
 
 
-def _problem(message: str) -> PydanticCustomError:
+def problem(message: str, where: tuple[str | int, ...] = ()) -> PydanticCustomError:
+    """A refusal; `where` places it deeper than the value that raised it (inside an
+    instance: `("messages", 2, "content")`)."""
     # The message goes in as a value: a template would read the braces of {"text"}.
-    return PydanticCustomError(_PROBLEM, "{message}", {"message": message})
+    return PydanticCustomError(_PROBLEM, "{message}", {"message": message, "where": where})
 
 
 def _limits(info: ValidationInfo) -> Settings | None:
@@ -45,11 +52,16 @@ def _limits(info: ValidationInfo) -> Settings | None:
 
 
 class GenerationParameters(BaseModel):
-    """Generation settings a request may choose; unset ones keep the server's defaults."""
+    """Generation settings a request may choose; unset ones keep the server's defaults.
+
+    One model for every task; the served task says which of them a request may set
+    (`Task.serving_parameters`), and the others are refused as unknown keys. Frozen and
+    hashable: the batcher runs only requests with equal parameters in one generate call.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    max_new_tokens: int | None = Field(default=None, ge=1, description="Longest summary.")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="Longest output, in tokens.")
     min_new_tokens: int | None = Field(default=None, ge=0, description="Shortest summary.")
     num_beams: int | None = Field(default=None, ge=1, description="Beam width; 1 is greedy.")
     length_penalty: float | None = Field(
@@ -58,23 +70,83 @@ class GenerationParameters(BaseModel):
     no_repeat_ngram_size: int | None = Field(
         default=None, ge=0, le=64, description="Forbid repeating n-grams of this size; 0: off."
     )
+    temperature: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Sampling temperature; 0 or unset is greedy (the same answer every time).",
+    )
+    top_p: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Nucleus sampling: sample from the likeliest tokens holding this much "
+        "probability; needs temperature above 0.",
+    )
+    stop: tuple[str, ...] | None = Field(
+        default=None,
+        description="A string or list of strings; the completion ends before the first of "
+        "them it produces.",
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _task_takes_it(cls, value: Any, info: ValidationInfo) -> Any:
+        limits = _limits(info)
+        if limits is not None and value is not None:
+            allowed = get_task(limits.task).serving_parameters
+            if info.field_name not in allowed:
+                raise problem(f"unknown key; expected one of {', '.join(allowed)}")
+        return value
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_strings(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        stops = [value] if isinstance(value, str) else value
+        if not isinstance(stops, list) or not all(isinstance(stop, str) for stop in stops):
+            raise problem(f"expected a string or a list of strings, got {json_type(value)}")
+        if not stops or not all(stops):
+            raise problem("stop strings must not be empty")
+        limits = _limits(info)
+        if limits is not None:
+            if len(stops) > limits.stop_limit:
+                raise problem(
+                    f"{len(stops)} stop strings; this server's limit is {limits.stop_limit}"
+                )
+            longest = max(len(stop) for stop in stops)
+            if longest > limits.stop_chars_limit:
+                raise problem(
+                    f"a stop string is {longest} characters; this server's limit is "
+                    f"{limits.stop_chars_limit}"
+                )
+        return tuple(stops)
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> Self:
         limits = _limits(info)
         if limits is not None:
-            caps = {
+            caps: dict[str, float] = {
                 "max_new_tokens": limits.max_new_tokens_limit,
                 "min_new_tokens": limits.max_new_tokens_limit,
                 "num_beams": limits.num_beams_limit,
+                "temperature": limits.temperature_limit,
             }
             for name, cap in caps.items():
                 value = getattr(self, name)
                 if value is not None and value > cap:
-                    raise _problem(f"{name} is {value}; this server's limit is {cap}")
+                    raise problem(f"{name} is {value}; this server's limit is {cap:g}")
+            temperature = self.over(limits.parameters).temperature
+            if self.top_p is not None and not temperature:
+                raise problem(
+                    f"top_p ({self.top_p:g}) applies only when sampling: set temperature "
+                    "above 0 (unset or 0 is greedy)"
+                )
         low, high = self.min_new_tokens, self.max_new_tokens
         if low is not None and high is not None and low > high:
-            raise _problem(f"min_new_tokens ({low}) is above max_new_tokens ({high})")
+            raise problem(f"min_new_tokens ({low}) is above max_new_tokens ({high})")
         return self
 
     def over(self, defaults: GenerationParameters) -> GenerationParameters:
@@ -82,34 +154,33 @@ class GenerationParameters(BaseModel):
         return defaults.model_copy(update=self.model_dump(exclude_none=True))
 
 
-def _instance_text(value: Any, info: ValidationInfo) -> str:
-    """The text of one instance: a string, or an object holding only "text"."""
-    if isinstance(value, dict):
-        extra = sorted(set(value) - {"text"})
-        if extra:
-            raise _problem(f'unknown key {extra[0]!r}; an instance object holds only "text"')
-        if "text" not in value:
-            raise _problem('an instance object needs "text"')
-        value = value["text"]
-        if not isinstance(value, str):
-            raise _problem(f"text must be a string, got {json_type(value)}")
-    elif not isinstance(value, str):
-        raise _problem(f'expected a string or an object {{"text": string}}, got {json_type(value)}')
-    if not value.strip():
-        raise _problem("text is empty")
+def _instance(value: Any, info: ValidationInfo) -> Instance:
+    """One instance, checked by the served task and against the server's length limit."""
     limits = _limits(info)
-    if limits is not None and len(value) > limits.max_text_chars:
-        raise _problem(f"text is {len(value)} characters; the limit is {limits.max_text_chars}")
-    return value
+    task = _task(info)
+    try:
+        instance = task.serving_instance(value)
+    except InstanceError as exc:
+        raise problem(exc.what, exc.where) from None
+    chars = task.instance_chars(instance)
+    if limits is not None and chars > limits.max_text_chars:
+        raise problem(f"text is {chars} characters; the limit is {limits.max_text_chars}")
+    return instance
+
+
+def _task(info: ValidationInfo) -> Task:
+    limits = _limits(info)
+    return get_task(limits.task if limits is not None else DEFAULT_TASK)
 
 
 class PredictRequest(BaseModel):
-    """`{"instances": [...], "parameters": {...}}`; instances come out as plain texts."""
+    """`{"instances": [...], "parameters": {...}}`; instances come out checked (texts or
+    chats, as the served task takes them)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    instances: list[Annotated[str, PlainValidator(_instance_text)]] = Field(
-        description=f"What to summarize: {_SHAPE}."
+    instances: list[Annotated[Instance, PlainValidator(_instance)]] = Field(
+        description="What to run the model on, as the served task takes it."
     )
     parameters: GenerationParameters = Field(
         default_factory=GenerationParameters, description="Generation settings for all of them."
@@ -119,40 +190,41 @@ class PredictRequest(BaseModel):
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list):
-            raise _problem(f"expected {_SHAPE}, got {json_type(value)}")
+            raise problem(f"expected {_task(info).serving_instance_shape}, got {json_type(value)}")
         if not value:
-            raise _problem("empty; send at least one instance")
+            raise problem("empty; send at least one instance")
         limits = _limits(info)
         if limits is not None and len(value) > limits.max_instances:
-            raise _problem(
+            raise problem(
                 f"{len(value)} instances; the limit is {limits.max_instances} per request"
             )
         return value
 
 
-def json_type(value: Any) -> str:
-    """The JSON name of a parsed value's type, for messages."""
-    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
-    names.update({list: "array", dict: "object", type(None): "null"})
-    return names.get(type(value), type(value).__name__)
-
-
 def describe_errors(
-    exc: ValidationError, *, name: Callable[[tuple[str | int, ...]], str] = json_path
+    exc: ValidationError,
+    *,
+    name: Callable[[tuple[str | int, ...]], str] = json_path,
+    task: Task | None = None,
 ) -> list[str]:
-    """One `where: what` line per problem pydantic found."""
+    """One `where: what` line per problem pydantic found (`task`: the served one, whose
+    instances and parameters the messages describe)."""
+    parameters = task.serving_parameters if task else tuple(GenerationParameters.model_fields)
     problems = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
-        where = name(loc) if loc else "request body"
         kind, message = error["type"], error["msg"]
+        if kind == _PROBLEM:
+            loc += tuple(error.get("ctx", {}).get("where", ()))
+        where = name(loc) if loc else "request body"
         if kind == _PROBLEM:
             what = message
         elif kind == "missing":
-            what = f"required ({_SHAPE})" if loc == ("instances",) else "required"
+            shape = f" ({task.serving_instance_shape})" if task else ""
+            what = f"required{shape}" if loc == ("instances",) else "required"
         elif kind == "extra_forbidden":
-            known = GenerationParameters if loc[:1] == ("parameters",) else PredictRequest
-            what = f"unknown key; expected one of {', '.join(known.model_fields)}"
+            known = parameters if loc[:1] == ("parameters",) else PredictRequest.model_fields
+            what = f"unknown key; expected one of {', '.join(known)}"
         elif kind in {"model_type", "dict_type", "model_attributes_type"}:
             what = f"expected an object, got {json_type(error['input'])}"
         else:

@@ -12,11 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from llm_pipeline.errors import load_json
 from llm_pipeline.serve.errors import ServeError
-from llm_pipeline.serve.schemas import GenerationParameters, describe_errors
+from llm_pipeline.serve.schemas import GenerationParameters, describe_errors, problem
+from llm_pipeline.tasks import DEFAULT_TASK, TASKS
 
 #: Prefix of the server's own variables.
 PREFIX = "LLM_PIPELINE_SERVE_"
@@ -43,6 +44,12 @@ class Settings(BaseModel):
         default=None,
         description="The model folder: a local path or gs:// (copied down whole, subfolders "
         "included); `--model` overrides it.",
+    )
+    task: str = Field(
+        default=DEFAULT_TASK,
+        description="The task the model was trained for (the config's `task`): it decides the "
+        "kind of model loaded (seq2seq or causal LM), what an instance may be, which "
+        "parameters a request may set, and the page at `/`.",
     )
     host: str = Field(default="0.0.0.0", description="Address to listen on (`--host` only).")
     port: int = Field(
@@ -80,6 +87,12 @@ class Settings(BaseModel):
         description="Inputs are truncated to this many tokens (training's max_source_length); "
         f"unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="The Jinja chat template training rendered chats with when the "
+        "tokenizer has none (the config's `data.chat_template`); unset: the plain "
+        "`### Instruction:` / `### Response:` layout. The tokenizer's own always wins.",
+    )
     source_prefix: str = Field(
         default="", description="Put before every text, as training did (`summarize: ` for T5)."
     )
@@ -91,6 +104,11 @@ class Settings(BaseModel):
     num_beams_limit: int = Field(
         default=8, ge=1, description="Largest num_beams a request may ask."
     )
+    temperature_limit: float = Field(
+        default=2.0, ge=0, description="Largest temperature a request may ask."
+    )
+    stop_limit: int = Field(default=4, ge=1, description="Most stop strings a request may give.")
+    stop_chars_limit: int = Field(default=64, ge=1, description="Longest stop string.")
     parameters: GenerationParameters = Field(
         default_factory=GenerationParameters,
         description='Default generation parameters as JSON, e.g. `{"num_beams": 4}`; unset '
@@ -104,6 +122,27 @@ class Settings(BaseModel):
         description="Weights' dtype; unset: bf16 on GPUs with native bf16 (compute "
         "capability 8.0 and up), else fp32.",
     )
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in TASKS:
+            raise problem(f"unknown task {value!r}; known tasks: {', '.join(sorted(TASKS))}")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _task_takes_them(cls, value: GenerationParameters, info: ValidationInfo) -> Any:
+        task = info.data.get("task")
+        if task in TASKS:
+            allowed = TASKS[task].serving_parameters
+            unknown = [name for name in value.model_fields_set if name not in allowed]
+            if unknown:
+                raise problem(
+                    f"{', '.join(sorted(unknown))}: not a parameter of task {task!r} "
+                    f"(it takes {', '.join(allowed)})"
+                )
+        return value
 
     @property
     def max_wait_s(self) -> float:
@@ -143,19 +182,26 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
 
 def serving_env(
     *,
+    task: str | None = None,
     prefix: str = "",
     max_input_tokens: int | None = None,
+    chat_template: str | None = None,
     parameters: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The environment that makes the server read documents as training did.
+    """The environment that makes the server load the model of `task`'s kind and read its
+    inputs as training did.
 
     The deploy step stores it with the model version; the serving container gets it.
     """
     env: dict[str, str] = {}
+    if task is not None:
+        env[env_name("task")] = task
     if prefix:
         env[env_name("source_prefix")] = prefix
     if max_input_tokens is not None:
         env[env_name("max_input_tokens")] = str(max_input_tokens)
+    if chat_template is not None:
+        env[env_name("chat_template")] = chat_template
     if parameters:
         env[env_name("parameters")] = json.dumps(dict(parameters))
     return env

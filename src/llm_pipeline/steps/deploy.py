@@ -29,11 +29,13 @@ from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
 from llm_pipeline.steps.errors import reports_user_errors
 from llm_pipeline.storage import check_output_complete, to_uri
+from llm_pipeline.tasks import get_task
 
 
 @reports_user_errors
 def run_deploy(
     *,
+    task: str,
     deploy: str,
     vertex: str,
     data: str,
@@ -54,9 +56,12 @@ def run_deploy(
     deploy_config = DeployConfig.from_component(deploy)
     data_config = DataConfig.from_component(data)
     env = serving_env(
+        task=task,
         prefix=data_config.prefix,
-        max_input_tokens=data_config.max_source_length,
-        parameters=generation_defaults(EvaluateConfig.from_component(evaluate)),
+        # Each task reads its own input limit; the config refuses the other task's.
+        max_input_tokens=data_config.max_source_length or data_config.max_length,
+        chat_template=data_config.chat_template,
+        parameters=generation_defaults(EvaluateConfig.from_component(evaluate), task=task),
     )
     registry = open_registry(
         deploy_config,
@@ -68,7 +73,10 @@ def run_deploy(
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
     check_output_complete(model.path, made_by="finetune", error=DeployError)
-    probe = load_examples(dataset.path, None, deploy_config.probe_instances).documents
+    # The evaluation inputs as the evaluate step read them (for a chat task: its rendered
+    # prompts, which the server reads as one user turn each).
+    examples = load_examples(dataset.path, None, deploy_config.probe_instances, get_task(task))
+    probe = examples.documents
     registered = registry.register(
         model=deploy_config.model_display_name,
         model_dir=model.path if deploy_config.target == "local" else model.uri,
@@ -98,11 +106,19 @@ def run_deploy(
     _write(endpoint, endpoint_name)
 
 
-def generation_defaults(evaluate: EvaluateConfig) -> dict[str, Any]:
-    """The evaluation's generation settings that the server takes as its defaults: the
-    endpoint then summarizes as the model was scored (unset ones keep the model's own)."""
-    names = set(GenerationParameters.model_fields)
-    return evaluate.model_dump(include=names, exclude_none=True)
+def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any]:
+    """The evaluation's generation settings that the server takes as its defaults, among
+    those the task's requests may set: the endpoint then generates as the model was scored
+    (unset ones keep the model's own)."""
+    names = set(GenerationParameters.model_fields) & set(get_task(task).serving_parameters)
+    chosen = evaluate.model_dump(include=names, exclude_none=True)
+    # The server samples exactly when its temperature is above 0: as the evaluation did.
+    if not evaluate.do_sample:
+        chosen.pop("temperature", None)
+        chosen.pop("top_p", None)
+    elif "temperature" in names:
+        chosen.setdefault("temperature", 1.0)  # transformers' default when sampling
+    return chosen
 
 
 def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck:

@@ -1,15 +1,16 @@
 """Task registry: the config's `task` key picks one of these."""
 
-from llm_pipeline.tasks.base import ModelKind, Task
+from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ModelKind, ServingPage, Task
 from llm_pipeline.tasks.instruction_tuning import InstructionTuning
 from llm_pipeline.tasks.summarization import Summarization
+
+#: The task of a config or server that names none.
+DEFAULT_TASK = Summarization.name
 
 TASKS: dict[str, type[Task]] = {
     Summarization.name: Summarization,
     InstructionTuning.name: InstructionTuning,
 }
-#: The task a config without a `task` key runs, and callers that name none.
-DEFAULT_TASK = Summarization.name
 
 
 def get_task(name: str) -> Task:
@@ -20,4 +21,14 @@ def get_task(name: str) -> Task:
         raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["DEFAULT_TASK", "TASKS", "ModelKind", "Task", "get_task"]
+__all__ = [
+    "DEFAULT_TASK",
+    "TASKS",
+    "Chat",
+    "Instance",
+    "InstanceError",
+    "ModelKind",
+    "ServingPage",
+    "Task",
+    "get_task",
+]

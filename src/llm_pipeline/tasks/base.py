@@ -5,8 +5,9 @@ scores predictions and shapes serving requests. Adding a task is a sibling modul
 line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 """
 
-from abc import ABC
-from collections.abc import Iterable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 #: How a task's network is built and generates: `seq2seq` reads the source with an encoder
@@ -14,6 +15,40 @@ from typing import Any, ClassVar, Literal
 #: its prompt (OPT, Llama, Qwen, Gemma). A saved model folder says its own kind through the
 #: `is_encoder_decoder` of its config.json.
 ModelKind = Literal["seq2seq", "causal_lm"]
+#: A chat: turns `{"role": "system" | "user" | "assistant", "content": str}`, in order (the
+#: layout of Hugging Face chat templates, OpenAI and Vertex).
+Chat = list[dict[str, str]]
+#: One checked prediction instance: a text, or a chat.
+Instance = str | Chat
+
+
+class InstanceError(ValueError):
+    """A prediction instance that is not what the task takes: `where` inside the instance
+    (`("messages", 2, "content")`, empty for the instance itself) and what is wrong."""
+
+    def __init__(self, what: str, where: tuple[str | int, ...] = ()) -> None:
+        super().__init__(what)
+        self.what = what
+        self.where = where
+
+
+@dataclass(frozen=True)
+class ServingPage:
+    """What the prediction server's page at `/` shows for a task (serve/page.py draws it)."""
+
+    #: `document`: paste a text, read what the model makes of it; `chat`: a system prompt,
+    #: the turns so far, a message box, and the model's answers.
+    layout: Literal["document", "chat"]
+    #: The page's title and heading.
+    title: str
+    #: What the person does: the send button's label.
+    action: str
+    #: The input box's placeholder.
+    placeholder: str
+    #: The heading above the model's output (document layout).
+    output: str
+    #: The generation parameters the page offers as settings.
+    parameters: tuple[str, ...]
 
 
 class Task(ABC):
@@ -100,3 +135,35 @@ class Task(ABC):
     def gate_metric(self) -> str:
         """The metric the deploy gate compares when `deploy_policy.metric` is unset."""
         return self.metric_names[0]
+
+    # serving
+    #: The page the server shows at `/`.
+    serving_page: ClassVar[ServingPage]
+    #: The generation parameters a prediction request may set, in the order messages list
+    #: them (fields of `serve.schemas.GenerationParameters`).
+    serving_parameters: ClassVar[tuple[str, ...]]
+    #: What an instance may be, in words, for messages.
+    serving_instance_shape: ClassVar[str]
+
+    @abstractmethod
+    def serving_instance(self, value: Any) -> Instance:
+        """One instance of a prediction request (parsed JSON), checked and normalised.
+
+        Raises InstanceError saying where in the instance the problem is.
+        """
+
+    @abstractmethod
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """How the server turns a checked instance into the text the model reads, made once
+        when the model loads: `prefix` (the server's `source_prefix`) and `chat_template`
+        (training's `data.chat_template`) are for the tasks that use them. The function
+        raises InstanceError for an instance the model's own rules refuse."""
+
+    @staticmethod
+    def instance_chars(instance: Instance) -> int:
+        """How long an instance is in characters (the server's `max_text_chars` bounds it)."""
+        if isinstance(instance, str):
+            return len(instance)
+        return sum(len(turn["content"]) for turn in instance)

@@ -1,21 +1,27 @@
-"""Instruction tuning: supervised fine-tuning of a decoder-only causal LM on chats.
+"""Instruction tuning: supervised fine-tuning of a decoder-only causal LM on chats
+(DeepSpeed-Chat's step 1).
 
 Rows are either a `prompt` and its `response`, or one `messages` column holding a chat:
 a list of turns `{"role": "system" | "user" | "assistant", "content": str}` (the layout
 most hub SFT sets, OpenAI and Vertex use). The model learns every assistant turn; the
 system and user turns before it are its prompt. A prompt/response row is the one-turn chat
 `[user: prompt, assistant: response]`, so both layouts take the same path (tasks/chat.py).
+
+Served, an instance is a prompt (one user turn) or `{"messages": [...]}`, checked and
+rendered by the same rules as training's chats; the prediction is the model's completion.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import ModelKind, Task
-from llm_pipeline.tasks.chat import as_chat, chat_problem
+from llm_pipeline.errors import json_type
+from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.chat import ChatFormat, TemplateError, as_chat, chat_problem
 
 
 class InstructionTuning(Task):
-    """Supervised fine-tuning of a causal LM: loss on the responses only."""
+    """Supervised fine-tuning of a causal LM (OPT, Llama, Qwen, Gemma): loss on the responses
+    only."""
 
     name: ClassVar[str] = "instruction_tuning"
 
@@ -65,6 +71,70 @@ class InstructionTuning(Task):
     source_label: ClassVar[str] = "prompt"
     prediction_label: ClassVar[str] = "response"
     output_label: ClassVar[str] = "response"
+
+    # serving
+    serving_page: ClassVar[ServingPage] = ServingPage(
+        layout="chat",
+        title="Chat",
+        action="Send",
+        placeholder="Message (Enter sends, Shift+Enter starts a new line)",
+        output="Answer",
+        parameters=("max_new_tokens", "temperature", "top_p"),
+    )
+    serving_parameters: ClassVar[tuple[str, ...]] = (
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+    )
+    serving_instance_shape: ClassVar[str] = 'a list of prompts (texts) or {"messages": [...]} chats'
+
+    def serving_instance(self, value: Any) -> Instance:
+        """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
+        ending with the user's turn that the model answers."""
+        if isinstance(value, str):
+            if not value.strip():
+                raise InstanceError("prompt is empty")
+            return [{"role": "user", "content": value}]
+        if not isinstance(value, dict):
+            raise InstanceError(
+                f'expected a prompt (string) or {{"messages": [...]}}, got {json_type(value)}'
+            )
+        extra = sorted(set(value) - {"messages"})
+        if extra:
+            raise InstanceError(f'unknown key {extra[0]!r}; an instance object holds "messages"')
+        if "messages" not in value:
+            raise InstanceError('an instance object needs "messages"')
+        chat = value["messages"]
+        problem = chat_problem(chat, need_assistant=False)
+        if problem is not None:
+            raise InstanceError(problem, ("messages",))
+        last = len(chat) - 1
+        if chat[last]["role"] != "user":
+            raise InstanceError(
+                f"turn {last}: the chat ends with the {chat[last]['role']}'s turn; it must end "
+                "with the user's, which the model answers",
+                ("messages",),
+            )
+        return [{"role": turn["role"], "content": turn["content"]} for turn in chat]
+
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """Chats rendered as training rendered them (the tokenizer's chat template, else
+        `chat_template`, else the plain layout), ending where the answer starts."""
+        chat_format = ChatFormat.for_tokenizer(tokenizer, chat_template)
+
+        def prompt(instance: Instance) -> str:
+            assert not isinstance(instance, str)  # serving_instance made it a chat
+            try:
+                return chat_format.render(instance, generation_prompt=True)
+            except TemplateError as exc:  # the template refuses the chat (Llama 2's may)
+                raise InstanceError(
+                    f"the model's chat template refuses this chat: {exc}", ("messages",)
+                ) from None
+
+        return prompt
 
 
 def _text_problem(column: str, text: Any) -> str | None:

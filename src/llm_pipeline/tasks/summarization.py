@@ -1,8 +1,10 @@
 """Summarization: a document in, a short summary out."""
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import ModelKind, Task
+from llm_pipeline.errors import json_type
+from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
 
 
 class Summarization(Task):
@@ -41,3 +43,53 @@ class Summarization(Task):
         # T5 checkpoints were pre-trained with task prefixes ("summarize: "); other models
         # take the document as it is, so the prefix comes from the config, default empty.
         return [prefix + str(text) for text in batch["document"]]
+
+    # serving
+    serving_page: ClassVar[ServingPage] = ServingPage(
+        layout="document",
+        title="Summarize",
+        action="Summarize",
+        placeholder="Text to summarize",
+        output="Summary",
+        parameters=("max_new_tokens", "num_beams"),
+    )
+    serving_parameters: ClassVar[tuple[str, ...]] = (
+        "max_new_tokens",
+        "min_new_tokens",
+        "num_beams",
+        "length_penalty",
+        "no_repeat_ngram_size",
+    )
+    serving_instance_shape: ClassVar[str] = 'a list of texts or {"text": ...} objects'
+
+    def serving_instance(self, value: Any) -> Instance:
+        """A document: a string, or an object holding only "text"."""
+        if isinstance(value, dict):
+            extra = sorted(set(value) - {"text"})
+            if extra:
+                raise InstanceError(
+                    f'unknown key {extra[0]!r}; an instance object holds only "text"'
+                )
+            if "text" not in value:
+                raise InstanceError('an instance object needs "text"')
+            value = value["text"]
+            if not isinstance(value, str):
+                raise InstanceError(f"text must be a string, got {json_type(value)}")
+        elif not isinstance(value, str):
+            raise InstanceError(
+                f'expected a string or an object {{"text": string}}, got {json_type(value)}'
+            )
+        if not value.strip():
+            raise InstanceError("text is empty")
+        return value
+
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """The document after the prefix training put before documents."""
+
+        def prompt(instance: Instance) -> str:
+            assert isinstance(instance, str)  # serving_instance made it
+            return prefix + instance
+
+        return prompt

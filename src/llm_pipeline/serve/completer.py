@@ -1,0 +1,91 @@
+"""A served causal LM: prompts and chats become completions.
+
+A chat is rendered as training rendered it (`tasks.chat`: the tokenizer's own chat
+template, else training's `data.chat_template`, which the deploy step hands the server,
+else the plain layout), ending where the answer starts; the completion is
+generated with the code evaluation uses (`models.completion`: longest first, left padding,
+greedy unless a temperature above 0 is given), so a greedy served answer is the one the
+evaluate step scored for the same prompt. A prompt longer than the server reads
+(`max_input_tokens`) loses its start, never the latest turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.schemas import GenerationParameters
+from llm_pipeline.serve.served import describe_model, input_limit, torch_placement
+from llm_pipeline.serve.settings import Settings
+from llm_pipeline.tasks import Instance, Task
+from llm_pipeline.tasks.chat import ChatTemplateError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Completer:
+    """A loaded causal LM and tokenizer, and how the server turns instances into prompts."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    task: Task
+    max_input_tokens: int
+    #: New tokens when neither the request nor the server's defaults say: the task's
+    #: evaluation default, else the model's generation config, else the server's limit
+    #: (transformers' own default, max_length 20, would count the prompt too).
+    default_new_tokens: int
+    prompt: Callable[[Instance], str]  # the chat rendered up to where the answer starts
+
+    @classmethod
+    def load(cls, settings: Settings, folder: Path, task: Task) -> Completer:
+        """Load the causal LM in `folder` (ModelLoadError if it is not one)."""
+        from llm_pipeline.models.completion import load_causal_lm
+
+        model, tokenizer = load_causal_lm(folder, **torch_placement(settings))
+        try:
+            prompt = task.serving_prompter(
+                tokenizer, prefix="", chat_template=settings.chat_template
+            )
+        except ChatTemplateError as exc:
+            raise ServeError(f"model folder {folder}: {exc}") from None
+        limit = settings.max_new_tokens_limit
+        new_tokens = (
+            task.evaluation_defaults.get("max_new_tokens")
+            or model.generation_config.max_new_tokens
+            or limit
+        )
+        limits = input_limit(settings, tokenizer), min(new_tokens, limit)
+        return cls(model, tokenizer, task, *limits, prompt)
+
+    def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
+        """One completion per prompt, in one generate call (the batcher sized the batch)."""
+        from llm_pipeline.models.completion import CompletionSettings, complete
+
+        settings = CompletionSettings(
+            batch_size=len(prompts),
+            max_new_tokens=parameters.max_new_tokens or self.default_new_tokens,
+            do_sample=bool(parameters.temperature),
+            temperature=parameters.temperature or None,
+            top_p=parameters.top_p,
+            stop=parameters.stop or (),
+            max_prompt_tokens=self.max_input_tokens,
+        )
+        return complete(self.model, self.tokenizer, prompts, settings=settings).texts
+
+    def warm_up(self) -> None:
+        """A two-token greedy completion of a one-turn chat."""
+        chat = [{"role": "user", "content": "The model answers before health says so."}]
+        self.generate(GenerationParameters(max_new_tokens=2), [self.prompt(chat)])
+
+    def describe(self) -> dict[str, Any]:
+        """What is served, for the log and the stats route."""
+        return {
+            **describe_model(self.model),
+            "task": self.task.name,
+            "max_input_tokens": self.max_input_tokens,
+        }

@@ -1,0 +1,122 @@
+"""The served model: where its files come from, and which kind of model the task needs.
+
+The task (`Settings.task`) names the model's kind: a seq2seq model (`Summarizer`) or a
+decoder-only causal LM (`Completer`). Both take prompts (texts the task made of the
+request's instances) and give one output text each, in one generate call per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llm_pipeline.errors import UserError
+from llm_pipeline.models.errors import ModelLoadError
+from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
+from llm_pipeline.storage import is_remote, local_copy, to_uri
+from llm_pipeline.tasks import Instance, get_task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from llm_pipeline.serve.schemas import GenerationParameters
+
+logger = logging.getLogger(__name__)
+
+
+class ServedModel(Protocol):
+    """A loaded model as the routes and the batcher use it."""
+
+    def prompt(self, instance: Instance) -> str:
+        """The text the model reads for a checked instance (InstanceError if it cannot be)."""
+        ...
+
+    def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
+        """One output per prompt, in one generate call (the batcher sized the batch)."""
+        ...
+
+    def warm_up(self) -> None:
+        """Generate once, so the first request does not pay for lazy initialisation."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What is served, for the log and the stats route."""
+        ...
+
+
+def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
+    """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as the
+    kind its task trains. Raises ServeError (or another UserError) with a one-line reason."""
+    from llm_pipeline.serve.completer import Completer
+    from llm_pipeline.serve.summarizer import Summarizer
+
+    folder = fetch_model(settings.model_uri, download_dir)
+    task = get_task(settings.task)
+    kinds: dict[str, Any] = {"seq2seq": Summarizer, "causal_lm": Completer}
+    try:
+        served: ServedModel = kinds[task.model_kind].load(settings, folder, task)
+    except ModelLoadError as exc:
+        raise ServeError(
+            f"{exc} (this server serves task {task.name!r}, {env_name('task')})"
+        ) from None
+    return served
+
+
+def input_limit(settings: Settings, tokenizer: PreTrainedTokenizerBase) -> int:
+    """Most tokens read of one input: the setting, else the tokenizer's limit (capped)."""
+    return settings.max_input_tokens or min(
+        int(tokenizer.model_max_length or MAX_INPUT_TOKENS_CAP), MAX_INPUT_TOKENS_CAP
+    )
+
+
+def torch_placement(settings: Settings) -> dict[str, Any]:
+    """The device and dtype the settings ask for, as load_seq2seq/load_causal_lm take them."""
+    import torch
+
+    return {
+        "device": torch.device(settings.device) if settings.device else None,
+        "dtype": getattr(torch, settings.dtype) if settings.dtype else None,
+    }
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """The model's class, device and dtype."""
+    weights = next(model.parameters())
+    return {
+        "model": type(model).__name__,
+        "device": str(weights.device),
+        "dtype": str(weights.dtype).removeprefix("torch."),
+    }
+
+
+def fetch_model(uri: str | None, download_dir: Path) -> Path:
+    """A local folder holding the model at `uri`; a remote folder is copied down whole."""
+    if not uri:
+        raise ServeError(
+            f"no model to serve: pass --model PATH or set {env_name('model_uri')} "
+            "(a local folder or gs://bucket/folder)"
+        )
+    if not is_remote(uri):
+        local = Path(to_uri(uri)).expanduser()
+        if not local.exists():  # said before torch loads: seconds sooner
+            raise ServeError(f"model folder {local}: no such folder")
+        return local
+    try:
+        folder = local_copy(uri, download_dir)
+    except FileNotFoundError:
+        raise ServeError(f"model {uri}: no such folder") from None
+    except UserError:
+        raise
+    except Exception as exc:
+        raise ServeError(f"model {uri}: could not copy it down: {first_line(exc)}") from None
+    files = sum(1 for path in folder.rglob("*") if path.is_file())
+    logger.info("copied %s (%d files) to %s", uri, files, folder)
+    return folder
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
