@@ -30,6 +30,11 @@ class Task(ABC):
     #: default, is refused by the config rather than silently ignored.
     data_keys: ClassVar[frozenset[str]]
 
+    # serving
+    #: The generation parameters a prediction request may set, in the order messages list
+    #: them (fields of `serve.schemas.GenerationParameters`).
+    serving_parameters: ClassVar[tuple[str, ...]]
+
     def role_set(self, columns: Iterable[str]) -> tuple[str, ...] | None:
         """The role set that `columns` (the roles a config maps) is exactly; None if none."""
         given = set(columns)

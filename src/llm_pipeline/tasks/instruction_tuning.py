@@ -26,6 +26,14 @@ class InstructionTuning(Task):
     target_role: ClassVar[str] = "response"
     data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "packing", "chat_template"})
 
+    # serving
+    serving_parameters: ClassVar[tuple[str, ...]] = (
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+    )
+
     def chats(self, batch: dict[str, list[Any]]) -> list[Any]:
         """Each row of a batch as a chat, as stored (check it with `chat_problem`)."""
         if "messages" in batch:

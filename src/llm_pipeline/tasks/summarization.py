@@ -26,6 +26,15 @@ class Summarization(Task):
         }
     )
 
+    # serving
+    serving_parameters: ClassVar[tuple[str, ...]] = (
+        "max_new_tokens",
+        "min_new_tokens",
+        "num_beams",
+        "length_penalty",
+        "no_repeat_ngram_size",
+    )
+
     def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
         # T5 checkpoints were pre-trained with task prefixes ("summarize: "); other models
         # take the document as it is, so the prefix comes from the config, default empty.
