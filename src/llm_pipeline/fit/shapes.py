@@ -275,7 +275,10 @@ def _config(model: ModelConfig) -> tuple[PretrainedConfig, str, str | None]:
         config.tie_encoder_decoder = pair.tie_encoder_decoder
         name = pair.encoder if pair.encoder == pair.decoder else f"{pair.encoder} + {pair.decoder}"
         return config, name, note_e or note_d
-    assert model.source is not None  # ModelConfig guarantees exactly one source
+    if model.source is None:  # a model section this module does not read yet
+        raise ShapeUnavailable(
+            "the fit check reads model.source, model.architecture and model.encoder_decoder only"
+        )
     config, note = _source_config(model.source, model, key="model.source")
     return config, model.source, note
 
