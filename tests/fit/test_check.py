@@ -233,10 +233,11 @@ def test_the_llama_config_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole(
 
 def test_a_causal_lm_is_served_with_its_own_beams_which_requests_cannot_change(tmp_path):
     # instruction_tuning's requests set sampling, not num_beams: the server's largest batch
-    # is 16 prompts of one beam each (OPT-125m's generation config), not 16 x 8.
+    # is 16 prompts of one beam each (OPT-125m's generation config), not 16 x 8, each read
+    # up to data.max_length tokens.
     rows = check_fit(instruction_tuning(tmp_path, "facebook/opt-125m"), target="vertex").rows
     serve = next(row for row in rows if row.place == "serve")
-    assert "16 instances × 1 beam, 1024 prompt + 256 new tokens" in serve.settings
+    assert "16 instances × 1 beam, 512 prompt + 256 new tokens" in serve.settings
     summarization = check_fit(config_of(REPO / "configs" / "small1vm1gpu.json"), target="vertex")
     serve = next(row for row in summarization.rows if row.place == "serve")
     assert "16 instances × 8 beams, 512 source + 256 new tokens" in serve.settings

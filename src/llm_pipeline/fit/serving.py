@@ -4,7 +4,8 @@ The server batches concurrent requests (`serve/batching.py`): one generate call 
 `max_batch_size` instances, each with up to `num_beams_limit` beams (when the task lets a
 request set `num_beams`, `Task.serving_parameters`; else the model's own) and
 `max_new_tokens_limit` new tokens, reading at most `max_input_tokens` of each. The deploy
-step sets only the input limit (training's max_source_length, `serve.settings.serving_env`);
+step sets only the input limit (training's max_source_length, or a causal LM's max_length;
+`serve.settings.serving_env`);
 the rest are the server's defaults, read here from the same settings model, so the check and
 the server cannot drift apart.
 """
@@ -45,7 +46,12 @@ class ServerBatch:
 
 def server_batch(config: PipelineConfig, shape: ModelShape) -> ServerBatch:
     """The server's limits for the model this config deploys, as the deploy step sets them."""
-    env = serving_env(prefix=config.data.prefix, max_input_tokens=config.data.max_source_length)
+    data = config.data
+    # Each task reads its own input limit (the config refuses the other task's), as the
+    # deploy step passes it.
+    env = serving_env(
+        prefix=data.prefix, max_input_tokens=data.max_source_length or data.max_length
+    )
     settings = load_settings(env)
     asked = "num_beams" in get_task(config.task).serving_parameters
     return ServerBatch(
