@@ -219,16 +219,25 @@ def test_a_causal_lm_trains_as_one_decoder_stack_at_data_max_length(tmp_path):
     assert finetune.settings.startswith("bf16, micro-batch 4 × 512 tokens, ZeRO-3, ")
 
 
-def test_llama_2_7b_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole(tmp_path):
-    lora = "train.lora.r=16"
-    for change, fits in (((), False), ((lora,), True)):
-        config = instruction_tuning(
-            tmp_path, "meta-llama/Llama-2-7b-hf", "train.gradient_checkpointing=true", *change
-        )
-        (gpu, _) = [
-            row for row in check_fit(config, target="vertex").rows if row.place == "finetune"
-        ]
-        assert (gpu.problem is None) == fits, gpu.problem
-    # Whole: 6.7B parameters x 18 B of DeepSpeed's states on one GPU; with LoRA: the frozen
-    # bf16 base (12.6 GiB) and 40M adapters' states.
+def test_the_llama_config_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole():
+    path = REPO / "configs" / "llama2-7b-lora-1vm8gpu.json"
+    one_gpu = ("cluster.machine_type=a2-highgpu-1g", "cluster.accelerator_count=1")
+    for change, fits in ((("train.lora=null",), False), ((), True)):
+        config = config_of(path, *one_gpu, *change)
+        gpu = check_fit(config, target="vertex").rows[0]
+        assert (gpu.place, gpu.memory, gpu.problem is None) == ("finetune", "GPU", fits)
+    # Whole: DeepSpeed's 18 B per parameter of 6.7B on one GPU; with LoRA: the frozen bf16
+    # base and the 40M adapters' states.
     assert gpu.estimate.part("frozen weights") == 2 * 6_738_415_616
+
+
+def test_a_causal_lm_is_served_with_its_own_beams_which_requests_cannot_change(tmp_path):
+    # instruction_tuning's requests set sampling, not num_beams: the server's largest batch
+    # is 16 prompts of one beam each (OPT-125m's generation config), not 16 x 8, each read
+    # up to data.max_length tokens.
+    rows = check_fit(instruction_tuning(tmp_path, "facebook/opt-125m"), target="vertex").rows
+    serve = next(row for row in rows if row.place == "serve")
+    assert "16 instances × 1 beam, 512 prompt + 256 new tokens" in serve.settings
+    summarization = check_fit(config_of(REPO / "configs" / "small1vm1gpu.json"), target="vertex")
+    serve = next(row for row in summarization.rows if row.place == "serve")
+    assert "16 instances × 8 beams, 512 source + 256 new tokens" in serve.settings

@@ -21,7 +21,14 @@ from llm_pipeline.runner.compile import compile_shipped_pipelines
 from .spec_reading import constant, defaults, every_task
 
 REPO = Path(__file__).resolve().parents[2]
-VERTEX_CONFIGS = ["small1vm1gpu.json", "small2vm16gpu.json", "xxl2vm16gpu.json", "xxl8vm16gpu.json"]
+VERTEX_CONFIGS = [
+    "llama2-7b-lora-1vm8gpu.json",
+    "opt1b3-sft-1vm8gpu.json",
+    "small1vm1gpu.json",
+    "small2vm16gpu.json",
+    "xxl2vm16gpu.json",
+    "xxl8vm16gpu.json",
+]
 KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE"}
 
 

@@ -106,11 +106,11 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
 def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
     """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
     where = serving_where(config, target)
-    limits = server_batch(config)
+    limits = server_batch(config, shape)
     settings = (
         f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
-        f"{limits.beams} beams, {limits.source} {_input_word(shape)} + {limits.new_tokens} "
-        "new tokens"
+        f"{count(limits.beams, 'beam')}, {limits.source} {_input_word(shape)} + "
+        f"{limits.new_tokens} new tokens"
     )
     deploy = config.deploy
 

@@ -1,9 +1,11 @@
 """The prediction server's largest batch, and a serving machine that holds a model.
 
 The server batches concurrent requests (`serve/batching.py`): one generate call takes up to
-`max_batch_size` instances, each with up to `num_beams_limit` beams and
+`max_batch_size` instances, each with up to `num_beams_limit` beams (when the task lets a
+request set `num_beams`, `Task.serving_parameters`; else the model's own) and
 `max_new_tokens_limit` new tokens, reading at most `max_input_tokens` of each. The deploy
-step sets only the input limit (training's max_source_length, `serve.settings.serving_env`);
+step sets only the input limit (training's max_source_length, or a causal LM's max_length;
+`serve.settings.serving_env`);
 the rest are the server's defaults, read here from the same settings model, so the check and
 the server cannot drift apart.
 """
@@ -19,6 +21,7 @@ from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB
 from llm_pipeline.fit.places import auto_dtype
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, env_name, load_settings, serving_env
+from llm_pipeline.tasks import get_task
 
 #: Single-GPU serving machines, cheapest first, that `serving_alternative` proposes.
 SERVING_MACHINES = (
@@ -41,13 +44,21 @@ class ServerBatch:
     batch_variable: str  # the variable that sets `batch`
 
 
-def server_batch(config: PipelineConfig) -> ServerBatch:
+def server_batch(config: PipelineConfig, shape: ModelShape) -> ServerBatch:
     """The server's limits for the model this config deploys, as the deploy step sets them."""
-    env = serving_env(prefix=config.data.prefix, max_input_tokens=config.data.max_source_length)
+    data = config.data
+    # Each task reads its own input limit (the config refuses the other task's), as the
+    # deploy step passes it.
+    env = serving_env(
+        task=config.task,
+        prefix=data.prefix,
+        max_input_tokens=data.max_source_length or data.max_length,
+    )
     settings = load_settings(env)
+    asked = "num_beams" in get_task(config.task).serving_parameters
     return ServerBatch(
         batch=settings.max_batch_size,
-        beams=settings.num_beams_limit,
+        beams=settings.num_beams_limit if asked else shape.default_num_beams,
         source=settings.max_input_tokens or MAX_INPUT_TOKENS_CAP,
         new_tokens=settings.max_new_tokens_limit,
         batch_variable=env_name("max_batch_size"),
