@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line; the environment (see settings.py) sets everything else."""
     parser = argparse.ArgumentParser(
         prog="python -m llm_pipeline.serve",
-        description="Serve a fine-tuned seq2seq model folder over HTTP, following Vertex AI's "
-        "custom container contract (POST {instances, parameters} -> {predictions}). A page "
-        "at / summarizes pasted text.",
+        description="Serve a fine-tuned model folder over HTTP, following Vertex AI's custom "
+        "container contract (POST {instances, parameters} -> {predictions}): a seq2seq model "
+        "that summarizes, or a causal LM that completes prompts and chats, as "
+        f"{env_name('task')} says. A page at / summarizes pasted text or chats with the model.",
     )
     parser.add_argument(
         "--model",

@@ -84,8 +84,9 @@ class Settings(BaseModel):
     max_input_tokens: int | None = Field(
         default=None,
         ge=1,
-        description="Inputs are truncated to this many tokens (training's max_source_length); "
-        f"unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
+        description="Inputs are cut to this many tokens (training's max_source_length, or "
+        "max_length for instruction tuning, whose prompts lose their start, never the latest "
+        f"turn); unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
     )
     chat_template: str | None = Field(
         default=None,
