@@ -128,7 +128,7 @@ def _serving(
         lead = [f"The endpoint {endpoint} still serves {gate.outputs['served_version']}."]
     else:
         return []
-    body = json.dumps({"instances": [example or "Paste a document to summarize here."]})
+    body = json.dumps({"instances": [example or "Paste an input for the model here."]})
     return [
         "",
         *lead,
