@@ -242,6 +242,9 @@ class _EncodeChats:
                 labels=fitted.labels,
                 prompt=prompt,
                 response=chat[last_assistant(chat)]["content"],
+                # The turns the response answers, as a served instance carries them (the
+                # deploy step's probe): `prompt` is rendered, which a server renders again.
+                chat=json.dumps(list(chat[: last_assistant(chat)]), ensure_ascii=False),
                 _tokens=total,
                 _prompt_tokens=total - learned,
                 _response_tokens=learned,
@@ -259,6 +262,7 @@ class _EncodeChats:
             "labels": row.get("labels", []),
             "prompt": row.get("prompt", ""),
             "response": row.get("response", ""),
+            "chat": row.get("chat", "[]"),
             "_problem": problem,
         }
         for name in _features():
@@ -275,6 +279,7 @@ def _features() -> datasets.Features:
             "labels": ids,
             "prompt": datasets.Value("string"),
             "response": datasets.Value("string"),
+            "chat": datasets.Value("string"),
             **_PRIVATE,
         }
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.tasks import DEFAULT_TASK, Task, get_task
@@ -34,6 +35,22 @@ def evaluation_split(splits: list[str], split: str | None) -> str:
     """The split to score: the one asked for, else `test` when there is one, else
     `validation`."""
     return split or ("test" if "test" in splits else "validation")
+
+
+def load_serving_examples(dataset_dir: str | os.PathLike[str], count: int, task: Task) -> list[Any]:
+    """The first `count` evaluation rows as prediction instances a client would send
+    (`Task.serving_column`, `Task.serving_example`): what the deploy step probes with."""
+    from llm_pipeline.data.saved import load_saved_dataset
+
+    loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
+    table = loaded[evaluation_split(list(loaded), None)]
+    if task.serving_column not in table.column_names:
+        raise EvaluationError(
+            f"{dataset_dir}: no {task.serving_column!r} column to probe a server with (it has "
+            f"{table.column_names}); run the preprocess step on it again"
+        )
+    rows = table.select(range(min(count, len(table))))[task.serving_column]
+    return [task.serving_example(str(value)) for value in rows]
 
 
 def load_examples(

@@ -109,7 +109,7 @@ def ensure_still_served(state: EndpointState, expected: str | None) -> None:
 
 #: Brings a version up and checks it (health, then one prediction per probe instance);
 #: returns the first prediction, raises DeployError with the reason on failure.
-VersionCheck = Callable[[ModelVersion, Sequence[str]], str]
+VersionCheck = Callable[[ModelVersion, Sequence[Any]], str]
 
 
 class Registry(ABC):
@@ -152,7 +152,7 @@ class Registry(ABC):
         endpoint: str,
         *,
         traffic_percent: int = 100,
-        probe: Sequence[str] = (),
+        probe: Sequence[Any] = (),
         expect_served: str | None = None,
     ) -> DeployOutcome:
         """Bring `version` up on `endpoint`, check it, then move `traffic_percent` to it.

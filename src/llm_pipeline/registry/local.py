@@ -167,7 +167,7 @@ class LocalRegistry(Registry):
         endpoint: str,
         *,
         traffic_percent: int = 100,
-        probe: Sequence[str] = (),
+        probe: Sequence[Any] = (),
         expect_served: str | None = None,
     ) -> DeployOutcome:
         """Check `version`, then give it `traffic_percent` of `endpoint` (created if missing).

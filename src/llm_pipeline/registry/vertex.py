@@ -175,7 +175,7 @@ class VertexRegistry(Registry):
         endpoint: str,
         *,
         traffic_percent: int = 100,
-        probe: Sequence[str] = (),
+        probe: Sequence[Any] = (),
         expect_served: str | None = None,
     ) -> DeployOutcome:
         """Deploy `version` to `endpoint` with `traffic_percent`, probe it, retire the rest.

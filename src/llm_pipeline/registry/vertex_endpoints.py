@@ -51,7 +51,7 @@ def move_traffic(
     deployed_id: str | None,
     keep: str | None,
     percent: int,
-    probe: Sequence[str],
+    probe: Sequence[Any],
     config: DeployConfig,
 ) -> tuple[str, str]:
     """Give `model_name` `percent` of `endpoint`'s traffic, then check it with `probe`.
@@ -93,7 +93,7 @@ def move_traffic(
         raise DeployError(f"{exc}; {restore(aip, endpoint, before_ids, before_split)}") from None
 
 
-def ask(endpoint: Any, probe: Sequence[str], where: str, *, timeout: float) -> str:
+def ask(endpoint: Any, probe: Sequence[Any], where: str, *, timeout: float) -> str:
     """Send the probe documents; every one must get a non-empty prediction."""
     if not probe:
         return ""

@@ -6,13 +6,14 @@ on Vertex it is the endpoint itself (`VertexRegistry.deploy`). Either way traffi
 only after the new version has answered.
 """
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
-from llm_pipeline.evaluation.examples import load_examples
+from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.progress import status
 from llm_pipeline.registry import (
     DeployError,
@@ -73,10 +74,8 @@ def run_deploy(
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
     check_output_complete(model.path, made_by="finetune", error=DeployError)
-    # The evaluation inputs as the evaluate step read them (for a chat task: its rendered
-    # prompts, which the server reads as one user turn each).
-    examples = load_examples(dataset.path, None, deploy_config.probe_instances, get_task(task))
-    probe = examples.documents
+    # Held-out inputs as a client sends them (a chat task's turns, not its rendered prompt).
+    probe = load_serving_examples(dataset.path, deploy_config.probe_instances, get_task(task))
     registered = registry.register(
         model=deploy_config.model_display_name,
         model_dir=model.path if deploy_config.target == "local" else model.uri,
@@ -124,7 +123,7 @@ def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any
 def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck:
     """A check that starts the real prediction server on the version and asks it."""
 
-    def check(version: ModelVersion, probe: Sequence[str]) -> str:
+    def check(version: ModelVersion, probe: Sequence[Any]) -> str:
         try:
             with start_server(version.uri, env=env, timeout_s=timeout_s) as server:
                 answers = server.predict(list(probe)) if probe else []
@@ -132,7 +131,7 @@ def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck
             raise DeployError(f"version {version.ref} failed its check: {exc}") from None
         if probe and (len(answers) != len(probe) or not all(a.strip() for a in answers)):
             raise DeployError(
-                f"version {version.ref} failed its check: {len(probe)} probe documents got "
+                f"version {version.ref} failed its check: {len(probe)} probe instances got "
                 f"{len(answers)} answers, {sum(not a.strip() for a in answers)} of them empty"
             )
         return answers[0] if answers else ""
@@ -167,15 +166,16 @@ def _summary(outcome: DeployOutcome, endpoint: str) -> str:
     )
 
 
-def _markdown(outcome: DeployOutcome, endpoint: str, probe: Sequence[str]) -> str:
+def _markdown(outcome: DeployOutcome, endpoint: str, probe: Sequence[Any]) -> str:
     rows = "\n".join(
         f"| {d.version.ref} | {d.traffic}% | {d.version.uri} |" for d in outcome.endpoint.deployed
     )
-    shown = probe[0][:300] + ("…" if probe and len(probe[0]) > 300 else "") if probe else ""
+    first = (probe[0] if isinstance(probe[0], str) else json.dumps(probe[0])) if probe else ""
+    shown = first[:300] + ("…" if len(first) > 300 else "")
     return (
         f"# deploy: {outcome.version.ref} on `{endpoint}`\n\n{_summary(outcome, endpoint)}\n\n"
         f"| version | traffic | files |\n|---|---|---|\n{rows}\n\n"
-        f"**Probe document:** {shown}\n\n**Prediction:** {outcome.prediction}\n"
+        f"**Probe instance:** {shown}\n\n**Prediction:** {outcome.prediction}\n"
     )
 
 

@@ -119,6 +119,14 @@ class Task(ABC):
     #: report) and the reference it is scored against.
     source_column: ClassVar[str]
     reference_column: ClassVar[str]
+    #: The column a served instance is made from (`serving_example`): the deploy step
+    #: probes a new version with held-out rows as a client would send them.
+    serving_column: ClassVar[str]
+
+    def serving_example(self, value: str) -> Any:
+        """The prediction instance (JSON) a client sends for this `serving_column` value."""
+        return value
+
     #: Also score the first `evaluate.lead_k` sentences of the source as a baseline.
     lead_baseline: ClassVar[bool] = False
     #: Settings `evaluate` takes from the task when the config leaves them unset (null),

@@ -11,6 +11,7 @@ Served, an instance is a prompt (one user turn) or `{"messages": [...]}`, checke
 rendered by the same rules as training's chats; the prediction is the model's completion.
 """
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -58,6 +59,13 @@ class InstructionTuning(Task):
     metric_names: ClassVar[tuple[str, ...]] = ("rougeL", "exact_match", "perplexity")
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "response"
+    # The turns before the answer (preprocess's `chat`, JSON): `prompt` is rendered by the
+    # chat template already, and a server renders what it is sent.
+    serving_column: ClassVar[str] = "chat"
+
+    def serving_example(self, value: str) -> Any:
+        return {"messages": json.loads(value)}
+
     # Greedy search: the answer the model rates most likely, the same on every run. A causal
     # LM's generation config often samples (Llama-2's does) and its default max_length counts
     # the prompt, so both are set here. The un-fine-tuned model is scored beside the tuned one.

@@ -33,6 +33,7 @@ class Summarization(Task):
     metric_names: ClassVar[tuple[str, ...]] = ("rougeLsum", "rouge1", "rouge2", "rougeL")
     source_column: ClassVar[str] = "document"
     reference_column: ClassVar[str] = "summary"
+    serving_column: ClassVar[str] = "document"
     lead_baseline: ClassVar[bool] = True
     report_title: ClassVar[str] = "Summarization evaluation"
     source_label: ClassVar[str] = "document"

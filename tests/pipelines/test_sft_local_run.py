@@ -1,0 +1,82 @@
+"""configs/sft_local.json under KFP's local runner: instruction tuning end to end on real
+text (questions about the installed packages' docstrings), deployed to the local endpoint,
+whose server then answers a prompt and a chat with completions."""
+
+from pathlib import Path
+
+import pytest
+
+from llm_pipeline.config import load_config
+from llm_pipeline.pipelines import build_pipeline
+from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.runner import LocalRun, run_local
+from llm_pipeline.serve.launch import start_server
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "configs" / "sft_local.json"
+SMALL = [
+    'data.max_samples={"train": 48, "validation": 8, "test": 8}',
+    "data.max_length=48",
+    "evaluate.max_new_tokens=8",
+    "evaluate.bootstrap_samples=50",
+    "train.logging_steps=3",
+    "train.eval_steps=6",
+    "train.save_steps=6",
+]
+
+
+@pytest.fixture(scope="module")
+def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sft-registry")
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
+    config = load_config(CONFIG, [*SMALL, f"deploy.registry_dir={registry_dir}"]).config
+    assert config.data.dataset == "builtin:instructions"  # the demo's own data
+    return run_local(build_pipeline(config), pipeline_root=tmp_path_factory.mktemp("sft-runs"))
+
+
+@pytest.mark.slow
+def test_instruction_tuning_runs_end_to_end_and_its_endpoint_answers_prompts_and_chats(
+    sft_run: LocalRun, registry_dir: Path
+) -> None:
+    assert sft_run.succeeded, sft_run.steps
+    steps = {step.name: step for step in sft_run.steps}
+    assert list(steps) == [
+        "configure",
+        "download",
+        "preprocess",
+        "finetune",
+        "evaluate",
+        "should-deploy",
+        "deploy",
+    ]
+    metrics = steps["evaluate"].metrics
+    for name in ("rougeL", "exact_match", "perplexity"):
+        assert name in metrics and f"base_{name}" in metrics, sorted(metrics)
+    assert metrics["perplexity"] > 1 and metrics["base_perplexity"] > 1
+    # Training on the responses lowers their perplexity, however few the steps.
+    assert metrics["perplexity"] < metrics["base_perplexity"]
+    assert metrics["samples"] == 8
+
+    shipped = load_config(CONFIG).config.deploy
+    served = LocalRegistry(registry_dir).served_version(shipped.endpoint_name())
+    assert served is not None and served.ref == f"{shipped.model_display_name}@1"
+    assert served.metrics["rougeL"] == metrics["rougeL"]
+
+    with start_server(served.uri, env=served.serving_env) as server:
+        answers = server.predict(
+            [
+                "What does `json.loads` do?",
+                {
+                    "messages": [
+                        {"role": "system", "content": "Answer in one line."},
+                        {"role": "user", "content": "What does `os.path.join` do?"},
+                    ]
+                },
+            ],
+            {"max_new_tokens": 6},
+        )
+    assert len(answers) == 2 and all(isinstance(answer, str) for answer in answers)
+    assert any(answer.strip() for answer in answers), answers
