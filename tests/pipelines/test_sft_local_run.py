@@ -15,13 +15,15 @@ from llm_pipeline.serve.launch import start_server
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "sft_local.json"
 SMALL = [
-    'data.max_samples={"train": 48, "validation": 8, "test": 8}',
+    # 20 steps: fewer leave a model that ends every answer at once, which the deploy
+    # step's probe (a non-empty answer) rightly refuses.
+    'data.max_samples={"train": 160, "validation": 8, "test": 8}',
     "data.max_length=48",
     "evaluate.max_new_tokens=8",
     "evaluate.bootstrap_samples=50",
-    "train.logging_steps=3",
-    "train.eval_steps=6",
-    "train.save_steps=6",
+    "train.logging_steps=5",
+    "train.eval_steps=10",
+    "train.save_steps=10",
 ]
 
 
