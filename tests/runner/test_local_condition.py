@@ -17,6 +17,7 @@ from llm_pipeline.config import (
     VertexConfig,
 )
 from llm_pipeline.runner import run_local, step_order
+from llm_pipeline.tasks import DEFAULT_TASK
 
 
 @dsl.component(base_image="python:3.11")
@@ -45,6 +46,7 @@ def gated_pipeline(registry_dir: Path, override: str) -> object:
         gate.set_display_name("should-deploy").set_caching_options(False)
         with dsl.If(gate.outputs["Output"] == True, name="deploy-if-better"):  # noqa: E712
             components.deploy(
+                task=DEFAULT_TASK,
                 deploy=deploy_section,
                 vertex=vertex,
                 data=DataConfig(dataset="unused").model_dump_json(),
