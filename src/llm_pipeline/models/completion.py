@@ -45,6 +45,7 @@ from llm_pipeline.models.generation import (
     default_device,
     inference_dtype,
     longest_first,
+    read_saved_config,
 )
 from llm_pipeline.models.sources import ensure_pad_token
 
@@ -122,16 +123,9 @@ def load_causal_lm(
 
 
 def _check_causal(folder: Path, error: type[UserError]) -> None:
-    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if not (folder / "config.json").is_file():
-        what = "no such folder" if not folder.is_dir() else "no config.json"
-        raise error(f"model folder {folder}: {what}; expected {_EXPECTED}")
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except (OSError, ValueError, KeyError) as exc:
-        raise error(f"model folder {folder}: unreadable config.json ({exc})") from exc
+    config = read_saved_config(folder, error, expected=_EXPECTED)
     model_type = str(config.model_type)
     if getattr(config, "is_encoder_decoder", False) or (
         model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES

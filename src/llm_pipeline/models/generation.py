@@ -177,20 +177,27 @@ def load_seq2seq(
     return model, tokenizer
 
 
+def read_saved_config(folder: Path, error: type[UserError], *, expected: str) -> Any:
+    """The transformers config of a saved model folder; `error` names what is wrong
+    (no folder, no config.json, an unreadable one) and what was `expected`."""
+    from transformers import AutoConfig
+
+    if not (folder / "config.json").is_file():
+        what = "no such folder" if not folder.is_dir() else "no config.json"
+        raise error(f"model folder {folder}: {what}; expected {expected}")
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise error(f"model folder {folder}: unreadable config.json ({exc})") from exc
+
+
 def _check_seq2seq(folder: Path, error: type[UserError]) -> str:
     """The folder's model_type, once it is known to be an encoder-decoder checkpoint."""
-    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES as SEQ2SEQ_TYPES,
     )
 
-    if not (folder / "config.json").is_file():
-        what = "no such folder" if not folder.is_dir() else "no config.json"
-        raise error(f"model folder {folder}: {what}; expected {_EXPECTED}")
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except (OSError, ValueError, KeyError) as exc:
-        raise error(f"model folder {folder}: unreadable config.json ({exc})") from exc
+    config = read_saved_config(folder, error, expected=_EXPECTED)
     model_type = str(config.model_type)
     if model_type not in SEQ2SEQ_TYPES or not getattr(config, "is_encoder_decoder", False):
         kind = ", ".join(getattr(config, "architectures", None) or []) or model_type
