@@ -27,7 +27,8 @@ class DataConfig(Section):
         default_factory=lambda: {"document": "document", "summary": "summary"},
         description="Maps each role the task reads to the column name in the source data: "
         "summarization `document` and `summary`; instruction_tuning either `prompt` and "
-        "`response`, or `messages` (a column of chats). Left out, each role of the task's "
+        "`response`, or `messages` (a column of chats); text_classification `text` and "
+        "`label`, plus `text_pair` for pairs of texts. Left out, each role of the task's "
         "first role set reads the column of its own name.",
     )
     train_split: str = Field(default="train", description="Name of the training split.")
@@ -85,8 +86,9 @@ class DataConfig(Section):
         description="instruction_tuning: tokens in one sequence, prompt and response together "
         "(and in one packed row). A longer example loses its oldest prompt tokens first, never "
         "the response; the prompt keeps at least its last quarter of this, and a response too "
-        "long for the rest is cut at its end. `null` uses the tokenizer's model_max_length "
-        "capped at 1024.",
+        "long for the rest is cut at its end. text_classification: tokens of a text (a pair "
+        "together), cut at the end (of the longer text of a pair first). `null` uses the "
+        "tokenizer's model_max_length capped at 1024.",
     )
     packing: bool = Field(
         default=False,
@@ -101,6 +103,26 @@ class DataConfig(Section):
         description="instruction_tuning: a Jinja chat template (Hugging Face's format) for a "
         "tokenizer that has none of its own; the tokenizer's own always wins. `null` is a plain "
         "layout: `### Instruction:\\n{prompt}\\n\\n### Response:\\n{response}<eos>`.",
+    )
+    labels: list[str | int] | None = Field(
+        default=None,
+        description="text_classification: the label set, in the order of the model's ids "
+        "(`id2label`). `null` reads it from the training split: integer labels keep their "
+        "values as ids, string labels are sorted. A label outside the set, in any split, is "
+        "left out and counted by name in preprocess's report.",
+    )
+    multi_label: bool = Field(
+        default=False,
+        description="text_classification: each row's label is a list of labels (any number, "
+        "none included); the head scores each label with a sigmoid, and a label is "
+        "predicted when its score reaches `threshold`.",
+    )
+    threshold: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="text_classification with `multi_label`: the sigmoid score at which a "
+        "label is predicted, in evaluation and serving alike.",
     )
     num_proc: int = Field(
         default=1, ge=1, description="Worker processes for tokenization (datasets' num_proc)."
@@ -124,6 +146,19 @@ class DataConfig(Section):
                 raise ValueError(
                     f"not a Jinja template: {exc.message} (line {exc.lineno})"
                 ) from None
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _distinct_labels(cls, value: list[str | int] | None) -> list[str | int] | None:
+        if value is None:
+            return value
+        if len(value) < 2:
+            raise ValueError(f"a classifier needs at least 2 labels, got {value}")
+        names = [str(label) for label in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"labels must be distinct; repeated: {repeated}")
         return value
 
     @field_validator("columns")

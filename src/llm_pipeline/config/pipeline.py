@@ -21,8 +21,9 @@ class PipelineConfig(Section):
     task: str = Field(
         default="summarization",
         description="What the model learns: `summarization` (a seq2seq model writes a summary "
-        "of a document) or `instruction_tuning` (a decoder-only causal LM learns the "
-        "responses of prompts or chats).",
+        "of a document), `instruction_tuning` (a decoder-only causal LM learns the "
+        "responses of prompts or chats) or `text_classification` (an encoder, or a decoder, "
+        "with a classification head learns a label for a text or a pair of texts).",
     )
     name: str = Field(
         default="llm-pipeline",
@@ -97,6 +98,37 @@ class PipelineConfig(Section):
                 f"train.freeze_encoder: task {self.task!r} trains a causal LM, which has no "
                 "encoder to freeze"
             )
+        if kind == "classifier" and self.model.encoder_decoder is not None:
+            raise ValueError(
+                f"model.encoder_decoder builds a seq2seq model, but task {self.task!r} trains a "
+                "classifier: use model.source or model.architecture"
+            )
+        if kind == "classifier" and self.model.warm_start_decoder is not None:
+            raise ValueError(
+                f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "
+                "classifier: use model.source or model.architecture"
+            )
+        if kind == "classifier" and self.train.freeze_encoder:
+            raise ValueError(
+                f"train.freeze_encoder: task {self.task!r} trains the encoder under its head; "
+                "to train fewer weights use train.lora"
+            )
+        if kind != "classifier" and self.train.class_weights is not None:
+            raise ValueError(
+                f"train.class_weights: weighs the labels of a classifier; task {self.task!r} "
+                "has no labels"
+            )
+        if kind == "classifier":
+            given = [
+                name
+                for name in PROMPT_CONTINUATION_SETTINGS
+                if getattr(self.evaluate, name) is not None
+            ]
+            if given:
+                raise ValueError(
+                    f"evaluate.{given[0]}: applies to models that generate text; task "
+                    f"{self.task!r} trains a classifier, which scores labels"
+                )
         if kind == "seq2seq" and self.model.warm_start_decoder is not None:
             raise ValueError(
                 f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "

@@ -101,6 +101,12 @@ class TrainConfig(Section):
         '`{"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}`; '
         "`null` (the default) fine-tunes every weight.",
     )
+    class_weights: Literal["balanced"] | None = Field(
+        default=None,
+        description="text_classification: `balanced` weighs each label's loss by "
+        "rows / (labels x rows of that label) in the training split (scikit-learn's "
+        "definition), so rare labels count as much as common ones; `null` weighs all alike.",
+    )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward to save memory."
     )

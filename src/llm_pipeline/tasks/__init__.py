@@ -1,8 +1,17 @@
 """Task registry: the config's `task` key picks one of these."""
 
-from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.base import (
+    Chat,
+    Instance,
+    InstanceError,
+    ModelKind,
+    ServingPage,
+    Task,
+    TextPair,
+)
 from llm_pipeline.tasks.instruction_tuning import InstructionTuning
 from llm_pipeline.tasks.summarization import Summarization
+from llm_pipeline.tasks.text_classification import TextClassification
 
 #: The task of a config or server that names none.
 DEFAULT_TASK = Summarization.name
@@ -10,6 +19,7 @@ DEFAULT_TASK = Summarization.name
 TASKS: dict[str, type[Task]] = {
     Summarization.name: Summarization,
     InstructionTuning.name: InstructionTuning,
+    TextClassification.name: TextClassification,
 }
 
 
@@ -30,5 +40,6 @@ __all__ = [
     "ModelKind",
     "ServingPage",
     "Task",
+    "TextPair",
     "get_task",
 ]

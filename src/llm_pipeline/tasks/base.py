@@ -12,14 +12,19 @@ from typing import Any, ClassVar, Literal
 
 #: How a task's network is built and generates: `seq2seq` reads the source with an encoder
 #: and writes the target with a decoder (T5, BART); `causal_lm` is one decoder that continues
-#: its prompt (OPT, Llama, Qwen, Gemma). A saved model folder says its own kind through the
-#: `is_encoder_decoder` of its config.json.
-ModelKind = Literal["seq2seq", "causal_lm"]
+#: its prompt (OPT, Llama, Qwen, Gemma); `classifier` is an encoder (or a decoder) with a
+#: classification head that scores a fixed set of labels (DistilBERT, BERT, RoBERTa).
+#: A saved model folder says its own kind through its config.json (`is_encoder_decoder`,
+#: `id2label` with an `*ForSequenceClassification` architecture).
+ModelKind = Literal["seq2seq", "causal_lm", "classifier"]
 #: A chat: turns `{"role": "system" | "user" | "assistant", "content": str}`, in order (the
 #: layout of Hugging Face chat templates, OpenAI and Vertex).
 Chat = list[dict[str, str]]
-#: One checked prediction instance: a text, or a chat.
-Instance = str | Chat
+#: Two texts a classifier reads together (`text`, `text_pair`): a question and a passage,
+#: a premise and a hypothesis.
+TextPair = tuple[str, str]
+#: One checked prediction instance: a text, a chat, or a pair of texts.
+Instance = str | Chat | TextPair
 
 
 class InstanceError(ValueError):
@@ -37,8 +42,9 @@ class ServingPage:
     """What the prediction server's page at `/` shows for a task (serve/page.py draws it)."""
 
     #: `document`: paste a text, read what the model makes of it; `chat`: a system prompt,
-    #: the turns so far, a message box, and the model's answers.
-    layout: Literal["document", "chat"]
+    #: the turns so far, a message box, and the model's answers; `labels`: paste a text, see
+    #: every label's score as a bar.
+    layout: Literal["document", "chat", "labels"]
     #: The page's title and heading.
     title: str
     #: What the person does: the send button's label.
@@ -107,7 +113,11 @@ class Task(ABC):
         checkpoint (`AutoModelForSeq2SeqLM`, `AutoModelForCausalLM`)."""
         import transformers
 
-        name = {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}
+        name = {
+            "seq2seq": "AutoModelForSeq2SeqLM",
+            "causal_lm": "AutoModelForCausalLM",
+            "classifier": "AutoModelForSequenceClassification",
+        }
         return getattr(transformers, name[self.model_kind])
 
     # evaluation
@@ -174,4 +184,6 @@ class Task(ABC):
         """How long an instance is in characters (the server's `max_text_chars` bounds it)."""
         if isinstance(instance, str):
             return len(instance)
+        if isinstance(instance, tuple):
+            return sum(len(text) for text in instance)
         return sum(len(turn["content"]) for turn in instance)

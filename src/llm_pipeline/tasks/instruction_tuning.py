@@ -134,7 +134,7 @@ class InstructionTuning(Task):
         chat_format = ChatFormat.for_tokenizer(tokenizer, chat_template)
 
         def prompt(instance: Instance) -> str:
-            assert not isinstance(instance, str)  # serving_instance made it a chat
+            assert isinstance(instance, list)  # serving_instance made it a chat
             try:
                 return chat_format.render(instance, generation_prompt=True)
             except TemplateError as exc:  # the template refuses the chat (Llama 2's may)
