@@ -7,6 +7,10 @@ What later steps can rely on in the output folder (read it with `datasets.load_f
 - `validation` is the source's own, or a seeded share of train (`data.validation_fraction`,
   `data.seed`) carved out when the source has none: the same seed gives the same rows;
 - only the task's columns, named by role (summarization: `document`, `summary`);
+- label columns as values a reader can use: a hub `ClassLabel` (or a list of them, for
+  multi-label data) becomes its names, a missing or -1 id (unlabelled test splits) None;
+  a float column holding whole numbers only (what pandas makes of integer labels with a
+  missing cell) becomes int64, so label 1 is not read as "1.0";
 - no empty split; `data.max_samples` caps applied (first rows, after the carve);
 - `download.json`: the source, where each split came from, row counts and the config.
 
@@ -23,6 +27,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -137,7 +142,47 @@ def _to_roles(
                 f"{source.where} (columns there: {', '.join(data.column_names)}){hint}"
             )
     renames = {column: role for role, column in columns.items() if column != role}
-    return data.select_columns(list(columns.values())).rename_columns(renames)
+    return _readable_labels(data.select_columns(list(columns.values())).rename_columns(renames))
+
+
+def _readable_labels(data: datasets.Dataset) -> datasets.Dataset:
+    """`ClassLabel` ids (alone or in lists) as their names, whole floats as integers.
+
+    Casting a `ClassLabel` to a string would give "0", "1": its names are what the rows
+    mean, and what a model's `id2label` and a served prediction should say.
+    """
+    order = list(data.column_names)
+    for column, feature in data.features.items():
+        inner = getattr(feature, "feature", None)
+        if isinstance(feature, datasets.ClassLabel):
+            names = _label_names(data.data.column(column).to_pylist(), feature)
+            data = _replaced(data, column, names, datasets.Value("string"))
+        elif isinstance(feature, datasets.List | datasets.LargeList) and isinstance(
+            inner, datasets.ClassLabel
+        ):
+            lists = [
+                None if ids is None else _label_names(ids, inner)
+                for ids in data.data.column(column).to_pylist()
+            ]
+            data = _replaced(data, column, lists, datasets.List(datasets.Value("string")))
+        elif isinstance(feature, datasets.Value) and feature.dtype.startswith("float"):
+            values = data.data.column(column).to_numpy(zero_copy_only=False).astype(float)
+            present = values[~np.isnan(values)]
+            if len(present) and np.all(present == np.round(present)):
+                data = data.cast_column(column, datasets.Value("int64"))
+    return data.select_columns(order)
+
+
+def _label_names(ids: list[int | None], feature: datasets.ClassLabel) -> list[str | None]:
+    """Each id's name; None for a missing id or -1 (the hub's mark for an unlabelled row)."""
+    names: list[str] = feature.names
+    return [names[i] if i is not None and 0 <= i < len(names) else None for i in ids]
+
+
+def _replaced(
+    data: datasets.Dataset, column: str, values: list[Any], feature: Any
+) -> datasets.Dataset:
+    return data.remove_columns([column]).add_column(column, values, feature=feature)
 
 
 def _carve_validation(
