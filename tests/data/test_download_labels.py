@@ -41,7 +41,9 @@ def test_a_class_label_column_becomes_its_names(tmp_path: Path) -> None:
             "test": datasets.Dataset.from_dict(test, features=features),
         }
     ).save_to_disk(str(tmp_path / "source"))
-    out = _download(tmp_path / "source", tmp_path, columns={"text": "sentence", "label": "sentiment"})
+    out = _download(
+        tmp_path / "source", tmp_path, columns={"text": "sentence", "label": "sentiment"}
+    )
     assert out["train"].column_names == ["text", "label"]
     assert out["train"].features["label"] == datasets.Value("string")
     assert out["train"]["label"] == ["positive", "negative", "negative", "positive", "negative"]
@@ -64,7 +66,9 @@ def test_a_list_of_class_labels_becomes_lists_of_names(tmp_path: Path) -> None:
         tmp_path / "source", tmp_path, columns={"text": "text", "label": "topics"}, test_split=None
     )
     both = {
-        text: label for split in out.values() for text, label in zip(split["text"], split["label"])
+        text: label
+        for split in out.values()
+        for text, label in zip(split["text"], split["label"], strict=True)
     }
     assert both == {
         "a fine film": ["plot"],

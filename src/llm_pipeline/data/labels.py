@@ -1,15 +1,20 @@
 """A classifier's label set, as preprocess resolves it and training, evaluation and the
 model's config read it.
 
-Preprocess writes it into `preprocess.json` (key `label_set`) beside the tokenized data;
+A label is a string or an integer, its name the string or the integer's decimal form; with
+multi-label data a row's label is a list of them (`label_names` reads one row's). Preprocess
+writes it into `preprocess.json` (key `label_set`) beside the tokenized data;
 training turns it into the model's `id2label`/`label2id`/`problem_type`, so a trained
 model folder carries it too (`LabelSet.from_model_config`).
 """
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from llm_pipeline.data.errors import DataError
 
@@ -96,3 +101,67 @@ def read_label_set(dataset_dir: str | Path, report_file: str = "preprocess.json"
             f"{path}: no usable {LABEL_SET_KEY!r} ({exc}); it was not preprocessed for "
             "text classification"
         ) from None
+
+
+def label_names(value: Any, multi_label: bool) -> tuple[list[str], str | None]:
+    """The label names a row's label value holds, or what makes it unusable.
+
+    A label is a string or an integer (its name is its decimal form); with `multi_label`
+    a row's label is a list of them, empty included.
+    """
+    if multi_label:
+        if not isinstance(value, list | tuple):
+            csv = (
+                " (a CSV cell cannot hold a list: use jsonl or parquet)"
+                if isinstance(value, str)
+                else ""
+            )
+            return [], (
+                f"label is {_shown(value)}, not a list; with data.multi_label a row's label is "
+                f"a list of labels{csv}"
+            )
+        names = []
+        for item in value:
+            name, problem = _scalar_name(item)
+            if problem is not None:
+                return [], f"label list holds {problem}"
+            names.append(name)
+        return list(dict.fromkeys(names)), None
+    if isinstance(value, list | tuple):
+        return [], (
+            f"label is a list ({_shown(value)}); set data.multi_label to true for rows with "
+            "several labels"
+        )
+    name, problem = _scalar_name(value)
+    return ([name], None) if problem is None else ([], f"label is {problem}")
+
+
+def _scalar_name(value: Any) -> tuple[str, str | None]:
+    if isinstance(value, str):
+        return (value, None) if value.strip() else ("", "empty")
+    if isinstance(value, bool | int | np.integer):
+        return str(value), None
+    if value is None:
+        return "", "missing (None)"
+    what = f"{_shown(value)}" + ("" if isinstance(value, float) else f" ({type(value).__name__})")
+    return "", f"{what}; a label is a string or an integer"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def sorted_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Integers in numeric order (labels 0..K-1 keep their values as ids), else by name."""
+    distinct = set(names)
+    if distinct and all(_is_integer(name) for name in distinct):
+        return tuple(sorted(distinct, key=int))
+    return tuple(sorted(distinct))
+
+
+def _is_integer(name: str) -> bool:
+    try:
+        return str(int(name)) == name
+    except ValueError:
+        return False

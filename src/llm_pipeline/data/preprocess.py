@@ -1,6 +1,7 @@
 """Turn the downloaded text dataset into token ids a seq2seq model trains on.
 
-(A causal LM's chats take `data.chat_preprocess`, which `preprocess_dataset` hands them to.)
+(A causal LM's chats take `data.chat_preprocess`, and a classifier's labelled texts
+`data.classifier_preprocess`; `preprocess_dataset` hands them over.)
 
 Output (`save_to_disk` folder, one split per input split):
 - `input_ids`, `attention_mask`, `labels`: int32 lists, truncated but *not padded*; the
@@ -32,9 +33,11 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.chat_preprocess import preprocess_chats
+from llm_pipeline.data.classifier_preprocess import preprocess_classification
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess_report import (
     ChatPreprocessReport,
+    ClassifierPreprocessReport,
     LengthStats,
     PreprocessReport,
     SplitStats,
@@ -66,10 +69,11 @@ def preprocess_dataset(
     data: DataConfig,
     model: ModelConfig,
     task: Task,
-) -> PreprocessReport | ChatPreprocessReport:
+) -> PreprocessReport | ChatPreprocessReport | ClassifierPreprocessReport:
     """Tokenize every split of the dataset at `dataset_dir` into `output_dir`.
 
-    A causal-LM task's chats go to `data.chat_preprocess`; what follows is the seq2seq way.
+    A causal-LM task's chats go to `data.chat_preprocess`, a classifier's labelled texts to
+    `data.classifier_preprocess`; what follows is the seq2seq way.
 
     Raises DataError for data that cannot be used (missing columns, a split with no usable
     rows, max lengths too short for the tokenizer's special tokens) and ModelSourceError
@@ -79,6 +83,15 @@ def preprocess_dataset(
     dataset = _load_dataset(dataset_dir, task)
     if task.model_kind == "causal_lm":
         return preprocess_chats(
+            dataset=dataset,
+            tokenizer=tokenizer,
+            output_dir=output_dir,
+            data=data,
+            model=model,
+            task=task,
+        )
+    if task.model_kind == "classifier":
+        return preprocess_classification(
             dataset=dataset,
             tokenizer=tokenizer,
             output_dir=output_dir,
