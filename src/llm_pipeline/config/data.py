@@ -13,8 +13,11 @@ class DataConfig(Section):
         description="A Hugging Face hub dataset id (`cnn_dailymail`), a local file or folder "
         "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), a `gs://` / `s3://` "
         "path, or a dataset built offline from the docstrings of the installed Python "
-        "packages: `builtin:docstrings` (document, summary: summary line ← body) or "
-        '`builtin:instructions` (prompt, response: "What does `X` do?" ← summary line). '
+        "packages: `builtin:docstrings` (document, summary: summary line ← body), "
+        '`builtin:instructions` (prompt, response: "What does `X` do?" ← summary line) or '
+        "`builtin:docstring_packages` (text, label: a docstring's summary and prose ← the "
+        "top-level package it comes from, among the 8 installed packages with the most "
+        "docstrings). "
         "Local paths are relative to the config file."
     )
     subset: str | None = Field(

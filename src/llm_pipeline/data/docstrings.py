@@ -36,7 +36,7 @@ import platform
 import re
 import sysconfig
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,10 +164,15 @@ def build_docstring_splits(
 
 
 def build_pair_splits(
-    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
+    roots: Sequence[Path] | None = None,
+    *,
+    seed: int = 0,
+    workers: int | None = None,
+    held_out: Mapping[str, float] = HELD_OUT_SHARE,
 ) -> dict[str, list[DocstringPair]]:
-    """`{split: [DocstringPair]}` for `roots`, split and ordered by seeded hash of the
-    summary: what every dataset built from docstrings starts from."""
+    """`{split: [DocstringPair]}` for `roots`, split (`held_out`: the share of each held-out
+    split) and ordered by seeded hash of the summary: what every dataset built from
+    docstrings starts from."""
     roots = list(roots or default_roots())
     files = list(source_files(roots))
     started = time.monotonic()
@@ -184,7 +189,7 @@ def build_pair_splits(
         draw = _unit_hash(pair.summary, seed)
         bound = 0.0
         split = "train"
-        for name, share in HELD_OUT_SHARE.items():
+        for name, share in held_out.items():
             if bound <= draw < bound + share:
                 split = name
             bound += share

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstrings, instructions
+from llm_pipeline.data import docstring_packages, docstrings, instructions
 from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.errors import exception_chain
@@ -26,7 +26,8 @@ from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
 
 logger = logging.getLogger(__name__)
 
-#: `builtin:NAME` names a dataset the project builds offline (data/docstrings.py).
+#: `builtin:NAME` names a dataset the project builds offline (data/docstrings.py and its
+#: siblings).
 BUILTIN_PREFIX = "builtin:"
 #: File suffix → the `datasets` packaged builder that reads it.
 FORMATS = {
@@ -90,6 +91,7 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
 BUILTINS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {
     docstrings.NAME: docstrings.build_docstring_splits,
     instructions.NAME: instructions.build_instruction_splits,
+    docstring_packages.NAME: docstring_packages.build_package_splits,
 }
 
 
@@ -99,8 +101,9 @@ def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
         raise DataError(
             f"data.dataset: unknown built-in dataset {name!r}; the built-in ones are "
             f"{docstrings.NAME!r} (document/summary pairs from the docstrings of the installed "
-            f"Python packages) and {instructions.NAME!r} (the same docstrings as "
-            "prompt/response pairs)"
+            f"Python packages), {instructions.NAME!r} (the same docstrings as "
+            f"prompt/response pairs) and {docstring_packages.NAME!r} (the same docstrings, "
+            "text labelled with the package it comes from)"
         )
     splits = BUILTINS[name](seed=seed)
     return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
