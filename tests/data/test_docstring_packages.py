@@ -17,6 +17,8 @@ PROSE = (
 )
 #: Docstrings per package in the tree the tests build: gamma is the smallest.
 SIZES = {"alpha": 30, "beta": 20, "gamma": 5}
+#: Each package's first case number, so that no two texts are alike once names are masked.
+FIRST = {"alpha": 0, "beta": 100, "gamma": 200}
 
 
 def _tree(root: Path) -> Path:
@@ -27,10 +29,10 @@ def _tree(root: Path) -> Path:
             def {package}_{i}():
                 """Handle case number {i} of the {package} set.
 
-                {PROSE.format(thing=f"{package} function {i}")}
+                {PROSE.format(thing=f"{package.title()} function {i}, not gamma,")}
                 """
             '''
-            for i in range(count)
+            for i in range(FIRST[package], FIRST[package] + count)
         )
         path = root / package / "core.py"
         path.parent.mkdir(parents=True)
@@ -46,18 +48,21 @@ def test_rows_are_docstrings_labelled_with_the_largest_packages(tmp_path: Path) 
     rows = [row for split in splits.values() for row in split]
     assert sorted({row["label"] for row in rows}) == ["alpha", "beta"]
     assert len(rows) == SIZES["alpha"] + SIZES["beta"]
-    row = next(row for row in rows if row["text"].startswith("Handle case number 3 of the beta"))
+    row = next(row for row in rows if row["text"].startswith("Handle case number 103 "))
+    # The labels' names are masked, in any case (gamma is no label); the documented
+    # object's name (beta_103) and module (beta.core) are never in the text.
     assert row == {
-        "text": "Handle case number 3 of the beta set. " + PROSE.format(thing="beta function 3"),
+        "text": "Handle case number 103 of the pkg set. "
+        + PROSE.format(thing="pkg function 103, not gamma,"),
         "label": "beta",
     }
-    # The documented object's name (beta_3) and module (beta.core) are not in the text.
     assert not any("_" in row["text"] or "core" in row["text"] for row in rows)
 
 
 def test_splits_are_held_out_by_hash_and_the_same_on_every_build(tmp_path: Path) -> None:
     root = _tree(tmp_path)
     splits = docstring_packages.build_package_splits([root], seed=3, workers=1)
+    assert not any("gamma" in row["text"] for rows in splits.values() for row in rows)
     assert list(splits) == ["train", "validation", "test"]
     texts = [[row["text"] for row in rows] for rows in splits.values()]
     assert sum(map(len, texts)) == sum(SIZES.values())
