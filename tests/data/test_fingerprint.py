@@ -39,3 +39,5 @@ def test_the_docstrings_are_known_by_the_installed_packages() -> None:
     # The instructions are the same docstrings asked back: the same packages, a distinct key.
     instructions = content_digest("builtin:instructions")
     assert instructions == f"builtin:instructions:{environment_fingerprint()}"
+    packages = content_digest("builtin:docstring_packages")
+    assert packages == f"builtin:docstring_packages:{environment_fingerprint()}"
