@@ -4,6 +4,7 @@ left out (empty text, unusable labels, labels training never saw), counted by na
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import datasets
@@ -15,6 +16,7 @@ from llm_pipeline.data import DataError
 from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models.sources import resolve_model_path
+from llm_pipeline.steps.preprocess import run_preprocess
 from llm_pipeline.tasks import get_task
 
 from ..offline_models import MINILM
@@ -265,3 +267,36 @@ def test_mixed_integer_and_string_labels_are_names(tmp_path) -> None:
     out, payload, _ = _preprocess(tmp_path, {"train": rows}, json_labels=True)
     assert payload["label_set"]["names"] == ["1", "True", "spam"]
     assert out["train"]["label"] == ["1", "spam", "True"]
+
+
+def test_the_preprocess_step_logs_the_classification_figures(tmp_path) -> None:
+    class Metrics:
+        def __init__(self) -> None:
+            self.logged: dict[str, float] = {}
+
+        def log_metric(self, metric: str, value: float) -> None:
+            self.logged[metric] = value
+
+    source = tmp_path / "downloaded"
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": ["good", "bad", ""], "label": [1, 0, 1]}),
+            "test": datasets.Dataset.from_dict({"text": ["fine", "odd"], "label": [1, 2]}),
+        }
+    ).save_to_disk(str(source))
+    metrics = Metrics()
+    data = DataConfig(dataset="unused", columns={"text": "text", "label": "label"})
+    run_preprocess(
+        task="text_classification",
+        data=data.model_dump_json(),
+        model=MODEL.model_dump_json(),
+        dataset=SimpleNamespace(path=str(source)),
+        tokenized=SimpleNamespace(path=str(tmp_path / "tokenized")),
+        metrics=metrics,
+    )
+    assert read_label_set(tmp_path / "tokenized").names == ("0", "1")
+    logged = metrics.logged
+    assert logged["num_labels"] == 2 and logged["train_majority_share"] == 0.5
+    assert logged["train_rows_dropped_empty_text"] == 1
+    assert logged["test_rows_dropped_unseen_label"] == 1
+    assert logged["test_tokens_max"] == 3  # [CLS] fine [SEP]
