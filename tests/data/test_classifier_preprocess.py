@@ -300,3 +300,23 @@ def test_the_preprocess_step_logs_the_classification_figures(tmp_path) -> None:
     assert logged["train_rows_dropped_empty_text"] == 1
     assert logged["test_rows_dropped_unseen_label"] == 1
     assert logged["test_tokens_max"] == 3  # [CLS] fine [SEP]
+
+
+def test_one_label_of_data_labels_in_training_is_refused(tmp_path) -> None:
+    train = {"text": ["good", "fine", "odd"], "label": ["pos", "pos", "weird"]}
+    with pytest.raises(DataError) as caught:
+        _preprocess(tmp_path, {"train": train}, labels=["pos", "neg"])
+    assert str(caught.value).startswith(
+        "split 'train': all 2 of its usable rows have label 'pos' (rows with labels outside "
+        "data.labels left out)"
+    )
+
+
+def test_a_max_length_without_room_for_text_is_refused(tmp_path) -> None:
+    train = {"text": ["q1", "q2"], "text_pair": ["p1", "p2"], "label": [0, 1]}
+    with pytest.raises(DataError) as caught:
+        _preprocess(tmp_path, {"train": train}, max_length=3)
+    assert str(caught.value) == (
+        "data.max_length: 3 leaves no room for text; the tokenizer adds 3 special token(s) to "
+        "every pair of texts"
+    )

@@ -137,40 +137,35 @@ def _label_set(
     train: datasets.Dataset, roles: tuple[str, ...], label_column: str, data: DataConfig
 ) -> LabelSet:
     """`data.labels`, or the training split's labels; with the training rows of each."""
-    counts: Counter[str] = Counter()
-    rows = 0
+    found: list[list[str]] = []  # the label names of each usable row
     columns = [train[role] for role in roles]
     for *texts, value in zip(*columns, train[label_column], strict=True):
-        found, problem = label_names(value, data.multi_label)
+        names, problem = label_names(value, data.multi_label)
         if problem is None and _text_problem(texts, roles) is None:
-            counts.update(found)
-            rows += 1
-    names: tuple[str, ...]
+            found.append(names)
     if data.labels is not None:
-        names = tuple(str(label) for label in data.labels)
-        counts = Counter({name: counts[name] for name in names})
+        ordered = tuple(str(label) for label in data.labels)
+        found = [names for names in found if set(names) <= set(ordered)]
     else:
-        names = sorted_names(counts)
-    present = [name for name in names if counts[name]]
-    if rows and len(present) < 2:
-        raise DataError(_single_class_message(present, rows, data))
+        ordered = sorted_names(name for names in found for name in names)
+    counts = Counter(name for names in found for name in names)
+    present = [name for name in ordered if counts[name]]
+    if found and len(present) < 2:
+        raise DataError(_single_class_message(present, len(found), data))
     return LabelSet(
-        names=names,
+        names=ordered,
         multi_label=data.multi_label,
         threshold=data.threshold,
-        train_counts={name: counts[name] for name in names},
+        train_counts={name: counts[name] for name in ordered},
     )
 
 
 def _single_class_message(present: list[str], rows: int, data: DataConfig) -> str:
+    outside = " (rows with labels outside data.labels left out)" if data.labels is not None else ""
     if not present:
-        having = f"none of its {rows} usable rows has a label" + (
-            " in data.labels" if data.labels is not None else ""
-        )
+        having = f"none of its {rows} usable rows has a label{outside}"
     else:
-        having = f"all {rows} of its usable rows have label {present[0]!r}" + (
-            " (of data.labels)" if data.labels is not None else ""
-        )
+        having = f"all {rows} of its usable rows have label {present[0]!r}{outside}"
     return (
         f"split 'train': {having}; a classifier learns to tell labels apart, so training needs "
         "rows of at least two labels. Check that data.columns.label names the label column, "
