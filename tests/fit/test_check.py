@@ -241,3 +241,26 @@ def test_a_causal_lm_is_served_with_its_own_beams_which_requests_cannot_change(t
     summarization = check_fit(config_of(REPO / "configs" / "small1vm1gpu.json"), target="vertex")
     serve = next(row for row in summarization.rows if row.place == "serve")
     assert "16 instances × 8 beams, 512 source + 256 new tokens" in serve.settings
+
+
+def test_a_classifier_is_not_estimated_and_the_report_says_so(tmp_path):
+    """Classifiers are not modelled yet: the check says that nothing was checked, and
+    refuses nothing on a guess."""
+    config = {
+        "task": "text_classification",
+        "data": {"dataset": "imdb", "columns": {"text": "text", "label": "label"}},
+        "model": {"source": "distilbert-base-uncased"},
+        "train": {"per_device_batch_size": 16, "zero_stage": 2},
+        "cluster": {
+            "machine_type": "n1-standard-8",
+            "accelerator_type": "NVIDIA_TESLA_T4",
+            "accelerator_count": 2,
+        },
+    }
+    path = tmp_path / "classify.json"
+    path.write_text(json.dumps(config))
+    report = check_fit(config_of(path), target="vertex")
+    assert report.rows == [] and report.problems == []
+    (skipped,) = report.skipped
+    assert skipped.startswith("fit check skipped: it does not estimate classifiers yet")
+    assert "finetune, evaluate and serve was not checked" in skipped

@@ -9,50 +9,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from safetensors.torch import load_file
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.train.checkpoints import MARKER
 from llm_pipeline.train.errors import TrainError
-from llm_pipeline.train.finetune import WORKER_MODULE, run_finetune
+from llm_pipeline.train.finetune import run_finetune
 from llm_pipeline.train.safe_load import safe_torch_load
 
+from .kill_and_resume import complete_checkpoints, kill_rank_after_a_checkpoint
 from .lora_checks import assert_merged_is_base_plus_adapter
 
 pytestmark = pytest.mark.slow
 
 MAX_STEPS, SAVE_STEPS = 30, 5
-#: The primary's status line for a step (train.status), as the launcher echoes it.
-STATUS = re.compile(rf"step (\d+)/{MAX_STEPS} · loss (\d+\.\d+)")
-
-
-def _complete_checkpoints(root: Path) -> dict[int, Path]:
-    return {
-        int(marker.parent.name.split("-")[1]): marker.parent
-        for marker in root.glob(f"run-*/checkpoint-*/{MARKER}")
-    }
-
-
-def _worker(local_rank: int) -> psutil.Process | None:
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if WORKER_MODULE in " ".join(child.cmdline()) and child.environ().get(
-                "LOCAL_RANK"
-            ) == str(local_rank):
-                return child
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return None
 
 
 def _assert_whole(checkpoint: Path, step: int) -> None:
@@ -92,47 +66,19 @@ def test_killed_rank_of_a_lora_run_resumes_from_the_last_complete_checkpoint(
         "cluster": ClusterConfig(processes=2),
         "env": dict(os.environ),
     }
-    outcome: dict[str, Any] = {}
-    echoed = ""
+    error, first_losses = kill_rank_after_a_checkpoint(
+        step_args, checkpoints=checkpoints, max_steps=MAX_STEPS, capfd=capfd
+    )
 
-    def first_losses() -> dict[int, float]:
-        """The first attempt's loss per step, from the status lines echoed so far."""
-        nonlocal echoed
-        echoed += capfd.readouterr().out
-        return {int(step): float(loss) for step, loss in STATUS.findall(echoed)}
-
-    def first_attempt() -> None:
-        try:
-            outcome["result"] = run_finetune(**step_args)
-        except Exception as err:
-            outcome["error"] = err
-
-    thread = threading.Thread(target=first_attempt)
-    thread.start()
-    deadline = time.monotonic() + 240
-    while not _complete_checkpoints(checkpoints) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _complete_checkpoints(checkpoints), "no checkpoint completed in time"
-    # A step past the newest checkpoint logged, to compare the resumed run with.
-    while time.monotonic() < deadline and max(first_losses(), default=0) <= max(
-        _complete_checkpoints(checkpoints)
-    ):
-        time.sleep(0.05)
-    victim = _worker(local_rank=1)
-    assert victim is not None
-    os.kill(victim.pid, signal.SIGKILL)
-    thread.join(timeout=300)
-
-    error = outcome.get("error")
-    assert isinstance(error, TrainError), outcome
+    assert isinstance(error, TrainError), error
     assert "rank 1" in str(error) and "signal 9" in str(error)
     assert not output.exists(), "a failed run must not leave a model folder"
-    complete = _complete_checkpoints(checkpoints)
+    complete = complete_checkpoints(checkpoints)
     for step, folder in complete.items():
         _assert_whole(folder, step)
     newest = max(complete)
     assert newest < MAX_STEPS
-    before_kill = {step: loss for step, loss in first_losses().items() if step > newest}
+    before_kill = {step: loss for step, loss in first_losses.items() if step > newest}
     assert before_kill, "the first attempt logged no step after its checkpoint"
 
     result = run_finetune(**step_args)
@@ -153,6 +99,6 @@ def test_killed_rank_of_a_lora_run_resumes_from_the_last_complete_checkpoint(
     assert_merged_is_base_plus_adapter(output, tiny_t5_folder)
     # save_total_limit 2; no checkpoint of the final step (the model is saved right after);
     # whatever the kill left half-written was cleaned up, not resumed from.
-    assert sorted(_complete_checkpoints(checkpoints)) == [20, 25]
+    assert sorted(complete_checkpoints(checkpoints)) == [20, 25]
     folders = sorted(int(p.name.split("-")[1]) for p in checkpoints.glob("run-*/checkpoint-*"))
     assert folders == [20, 25]

@@ -105,7 +105,10 @@ class TrainConfig(Section):
         default=None,
         description="text_classification: `balanced` weighs each label's loss by "
         "rows / (labels x rows of that label) in the training split (scikit-learn's "
-        "definition), so rare labels count as much as common ones; `null` weighs all alike.",
+        "definition), so rare labels count as much as common ones; multi-label: each "
+        "label's positives weigh its negatives / positives (BCE's `pos_weight`). A label "
+        "without training rows (multi-label: without positives or negatives) is refused. "
+        "`null` weighs all alike.",
     )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward to save memory."

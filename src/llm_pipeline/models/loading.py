@@ -1,10 +1,12 @@
-"""Build the network to fine-tune from a `ModelConfig`: a seq2seq model or a causal LM.
+"""Build the network to fine-tune from a `ModelConfig`: a seq2seq model, a causal LM or a
+classifier.
 
 The task's model kind (`tasks.ModelKind`) picks the `AutoModelFor...` class. The weights come
 from a pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation
 from an architecture config plus a named tokenizer, an encoder-decoder warm-started from two
 encoder checkpoints (seq2seq), or a causal decoder warm-started from one encoder checkpoint
-(causal LM). Weights load from safetensors where a checkpoint has them; one that ships only
+(causal LM); a classifier is built, for its labels, in `classifier.py`. Weights load from
+safetensors where a checkpoint has them; one that ships only
 `pytorch_model.bin` (google/t5-v1_1-xxl does) is read with torch's `weights_only` unpickler,
 which takes tensors and plain containers and refuses anything that would run code.
 """
@@ -12,6 +14,7 @@ which takes tensors and plain containers and refuses anything that would run cod
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
@@ -29,20 +32,36 @@ SAFE_WEIGHTS: dict[str, Any] = {"use_safetensors": None, "weights_only": True}
 
 
 #: What each model kind is called in messages.
-_KIND_WORDS: dict[str, str] = {"seq2seq": "seq2seq model", "causal_lm": "causal LM"}
+_KIND_WORDS: dict[str, str] = {
+    "seq2seq": "seq2seq model",
+    "causal_lm": "causal LM",
+    "classifier": "classifier",
+}
 
 
 def load_model(
-    model: ModelConfig, tokenizer: PreTrainedTokenizerBase, *, kind: ModelKind = "seq2seq"
+    model: ModelConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    kind: ModelKind = "seq2seq",
+    labels: Mapping[str, Any] | None = None,
 ) -> PreTrainedModel:
     """The `kind` of model `model` describes, its special-token ids matching `tokenizer`.
 
-    Raises ModelError naming the config key, the location tried and why it failed.
+    A classifier needs `labels`: the config fields of the labels it scores
+    (`data.labels.LabelSet.model_config_fields()`). Raises ModelError naming the config key,
+    the location tried and why it failed.
     """
     if kind == "causal_lm":
         from llm_pipeline.models.decoder_only import build_causal_lm
 
         return build_causal_lm(model, tokenizer)
+    if kind == "classifier":
+        from llm_pipeline.models.classifier import build_classifier
+
+        if labels is None:
+            raise ModelError("a classifier is built for a label set, and none was given")
+        return build_classifier(model, tokenizer, labels)
     if model.warm_start_decoder is not None:
         raise ModelError(
             "model.warm_start_decoder builds a causal LM; this task trains a seq2seq model: "
@@ -154,12 +173,16 @@ def _pretrained(
     source: str, *, model: ModelConfig, kind: ModelKind = "seq2seq", **options: Any
 ) -> PreTrainedModel:
     """`kind`'s Auto class from the checkpoint at `source` (`options` go to from_pretrained)."""
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    import transformers
 
     key = "model.warm_start_decoder" if source == model.warm_start_decoder else "model.source"
     path, where = _resolve(key, source)
     _no_conversion_requests()
-    auto = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForSeq2SeqLM
+    auto = {
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
+        "causal_lm": transformers.AutoModelForCausalLM,
+        "classifier": transformers.AutoModelForSequenceClassification,
+    }[kind]
     try:
         return auto.from_pretrained(
             path,

@@ -156,8 +156,9 @@ def load_tokenizer(model: ModelConfig, *, kind: ModelKind = "seq2seq") -> "PreTr
     """The fast tokenizer for `model` (from `model.tokenizer`, else the checkpoint).
 
     Fast (Rust) tokenizers are required: preprocessing tokenizes whole batches and relies on
-    their truncation rules. For a causal LM (`kind`) it has a pad token
-    (`ensure_pad_token`). Raises ModelSourceError saying what was tried and what to do.
+    their truncation rules. For a causal LM or a classifier (`kind`) it has a pad token
+    (`ensure_pad_token`): their batches are padded. Raises ModelSourceError saying what was
+    tried and what to do.
     """
     from transformers import AutoTokenizer
 
@@ -191,7 +192,7 @@ def load_tokenizer(model: ModelConfig, *, kind: ModelKind = "seq2seq") -> "PreTr
             f"{key} {source!r}: only a slow (Python) tokenizer is available from {where}; "
             "preprocessing needs a fast one (a folder with tokenizer.json)"
         )
-    if kind == "causal_lm":
+    if kind in ("causal_lm", "classifier"):
         ensure_pad_token(tokenizer)
     return tokenizer
 

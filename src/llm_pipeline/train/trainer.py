@@ -1,11 +1,11 @@
 """The Hugging Face pieces of the finetune step: DeepSpeed config, arguments, the Trainer.
 
 `Seq2SeqTrainer` owns the loop of a seq2seq model, the plain `Trainer` that of a causal LM
-(the model kind comes from the task). What this adds: DeepSpeed settings from `TrainConfig`
-(or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which
-checkpoints are complete, the Trainer does not), a reproducible length-grouped order, a
-token-mean loss, and counts of the samples and tokens each rank trained on, for throughput
-figures that hold for resumed runs.
+and of a classifier (the model kind comes from the task). What this adds: DeepSpeed settings
+from `TrainConfig` (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it
+knows which checkpoints are complete, the Trainer does not), a reproducible length-grouped
+order, a token-mean loss (a classifier's is `classifier_loss`'s), and counts of the samples
+and tokens each rank trained on, for throughput figures that hold for resumed runs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from datasets import Dataset
 from transformers import (
     DataCollatorForSeq2Seq,
+    DataCollatorWithPadding,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
@@ -26,7 +27,9 @@ from transformers import (
 )
 
 from llm_pipeline.config import TrainConfig
+from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.tasks import ModelKind
+from llm_pipeline.train.classifier_loss import classifier_loss
 from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 from llm_pipeline.train.errors import TrainError
@@ -173,7 +176,10 @@ def token_mean_loss(label_smoothing: float, *, shift: bool = False) -> Callable[
 
 class FinetuneTrainer(Trainer):
     """A Trainer that counts what it trains on and orders examples reproducibly (a causal
-    LM's; `Seq2SeqFinetuneTrainer` is a seq2seq model's)."""
+    LM's and a classifier's; `Seq2SeqFinetuneTrainer` is a seq2seq model's)."""
+
+    #: Whether the labels are tokens (counted as target tokens); a classifier's are not.
+    labels_are_tokens: bool = True
 
     def __init__(self, *args: Any, sampling: Sampling = "group_by_length", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -194,14 +200,16 @@ class FinetuneTrainer(Trainer):
         self._samples = self._samples.to(device) + ids.shape[0]
         read = mask.sum() if mask is not None else ids.numel()
         self._source_tokens = self._source_tokens.to(device) + read
-        self._target_tokens = self._target_tokens.to(device) + (labels != LABEL_PAD).sum()
+        if self.labels_are_tokens:
+            self._target_tokens = self._target_tokens.to(device) + (labels != LABEL_PAD).sum()
         return super().training_step(model, inputs, num_items_in_batch)
 
     def trained_counts(self) -> tuple[int, int, int]:
         """(samples, source tokens, target tokens) this process trained on in this run.
 
         Source tokens are the input tokens read (a causal LM's prompt and response alike),
-        target tokens those with a label (a causal LM's response tokens).
+        target tokens those with a label (a causal LM's response tokens; none for a
+        classifier, whose labels are not tokens).
         """
         return (
             int(self._samples.item()),
@@ -229,6 +237,13 @@ class Seq2SeqFinetuneTrainer(FinetuneTrainer, Seq2SeqTrainer):
     """`FinetuneTrainer` over `Seq2SeqTrainer`: a seq2seq model's loop."""
 
 
+class ClassifierTrainer(FinetuneTrainer):
+    """`FinetuneTrainer` for a classifier: its labels are label ids (or 0/1 per label), not
+    tokens."""
+
+    labels_are_tokens = False
+
+
 def build_trainer(
     *,
     model: torch.nn.Module,
@@ -240,17 +255,34 @@ def build_trainer(
     sampling: Sampling,
     label_smoothing: float = 0.0,
     kind: ModelKind = "seq2seq",
+    label_set: LabelSet | None = None,
+    class_weights: torch.Tensor | None = None,
 ) -> FinetuneTrainer:
     """The Trainer for the `kind` of model, batches padded per batch (inputs with the pad
-    id, labels with -100).
+    id, labels with -100; a classifier's labels are one per row and need none).
 
-    `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`).
+    `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`). A
+    classifier needs its `label_set` (single- or multi-label decides the loss) and takes
+    `class_weights` (`classifier_loss.balanced_class_weights`).
     """
     # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
     multiple = 8 if torch.cuda.is_available() else None
     collator: Any
     trainer: type[FinetuneTrainer]
-    if kind == "causal_lm":
+    loss: Callable[..., torch.Tensor]
+    loss = token_mean_loss(label_smoothing, shift=kind == "causal_lm")
+    if kind == "classifier":
+        if label_set is None:
+            raise TrainError("a classifier trains on a label set, and none was given")
+        # Pads input ids, the attention mask and (BERT pairs) token type ids alike.
+        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
+        trainer = ClassifierTrainer
+        loss = classifier_loss(
+            multi_label=label_set.multi_label,
+            weights=class_weights,
+            label_smoothing=label_smoothing,
+        )
+    elif kind == "causal_lm":
         collator = CausalLMCollator(pad_id=int(tokenizer.pad_token_id), pad_to_multiple_of=multiple)
         trainer = FinetuneTrainer
     else:
@@ -266,6 +298,6 @@ def build_trainer(
         data_collator=collator,
         processing_class=tokenizer,
         callbacks=callbacks,
-        compute_loss_func=token_mean_loss(label_smoothing, shift=kind == "causal_lm"),
+        compute_loss_func=loss,
         sampling=sampling,
     )

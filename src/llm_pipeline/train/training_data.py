@@ -1,5 +1,6 @@
 """The tokenized splits a training process reads: copied to local disk once per node, loaded
-with the one loader every step uses (`data.saved`), cut to the columns the model takes."""
+with the one loader every step uses (`data.saved`), cut to the columns the model takes; and
+a classifier's label set, which preprocess wrote beside them."""
 
 from __future__ import annotations
 
@@ -9,14 +10,25 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
+from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
+from llm_pipeline.errors import UserError
 from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 
+#: The file in the run's work folder that says where this node's copy of the dataset is.
+_NOTE = "dataset.path"
+
+
+#: What a tokenizer makes for text pairs beside the ids (BERT's segment ids), kept for the
+#: models that read it.
+TOKEN_TYPES = "token_type_ids"
+
 
 def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
-    """The tokenized train and validation splits, reduced to the model's columns."""
+    """The tokenized train and validation splits, reduced to the model's columns (with
+    token type ids where preprocess made them)."""
     data = load_saved_dataset(_local_dataset(spec), made_by="preprocess", error=TrainError)
     if "train" not in data:
         raise TrainError(f"dataset {spec.dataset_dir!r}: needs a 'train' split, found {list(data)}")
@@ -29,17 +41,37 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
                 "preprocess step on it first"
             )
     # A packed train split (data.packing) has position ids and no attention mask.
-    train = splits["train"].select_columns(list(model_columns(splits["train"].column_names)))
+    train = _model_inputs(splits["train"])
     validation = splits.get("validation")
     if validation is None:
         return train, None
-    return train, validation.select_columns(list(model_columns(validation.column_names)))
+    return train, _model_inputs(validation)
+
+
+def label_set(spec: WorkerSpec) -> LabelSet:
+    """The label set preprocess wrote beside the dataset (a classifier's), read from this
+    node's copy; call after `load_splits`, which makes it."""
+    try:
+        return read_label_set(_copied_dataset(spec))
+    except UserError as err:
+        raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
+
+
+def _model_inputs(split: Dataset) -> Dataset:
+    names = list(model_columns(split.column_names))
+    if TOKEN_TYPES in split.column_names:
+        names.append(TOKEN_TYPES)
+    return split.select_columns(names)
+
+
+def _copied_dataset(spec: WorkerSpec) -> Path:
+    return Path((Path(spec.work_dir) / _NOTE).read_text(encoding="utf-8"))
 
 
 def _local_dataset(spec: WorkerSpec) -> Path:
     """The dataset on local disk: a remote one, or one on the /gcs/ mount, is copied once per
     node, by its first process, so the ranks do not each read it from Cloud Storage."""
-    note = Path(spec.work_dir) / "dataset.path"
+    note = Path(spec.work_dir) / _NOTE
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         check_output_complete(spec.dataset_dir, made_by="preprocess", error=TrainError)
         try:
@@ -48,4 +80,4 @@ def _local_dataset(spec: WorkerSpec) -> Path:
             raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
         note.write_text(str(folder), encoding="utf-8")
     dist.barrier()
-    return Path(note.read_text(encoding="utf-8"))
+    return _copied_dataset(spec)

@@ -21,11 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
+from datasets import Dataset
 from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
+from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import get_task
@@ -47,6 +50,7 @@ from llm_pipeline.train.checkpoint_sync import (
     prepare_resume,
     release_folder,
 )
+from llm_pipeline.train.classifier_loss import balanced_class_weights
 from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 from llm_pipeline.train.lora import apply_lora
 from llm_pipeline.train.metrics import final_metrics, last_logged
@@ -71,10 +75,11 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     kind = get_task(spec.task).model_kind
     tokenizer = load_tokenizer(spec.model, kind=kind)
     train_set, eval_set = training_data.load_splits(spec)
+    label_set = training_data.label_set(spec) if kind == "classifier" else None
     args = arguments.trainer_arguments(
         spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
     )
-    model = _build_model(spec, tokenizer)
+    model = _build_model(spec, tokenizer, label_set)
     clock = counts.Clock()
     trainer = build_trainer(
         model=model,
@@ -93,6 +98,8 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         label_smoothing=spec.train.label_smoothing,
         kind=kind,
+        label_set=label_set,
+        class_weights=_class_weights(spec, train_set, label_set),
     )
     try:
         loop.train(trainer, resume_from, stopper)
@@ -141,17 +148,29 @@ def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
 
 
 def _build_model(
-    spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase
+    spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase, label_set: LabelSet | None
 ) -> PreTrainedModel | PeftModel:
     """The model, seeded, with LoRA adapters and the encoder frozen if the config says so
-    (both: adapters on the decoder alone train)."""
+    (both: adapters on the decoder alone train); a classifier's head scores `label_set`."""
     set_seed(spec.train.seed)
-    model = load_model(spec.model, tokenizer, kind=get_task(spec.task).model_kind)
-    wrapped = apply_lora(model, spec.train.lora) if spec.train.lora is not None else model
+    kind = get_task(spec.task).model_kind
+    labels = label_set.model_config_fields() if label_set is not None else None
+    model = load_model(spec.model, tokenizer, kind=kind, labels=labels)
+    lora = spec.train.lora
+    wrapped = apply_lora(model, lora, kind=kind) if lora is not None else model
     if spec.train.freeze_encoder:
         # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
         freeze_encoder(model)
     return wrapped
+
+
+def _class_weights(
+    spec: WorkerSpec, train_set: Dataset, label_set: LabelSet | None
+) -> torch.Tensor | None:
+    """`train.class_weights` from the training split's labels, or None."""
+    if label_set is None or spec.train.class_weights is None:
+        return None
+    return balanced_class_weights(train_set["labels"], label_set)
 
 
 def _metrics(

@@ -1,0 +1,184 @@
+"""Classifiers to fine-tune: an encoder (or a decoder) with a classification head.
+
+`loading.load_model` comes here for the `classifier` kind, with the label set's config fields
+(`data.labels.LabelSet.model_config_fields`: `num_labels`, `id2label`, `label2id`,
+`problem_type`, the multi-label threshold), which the built model's config carries from then
+on, so a saved folder says its own labels. The network is transformers'
+`AutoModelForSequenceClassification` of the checkpoint's or the architecture's model type:
+an encoder (BERT, MiniLM, DistilBERT, RoBERTa, DeBERTa) pools its first token; a decoder
+(Llama, GPT-2, OPT, Qwen) scores its last token that is not padding, which it finds by the
+config's `pad_token_id`, so the config is given the tokenizer's (decoder tokenizers without
+a pad token pad with their EOS, `sources.ensure_pad_token`).
+
+A checkpoint without a head (a pretrained encoder) gets a fresh one. So does one that was
+fine-tuned as a classifier of other labels: its head scores those, not these, and is started
+again (said in a log line) rather than silently reused; the same labels keep their head.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from llm_pipeline.config import ModelConfig
+from llm_pipeline.models.errors import ModelError
+from llm_pipeline.models.loading import _first_line, _load_failure, _pretrained, _resolve
+from llm_pipeline.models.sources import ensure_pad_token
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_classifier", "head_modules"]
+
+
+def build_classifier(
+    model: ModelConfig, tokenizer: PreTrainedTokenizerBase, labels: Mapping[str, Any]
+) -> PreTrainedModel:
+    """The classifier `model` describes, scoring the labels `labels` gives (the label set's
+    config fields), its pad id the tokenizer's. Raises ModelError."""
+    for key, value in (
+        ("model.encoder_decoder", model.encoder_decoder),
+        ("model.warm_start_decoder", model.warm_start_decoder),
+    ):
+        if value is not None:
+            raise ModelError(
+                f"{key} builds a generating model; a classifier is built from model.source or "
+                "model.architecture"
+            )
+    ensure_pad_token(tokenizer)
+    if model.architecture is not None:
+        built = _classifier_from_architecture(model.architecture, tokenizer, labels)
+    else:
+        assert model.source is not None  # ModelConfig guarantees exactly one source
+        built = _pretrained_classifier(model.source, model=model, labels=labels)
+    built.config.pad_token_id = int(tokenizer.pad_token_id)
+    vocabulary = int(getattr(built.get_input_embeddings(), "num_embeddings", len(tokenizer)))
+    if vocabulary < len(tokenizer):
+        raise ModelError(
+            f"model {built.config.model_type!r} has {vocabulary} token embeddings but the "
+            f"tokenizer has {len(tokenizer)} tokens; use the model's own tokenizer"
+        )
+    return built
+
+
+def head_modules(model: PreTrainedModel) -> list[str]:
+    """The names of a classifier's modules outside its base network: its head (BERT's
+    `classifier`, DistilBERT's `pre_classifier` and `classifier`, Llama's `score`), what
+    starts fresh for new labels and what LoRA trains whole."""
+    base = getattr(model, model.base_model_prefix, None)
+    return [
+        name
+        for name, child in model.named_children()
+        if child is not base and any(True for _ in child.parameters())
+    ]
+
+
+def _classifier_from_architecture(
+    architecture: dict[str, Any], tokenizer: PreTrainedTokenizerBase, labels: Mapping[str, Any]
+) -> PreTrainedModel:
+    """Random weights in the shape `architecture` gives; the caller seeds torch first."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    settings = dict(architecture)
+    model_type = settings.pop("model_type")
+    # The architecture's own values win, except the labels: they are the data's.
+    settings = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": int(tokenizer.pad_token_id),
+        **settings,
+        **labels,
+    }
+    try:
+        config = AutoConfig.for_model(model_type, **settings)
+        return AutoModelForSequenceClassification.from_config(config)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ModelError(
+            f"model.architecture: cannot build a classifier of model_type {model_type!r}: "
+            f"{_first_line(err)}"
+        ) from err
+
+
+def _pretrained_classifier(
+    source: str, *, model: ModelConfig, labels: Mapping[str, Any]
+) -> PreTrainedModel:
+    """The checkpoint at `source` with a head for `labels`: its own head when it was trained
+    on the same labels, else a fresh one."""
+    from transformers import AutoConfig
+
+    path, where = _resolve("model.source", source)
+    try:
+        config = AutoConfig.from_pretrained(
+            path,
+            revision=model.revision if where.startswith("hub") else None,
+            trust_remote_code=model.trust_remote_code,
+        )
+    except Exception as err:
+        raise ModelError(
+            _load_failure("model.source", source, where, err, kind="classifier")
+        ) from err
+    had_head = _has_classification_head(config)
+    theirs = _label_names(config)
+    ours = [str(labels["id2label"][i]) for i in range(len(labels["id2label"]))]
+    for key, value in labels.items():
+        setattr(config, key, value)
+    # A head of another size cannot load; transformers starts it afresh (and says so).
+    built = _pretrained(
+        source, model=model, kind="classifier", config=config, ignore_mismatched_sizes=True
+    )
+    if not had_head:
+        logger.warning(
+            "model.source %r has no classification head: a fresh one is trained for the %d "
+            "labels %s",
+            source,
+            len(ours),
+            _listed(ours),
+        )
+    elif theirs != ours:
+        _reinitialise(built, head_modules(built))
+        logger.warning(
+            "model.source %r is a classifier of %d other labels (%s): its head (%s) starts "
+            "afresh for this run's %d labels %s",
+            source,
+            len(theirs),
+            _listed(theirs),
+            ", ".join(head_modules(built)),
+            len(ours),
+            _listed(ours),
+        )
+    return built
+
+
+def _has_classification_head(config: PretrainedConfig) -> bool:
+    return any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+
+
+def _label_names(config: PretrainedConfig) -> list[str]:
+    id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
+    return [id2label[i] for i in sorted(id2label)]
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(repr(name) for name in names[:most])
+    return f"[{shown}{', ...' if len(names) > most else ''}]"
+
+
+def _reinitialise(model: PreTrainedModel, names: list[str]) -> None:
+    """Start the named modules again as the model's own initialisation would (under ZeRO-3,
+    each gathered whole on rank 0 and partitioned again)."""
+    import deepspeed
+    import torch
+
+    for name in names:
+        module = getattr(model, name)
+        with (
+            deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0),
+            torch.no_grad(),
+        ):
+            for param in module.parameters():
+                # transformers' initialisers skip what loading marked as initialised.
+                param._is_hf_initialized = False
+            for part in module.modules():
+                model._init_weights(part)
