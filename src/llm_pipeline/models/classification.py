@@ -124,12 +124,16 @@ def build_classifier(
         else:
             assert model.source is not None  # ModelConfig guarantees one source
             path = resolve_model_path(model.source)
+            where = {
+                "revision": model.revision if is_hub_id(model.source, path) else None,
+                "trust_remote_code": model.trust_remote_code,
+            }
+            # The head's fields go into the config, not to from_pretrained: a field the config
+            # class does not know (the threshold) would reach the model's constructor.
+            config = AutoConfig.from_pretrained(path, **where)
+            config.update(head)
             built = AutoModelForSequenceClassification.from_pretrained(
-                path,
-                revision=model.revision if is_hub_id(model.source, path) else None,
-                trust_remote_code=model.trust_remote_code,
-                **SAFE_WEIGHTS,
-                **head,
+                path, config=config, **where, **SAFE_WEIGHTS
             )
     except Exception as exc:
         key = "model.architecture" if model.architecture is not None else "model.source"
