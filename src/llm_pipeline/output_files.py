@@ -14,3 +14,6 @@ TRAINING_LOG_FILE = "training_log.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.html"
+#: In evaluate's predictions folder, for a classifier: the confusion matrix and each label's
+#: precision, recall, F1 and rows.
+CONFUSION_MATRIX_FILE = "confusion_matrix.json"

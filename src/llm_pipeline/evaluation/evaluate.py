@@ -2,7 +2,9 @@
 
 `evaluate_model` reads as the step's table of contents: pick the split, load the model,
 generate (summaries, or completions of prompts), score the model and its baselines through
-the same path (the task's metrics: ROUGE, exact match, perplexity), write the outputs.
+the same path (the task's metrics: ROUGE, exact match, perplexity), write the outputs. A
+classifier generates nothing: its label probabilities are scored (accuracy, F1s, confusion
+matrix; `evaluation.classifier_scoring`) beside the majority class and the base model.
 It also runs under torchrun (`python -m llm_pipeline.evaluation.evaluate`, see `main`):
 generation is sharded across the processes and rank 0 scores and writes; such a process dies
 with the launcher that started it (`train.lifetime`), armed before the imports below.
@@ -21,6 +23,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -30,13 +33,25 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
+from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import UserError
+from llm_pipeline.evaluation.classifier_examples import (
+    ClassifierExamples,
+    load_classifier_examples,
+)
+from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.examples import load_examples
 from llm_pipeline.evaluation.generate import init_distributed
 from llm_pipeline.evaluation.rouge import RougeResult
-from llm_pipeline.evaluation.runs import load_for_evaluation, run_model, with_task_defaults
+from llm_pipeline.evaluation.runs import (
+    classify,
+    load_for_evaluation,
+    run_model,
+    with_task_defaults,
+)
 from llm_pipeline.evaluation.scoring import BASE_MODEL, distinct_share, score_and_write
+from llm_pipeline.models.classification import build_classifier
 from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (
@@ -72,11 +87,16 @@ class EvaluationResult:
     has them, `distinct_predictions`, `gen_len` (mean generated tokens), `samples`, `seconds`
     (load, generate, score), `generation_seconds`, and the baselines' scores prefixed
     `lead{k}_` (summarization) and `base_` (the model before fine-tuning).
+
+    A classifier's `metrics` hold `accuracy`, `macro_f1` and `weighted_f1` (0..1, as
+    scikit-learn computes them) with their intervals, `samples`, `seconds`,
+    `scoring_seconds`, and the baselines' prefixed `majority_` and `base_`; it has no ROUGE
+    (`rouge` and `baseline` are None).
     """
 
     split: str
     metrics: dict[str, float]
-    rouge: RougeResult
+    rouge: RougeResult | None
     baseline: RougeResult | None
     output_dir: Path
 
@@ -111,6 +131,11 @@ def evaluate_model(
     rank, _ = init_distributed()
     chosen = _task(task)
     config = with_task_defaults(config, chosen)
+    folder = Path(to_uri(str(output_dir)))
+    if chosen.model_kind == "classifier":
+        return _evaluate_classifier(
+            model_dir, dataset_dir, config, folder, split, chosen, started=started, rank=rank
+        )
     examples = load_examples(dataset_dir, split, config.max_samples, chosen)
     model, tokenizer = load_for_evaluation(model_dir, chosen)
     generation_started = time.perf_counter()
@@ -126,8 +151,9 @@ def evaluate_model(
     if rank != 0:
         return _result_from_rank0()
     assert outputs is not None  # rank 0 always holds the gathered outputs
-    folder = Path(to_uri(str(output_dir)))
-    try:
+
+    def score() -> EvaluationResult:
+        assert outputs is not None
         metrics, rouge, lead = score_and_write(
             task=chosen,
             examples=examples,
@@ -138,12 +164,90 @@ def evaluate_model(
             generation_seconds=generation_seconds,
             base=base,
         )
+        return EvaluationResult(examples.split, metrics, rouge, lead, folder)
+
+    return _scored_on_rank0(score, chosen)
+
+
+def _evaluate_classifier(
+    model_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    config: EvaluateConfig,
+    folder: Path,
+    split: str | None,
+    task: Task,
+    *,
+    started: float,
+    rank: int,
+) -> EvaluationResult:
+    """`evaluate_model` for a classifier: label probabilities from one forward pass per
+    batch, scored beside the majority class and the model before fine-tuning."""
+    examples = load_classifier_examples(dataset_dir, split, config.max_samples)
+    model, tokenizer = load_for_evaluation(model_dir, task)
+    labels = _model_labels(model, examples, model_dir, dataset_dir)
+    scoring_started = time.perf_counter()
+    probabilities = classify(model, tokenizer, examples, config)
+    scoring_seconds = time.perf_counter() - scoring_started
+    del model
+    base = None
+    if config.score_base_model:
+        status("scoring labels with the model as it was before fine-tuning (baseline)")
+        base_model = load_base_model(model_dir, tokenizer, kind=task.model_kind, labels=labels)
+        base = classify(base_model, tokenizer, examples, config)
+        del base_model
+    if rank != 0:
+        return _result_from_rank0()
+
+    def score() -> EvaluationResult:
+        assert probabilities is not None  # rank 0 always holds the gathered outputs
+        metrics = score_classifier_and_write(
+            task=task,
+            examples=examples,
+            labels=labels,
+            probabilities=probabilities,
+            config=config,
+            output_dir=folder,
+            started=started,
+            scoring_seconds=scoring_seconds,
+            base=base,
+        )
+        return EvaluationResult(examples.split, metrics, None, None, folder)
+
+    return _scored_on_rank0(score, task)
+
+
+def _model_labels(
+    model: Any,
+    examples: ClassifierExamples,
+    model_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+) -> LabelSet:
+    """The model's label set, once it is known to be the dataset's (the same names in the
+    same id order, single- or multi-label alike)."""
+    labels = LabelSet.from_model_config(model.config)
+    theirs = examples.labels
+    if labels.names != theirs.names or labels.multi_label != theirs.multi_label:
+        kind = {False: "single-label", True: "multi-label"}
+        raise EvaluationError(
+            f"model folder {model_dir} scores the {kind[labels.multi_label]} labels "
+            f"{list(labels.names)}, but dataset {dataset_dir} has the {kind[theirs.multi_label]} "
+            f"labels {list(theirs.names)} (in id order): evaluate a model trained on this "
+            "dataset's preprocess output"
+        )
+    return labels
+
+
+def _scored_on_rank0(score: Callable[[], EvaluationResult], task: Task) -> EvaluationResult:
+    """Rank 0 scores and writes (`score`), logs the task's metrics and hands the result
+    (or its error) to the other ranks."""
+    try:
+        result = score()
     except BaseException as exc:
         _share_with_other_ranks(f"{type(exc).__name__}: {exc}")
         raise
-    scores = ", ".join(f"{k} {metrics[k]:.2f}" for k in chosen.metric_names if k in metrics)
-    logger.info("%s: %s", examples.split, scores)
-    result = EvaluationResult(examples.split, metrics, rouge, lead, folder)
+    metrics = result.metrics
+    scores = ", ".join(f"{k} {metrics[k]:.3g}" for k in task.metric_names if k in metrics)
+    logger.info("%s: %s", result.split, scores)
     _share_with_other_ranks(result)
     return result
 
@@ -156,10 +260,18 @@ def _task(name: str) -> Task:
 
 
 def load_base_model(
-    model_dir: str | os.PathLike[str], tokenizer: Any, *, kind: ModelKind = "seq2seq"
+    model_dir: str | os.PathLike[str],
+    tokenizer: Any,
+    *,
+    kind: ModelKind = "seq2seq",
+    labels: LabelSet | None = None,
 ) -> Any:
     """The model the fine-tuned one started from, rebuilt from the `model` settings recorded
-    in its folder with the training seed (so a random initialisation is the same one)."""
+    in its folder with the training seed (so a random initialisation is the same one).
+
+    A classifier (`labels` given) is its source with a new head for `labels`, initialised
+    from that seed: what scores before fine-tuning is the encoder and a random head.
+    """
     from transformers import set_seed
 
     recorded = Path(model_dir) / RESOLVED_CONFIG_FILE
@@ -174,7 +286,12 @@ def load_base_model(
         ) from exc
     set_seed(seed)
     try:
-        model = load_model(model_config, tokenizer, kind=kind)
+        if kind == "classifier":
+            if labels is None:
+                raise ValueError("a classifier's base model needs its label set")
+            model = build_classifier(model_config, tokenizer, labels.model_config_fields())
+        else:
+            model = load_model(model_config, tokenizer, kind=kind)
     except UserError as exc:
         raise EvaluationError(f"evaluate.score_base_model: {exc}") from exc
     device = default_device()

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
-from llm_pipeline.models import completion, generation
+from llm_pipeline.models import classification, completion, generation
 from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
@@ -49,7 +49,9 @@ __all__ = [
     "generate_sharded",
     "generate_summaries",
     "init_distributed",
+    "label_probabilities_sharded",
     "load_causal_lm",
+    "load_classifier",
     "load_seq2seq",
     "response_losses_sharded",
 ]
@@ -103,6 +105,16 @@ def load_causal_lm(
     Raises EvaluationError for a folder that is not a consolidated causal-LM checkpoint.
     """
     return completion.load_causal_lm(model_dir, device=device, error=EvaluationError)
+
+
+def load_classifier(
+    model_dir: str | os.PathLike[str], *, device: torch.device | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The classifier (eval mode, on `device`) and tokenizer saved in `model_dir`.
+
+    Raises EvaluationError for a folder that is not a consolidated classifier checkpoint.
+    """
+    return classification.load_classifier(model_dir, device=device, error=EvaluationError)
 
 
 def generate_sharded(
@@ -159,6 +171,30 @@ def response_losses_sharded(
         return response_losses(model, *picked, batch_size=batch_size, pad_id=pad_id)
 
     return _sharded([len(ids) for ids in input_ids], produce, batch_size, "response losses")
+
+
+def label_probabilities_sharded(
+    model: PreTrainedModel,
+    input_ids: Sequence[Sequence[int]],
+    *,
+    batch_size: int,
+    pad_id: int,
+    token_type_ids: Sequence[Sequence[int]] | None = None,
+) -> list[list[float]] | None:
+    """`classification.label_probabilities` split across the ranks; rank 0 gets every
+    example's label probabilities, in input order."""
+
+    def produce(rows: list[int]) -> list[list[float]]:
+        types = [token_type_ids[i] for i in rows] if token_type_ids is not None else None
+        return classification.label_probabilities(
+            model,
+            [input_ids[i] for i in rows],
+            batch_size=batch_size,
+            pad_id=pad_id,
+            token_type_ids=types,
+        )
+
+    return _sharded([len(ids) for ids in input_ids], produce, batch_size, "label scores")
 
 
 def _as_generated(rows: list[tuple[str, int]] | None) -> Generated | None:

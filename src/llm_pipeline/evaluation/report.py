@@ -17,7 +17,20 @@ import numpy as np
 
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
 
-__all__ = ["PIPELINE_VIEW", "OtherScore", "ReportWords", "render_report", "report_page"]
+__all__ = [
+    "PIPELINE_VIEW",
+    "OtherScore",
+    "ReportWords",
+    "confusion_matrix_chart",
+    "delta_cell",
+    "escape",
+    "facts_line",
+    "folded_text",
+    "heat_colour",
+    "render_report",
+    "report_page",
+    "svg_open",
+]
 
 #: Where the run report puts the pipeline's view (steps, loss curve, gate) into this page.
 PIPELINE_VIEW = "<!-- pipeline view -->"
@@ -100,12 +113,12 @@ def render_report(
     best, worst = _best_and_worst(model.per_example[rank_by])
     cards = _Cards(model, rouge_types, others, words, documents, references, predictions)
     sections = [
-        f"<h1>{_e(words.title)}</h1>",
-        _facts(facts or {}),
+        f"<h1>{escape(words.title)}</h1>",
+        facts_line(facts or {}),
         PIPELINE_VIEW,
         "<h2>Scores</h2>",
         _scores_table(model, baselines or {}, rouge_types, others),
-        f"<h2>{_e(words.output.capitalize())} lengths (words)</h2>",
+        f"<h2>{escape(words.output.capitalize())} lengths (words)</h2>",
         _length_histogram(predictions, references, words.output),
         f"<h2>Best {len(best)} examples by {rank_by}</h2>",
         *(cards.card(i) for i in best),
@@ -121,17 +134,19 @@ def report_page(title: str, body: str) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"
     )
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
+    """`text` safe to put in the page's markup, attributes included."""
     return html.escape(str(text), quote=True)
 
 
-def _facts(facts: Mapping[str, str]) -> str:
-    items = "".join(f"<span><b>{_e(k)}:</b> {_e(v)}</span>" for k, v in facts.items())
+def facts_line(facts: Mapping[str, str]) -> str:
+    """The short "name: value" items shown under a report's title."""
+    items = "".join(f"<span><b>{escape(k)}:</b> {escape(v)}</span>" for k, v in facts.items())
     return f'<p class="facts">{items}</p>'
 
 
@@ -163,25 +178,25 @@ def _scores_table(
     level = round(100 * model.confidence)
     head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
     for name in baselines:
-        head += f"<th>{_e(name)}</th><th>model − {_e(name)}</th>"
+        head += f"<th>{escape(name)}</th><th>model − {escape(name)}</th>"
     rows = []
     for metric in rouge_types:
-        cells = f"<td>{_e(metric)}</td>{_score_cell(model, metric)}"
+        cells = f"<td>{escape(metric)}</td>{_score_cell(model, metric)}"
         for baseline in baselines.values():
             delta = model.scores[metric] - baseline.scores[metric]
-            cells += f"{_score_cell(baseline, metric)}{_delta_cell(delta)}"
+            cells += f"{_score_cell(baseline, metric)}{delta_cell(delta)}"
         rows.append(f"<tr>{cells}</tr>")
     for other in others:
-        cells = f"<td>{_e(other.name)}</td><td>{other.value:.2f}</td>"
+        cells = f"<td>{escape(other.name)}</td><td>{other.value:.2f}</td>"
         for name in baselines:
             if name not in other.baselines:
                 cells += "<td></td><td></td>"
                 continue
             theirs = other.baselines[name]
             delta = other.value - theirs
-            cells += f"<td>{theirs:.2f}</td>{_delta_cell(delta, other.higher_is_better)}"
+            cells += f"<td>{theirs:.2f}</td>{delta_cell(delta, other.higher_is_better)}"
         rows.append(f"<tr>{cells}</tr>")
-    notes = "".join(f" {_e(other.note)}" for other in others if other.note)
+    notes = "".join(f" {escape(other.note)}" for other in others if other.note)
     note = (
         f'<p class="ci">ROUGE F1 ×100 (rouge-score definitions); intervals: percentile '
         f"bootstrap of the mean, {model.n_resamples} resamples.{notes}</p>"
@@ -192,11 +207,12 @@ def _scores_table(
     )
 
 
-def _delta_cell(delta: float, higher_is_better: bool = True) -> str:
+def delta_cell(delta: float, higher_is_better: bool = True, digits: int = 2) -> str:
+    """A table cell with a model's difference from a baseline, green where it is better."""
     better = delta > 0 if higher_is_better else delta < 0
     worse = delta < 0 if higher_is_better else delta > 0
     tone = "up" if better else "down" if worse else ""
-    return f'<td class="{tone}">{delta:+.2f}</td>'
+    return f'<td class="{tone}">{delta:+.{digits}f}</td>'
 
 
 def _length_histogram(
@@ -219,8 +235,7 @@ def _length_histogram(
     slot = plot_w / bins
     bar = slot * 0.4
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'role="img" aria-label="histogram of generated and reference {_e(output)} lengths">',
+        svg_open(width, height, f"histogram of generated and reference {output} lengths"),
         f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
         f'y2="{top_pad + plot_h}" stroke="#57606a"/>',
         f'<text x="{left - 6}" y="{top_pad + 4}" text-anchor="end">{peak}</text>',
@@ -233,7 +248,7 @@ def _length_histogram(
             label = f"{name}: {count} with {edges[b]}–{edges[b + 1] - 1} words"
             parts.append(
                 f'<rect x="{x:.1f}" y="{top_pad + plot_h - h:.1f}" width="{bar:.1f}" '
-                f'height="{h:.1f}" fill="{colour}"><title>{_e(label)}</title></rect>'
+                f'height="{h:.1f}" fill="{colour}"><title>{escape(label)}</title></rect>'
             )
         parts.append(
             f'<rect x="{left + plot_w - 170 + s * 90}" y="4" width="10" height="10" '
@@ -246,7 +261,7 @@ def _length_histogram(
         )
     parts.append(
         f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
-        f"words per {_e(output)}</text></svg>"
+        f"words per {escape(output)}</text></svg>"
     )
     return "".join(parts)
 
@@ -272,19 +287,99 @@ class _Cards:
         ]
         return (
             f'<div class="ex"><h3>#{i} — {" · ".join(scores)}</h3><dl>'
-            f"<dt>{_e(self.words.source)}</dt><dd>{_document(self.documents[i])}</dd>"
-            f"<dt>reference</dt><dd>{_e(self.references[i])}</dd>"
-            f"<dt>{_e(self.words.prediction)}</dt><dd>{_e(self.predictions[i])}</dd></dl></div>"
+            f"<dt>{escape(self.words.source)}</dt><dd>{folded_text(self.documents[i])}</dd>"
+            f"<dt>reference</dt><dd>{escape(self.references[i])}</dd>"
+            f"<dt>{escape(self.words.prediction)}</dt><dd>{escape(self.predictions[i])}</dd></dl></div>"
         )
 
 
-def _document(text: str) -> str:
+def svg_open(width: float, height: float, label: str, svg_id: str = "") -> str:
+    """The opening tag of one of the report's inline SVG charts (`label`: what it shows, for
+    screen readers)."""
+    ident = f' id="{escape(svg_id)}"' if svg_id else ""
+    return (
+        f'<svg{ident} xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
+        f'height="{height:.0f}" role="img" aria-label="{escape(label)}">'
+    )
+
+
+#: The confusion matrix's shading: white for no rows, this blue for the most.
+_HEAT = (9, 105, 218)
+#: Characters of a label name shown on the matrix's axes (the whole name is its tooltip).
+_AXIS_LABEL_CHARS = 18
+
+
+def heat_colour(share: float) -> str:
+    """The fill of a cell holding `share` (0..1) of the largest count: darker for more."""
+    share = min(max(share, 0.0), 1.0)
+    r, g, b = (round(255 + (c - 255) * share) for c in _HEAT)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def confusion_matrix_chart(
+    matrix: np.ndarray | Sequence[Sequence[int]],
+    rows: Sequence[str],
+    columns: Sequence[str],
+    *,
+    row_title: str = "reference",
+    column_title: str = "predicted",
+    svg_id: str = "confusion-matrix",
+) -> str:
+    """Counts as a labelled grid of cells, inline SVG: each cell shaded by its count (the
+    largest the darkest) with the count written in it; `rows` and `columns` name the
+    labels along each axis."""
+    counts = np.asarray(matrix, dtype=np.int64)
+    n_rows, n_cols = counts.shape
+    peak = int(counts.max(initial=0)) or 1
+    cell = max(30.0, min(64.0, 640.0 / max(n_rows, n_cols)))
+    # Room for the row names, and for the column names slanted at 45°; ~6.5 px a character.
+    left = 16 + 6.5 * max((len(_short(name)) for name in rows), default=1)
+    top = 24 + 4.6 * max((len(_short(name)) for name in columns), default=1)
+    width, height = left + cell * n_cols + 90, top + cell * n_rows + 28
+    parts = [svg_open(width, height, f"confusion matrix: {row_title} by {column_title}", svg_id)]
+    for j, name in enumerate(columns):
+        x, y = left + (j + 0.5) * cell, top - 8
+        parts.append(
+            f'<text x="{x:.1f}" y="{y:.1f}" transform="rotate(-45 {x:.1f} {y:.1f})">'
+            f"<title>{escape(name)}</title>{escape(_short(name))}</text>"
+        )
+    for i, name in enumerate(rows):
+        y = top + (i + 0.5) * cell + 4
+        parts.append(
+            f'<text x="{left - 8}" y="{y:.1f}" text-anchor="end">'
+            f"<title>{escape(name)}</title>{escape(_short(name))}</text>"
+        )
+        for j, count in enumerate(counts[i]):
+            share = int(count) / peak
+            x, y0 = left + j * cell, top + i * cell
+            ink = "#ffffff" if share > 0.55 else "#1f2328"
+            tip = f"{rows[i]} → {columns[j]}: {int(count)}"
+            parts.append(
+                f'<g class="cell" data-count="{int(count)}"><rect x="{x:.1f}" y="{y0:.1f}" '
+                f'width="{cell:.1f}" height="{cell:.1f}" fill="{heat_colour(share)}" '
+                f'stroke="#d0d7de"><title>{escape(tip)}</title></rect>'
+                f'<text x="{x + cell / 2:.1f}" y="{y0 + cell / 2 + 4:.1f}" text-anchor="middle" '
+                f'style="fill:{ink}">{int(count)}</text></g>'
+            )
+    parts.append(
+        f'<text x="{left + cell * n_cols / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle">'
+        f"{escape(column_title)} (columns); {escape(row_title)} (rows)</text></svg>"
+    )
+    return "".join(parts)
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _AXIS_LABEL_CHARS else name[: _AXIS_LABEL_CHARS - 1] + "…"
+
+
+def folded_text(text: str) -> str:
+    """A long text's start, with the whole of it behind an expander."""
     if len(text) <= DOCUMENT_PREVIEW:
-        return _e(text)
+        return escape(text)
     # Cut at a space so the preview does not end inside a word.
     cut = text.rfind(" ", 0, DOCUMENT_PREVIEW)
     cut = cut if cut > DOCUMENT_PREVIEW // 2 else DOCUMENT_PREVIEW
     return (
-        f"<details><summary>{_e(text[:cut])} … ({len(text):,} characters; show all)</summary>"
-        f"{_e(text)}</details>"
+        f"<details><summary>{escape(text[:cut])} … ({len(text):,} characters; show all)</summary>"
+        f"{escape(text)}</details>"
     )

@@ -32,6 +32,7 @@ from nltk.stem.porter import PorterStemmer
 from rouge_score.scoring import fmeasure
 from rouge_score.tokenize import NON_ALPHANUM_RE, VALID_TOKEN_RE
 
+from llm_pipeline.evaluation.bootstrap import bootstrap_interval
 from llm_pipeline.evaluation.sentences import split_sentences
 
 __all__ = [
@@ -120,38 +121,6 @@ def compute_rouge(
         confidence=confidence,
         n_resamples=n_resamples,
     )
-
-
-def bootstrap_interval(
-    values: np.ndarray, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval of the mean of each column of `values` (n × k or n).
-
-    Resamples are drawn as one index matrix per block, so 1000 resamples of 10k examples
-    take a fraction of a second; the same seed gives the same interval.
-    """
-    data = np.asarray(values, dtype=np.float64)
-    if data.ndim not in (1, 2) or data.shape[0] == 0:
-        raise ValueError(f"values must be a non-empty 1-d or 2-d array, got shape {data.shape}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    columns = np.ascontiguousarray(data.reshape(data.shape[0], -1).T)  # one row per metric
-    k, n = columns.shape
-    rng = np.random.default_rng(seed)
-    means = np.empty((n_resamples, k))
-    block = max(1, 4_000_000 // n)  # bounds each index block to 16 MB
-    for start in range(0, n_resamples, block):
-        stop = min(start + block, n_resamples)
-        # int32 indices are drawn several times faster than int64 ones.
-        idx = rng.integers(0, n, size=(stop - start, n), dtype=np.int32)
-        for j, column in enumerate(columns):
-            means[start:stop, j] = column[idx].mean(axis=1)
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(means, [tail, 100 - tail], axis=0)
-    shape = data.shape[1:]
-    return low.reshape(shape), high.reshape(shape)
 
 
 def _check_inputs(predictions: Sequence[str], references: Sequence[str]) -> None:

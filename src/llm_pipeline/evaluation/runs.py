@@ -3,8 +3,9 @@
 A seq2seq model writes a summary of each input (`generate_sharded`); a causal LM completes
 each prompt text (`complete_sharded`, left-padded, greedy by default) and, where its task
 reports a perplexity, is also scored token by token on the reference responses
-(`response_losses_sharded`). Both go through the sharding of `evaluation.generate`: every
-rank runs its share, rank 0 gets everything.
+(`response_losses_sharded`); a classifier scores each input's labels in one forward pass
+(`label_probabilities_sharded`, no generation). All go through the sharding of
+`evaluation.generate`: every rank runs its share, rank 0 gets everything.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.generate import (
     Generated,
     build_generation_config,
     complete_sharded,
     generate_sharded,
+    label_probabilities_sharded,
     load_causal_lm,
+    load_classifier,
     load_seq2seq,
     response_losses_sharded,
 )
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ModelOutputs",
+    "classify",
     "completion_settings",
     "load_for_evaluation",
     "run_model",
@@ -78,9 +85,11 @@ def completion_settings(config: EvaluateConfig) -> CompletionSettings:
 def load_for_evaluation(
     model_dir: str | os.PathLike[str], task: Task
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The fine-tuned model in `model_dir`, loaded for the task's kind of generation."""
+    """The fine-tuned model in `model_dir`, loaded for the task's kind of model."""
     if task.model_kind == "causal_lm":
         return load_causal_lm(model_dir)
+    if task.model_kind == "classifier":
+        return load_classifier(model_dir)
     return load_seq2seq(model_dir)
 
 
@@ -108,6 +117,32 @@ def run_model(
             pad_id=int(tokenizer.pad_token_id),
         )
     return ModelOutputs(generated, losses) if generated is not None else None
+
+
+def classify(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: ClassifierExamples,
+    config: EvaluateConfig,
+) -> np.ndarray | None:
+    """The classifier's label probabilities for `examples` (rows × labels; rank 0, None on
+    the other ranks), `evaluate.batch_size` rows per forward pass."""
+    logger.info(
+        "scoring the labels of %d examples of split %r: batch %d",
+        len(examples.input_ids),
+        examples.split,
+        config.batch_size,
+    )
+    # Segment ids go only to a model that takes them (BERT does, DistilBERT does not).
+    takes_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+    probabilities = label_probabilities_sharded(
+        model,
+        examples.input_ids,
+        batch_size=config.batch_size,
+        pad_id=int(tokenizer.pad_token_id),
+        token_type_ids=examples.token_type_ids if takes_types else None,
+    )
+    return np.asarray(probabilities, dtype=np.float64) if probabilities is not None else None
 
 
 def _generation(

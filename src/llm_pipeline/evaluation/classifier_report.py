@@ -1,0 +1,189 @@
+"""The evaluate step's HTML report for a classifier, in the report's style and parts.
+
+Scores with their intervals beside the baselines (the majority class, the model before
+fine-tuning), each label's precision, recall and F1, the confusion matrix as a shaded grid,
+and examples, wrong ones first. Self-contained like every report page (`report.report_page`):
+no scripts, no external assets, all text escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llm_pipeline.evaluation.classification import HEADLINE_METRICS, ClassificationScores
+from llm_pipeline.evaluation.report import (
+    EXAMPLES_EACH,
+    PIPELINE_VIEW,
+    ReportWords,
+    confusion_matrix_chart,
+    delta_cell,
+    escape,
+    facts_line,
+    folded_text,
+    report_page,
+)
+
+__all__ = ["ClassifiedRow", "render_classifier_report"]
+
+#: Examples shown: the wrong ones first, then right ones.
+EXAMPLES_SHOWN = 2 * EXAMPLES_EACH
+
+
+@dataclass(frozen=True)
+class ClassifiedRow:
+    """One example as its card shows it: its texts, its reference label(s) and what the
+    model predicted, with the score it gave (multi-label: names and scores joined)."""
+
+    text: str
+    text_pair: str | None
+    reference: str
+    prediction: str
+    #: The model's confidence in its prediction (0..1): wrong ones are shown most sure first.
+    confidence: float
+    correct: bool
+
+
+def render_classifier_report(
+    *,
+    model: ClassificationScores,
+    names: Sequence[str],
+    rows: Sequence[ClassifiedRow],
+    baselines: Mapping[str, ClassificationScores] | None = None,
+    train_counts: Mapping[str, int] | None = None,
+    multi_label: bool = False,
+    facts: Mapping[str, str] | None = None,
+    words: ReportWords | None = None,
+) -> str:
+    """The page: headline scores beside the baselines, per-label scores, the confusion
+    matrix and examples (wrong first). `baselines` maps a name (`majority class`, `before
+    fine-tuning`) to its scores on the same rows."""
+    words = words or ReportWords()
+    if len(rows) != len(model.correct):
+        raise ValueError(f"{len(rows)} rows for {len(model.correct)} scored examples")
+    shown = _examples(rows)
+    sections = [
+        f"<h1>{escape(words.title)}</h1>",
+        facts_line(facts or {}),
+        PIPELINE_VIEW,
+        "<h2>Scores</h2>",
+        _scores_table(model, baselines or {}),
+        "<h2>Per label</h2>",
+        _per_label_table(model, names, train_counts or {}),
+        "<h2>Confusion matrix</h2>",
+        _confusion(model, names, multi_label),
+        f"<h2>Examples ({sum(not rows[i].correct for i in shown)} wrong shown first)</h2>",
+        *(_card(i, rows[i], words) for i in shown),
+    ]
+    return report_page(words.title, "\n".join(sections))
+
+
+def _interval_cell(scores: ClassificationScores, name: str) -> str:
+    value = f"{scores.scores[name]:.3f}"
+    if name not in scores.intervals:
+        return f"<td>{value}</td>"
+    low, high = scores.intervals[name]
+    return f'<td>{value} <span class="ci">[{low:.3f}, {high:.3f}]</span></td>'
+
+
+def _scores_table(
+    model: ClassificationScores, baselines: Mapping[str, ClassificationScores]
+) -> str:
+    level = round(100 * model.confidence)
+    head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
+    for name in baselines:
+        head += f"<th>{escape(name)}</th><th>model − {escape(name)}</th>"
+    body = []
+    for metric in HEADLINE_METRICS:
+        cells = f"<td>{escape(metric)}</td>{_interval_cell(model, metric)}"
+        for baseline in baselines.values():
+            delta = model.scores[metric] - baseline.scores[metric]
+            cells += f"{_interval_cell(baseline, metric)}{delta_cell(delta, digits=3)}"
+        body.append(f"<tr>{cells}</tr>")
+    interval = (
+        f"intervals: percentile bootstrap, {model.n_resamples} resamples"
+        if model.intervals
+        else "no intervals (evaluate.bootstrap_samples is 0)"
+    )
+    note = (
+        '<p class="ci">Fractions 0–1 as scikit-learn computes them: accuracy (multi-label: '
+        "every label of a row right), F1 averaged over the labels (macro) or weighted by their "
+        f"rows (weighted), zero_division=0; {interval}.</p>"
+    )
+    return (
+        f'<table id="scores"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>{note}"
+    )
+
+
+def _per_label_table(
+    model: ClassificationScores, names: Sequence[str], train_counts: Mapping[str, int]
+) -> str:
+    head = "<th>label</th><th>precision</th><th>recall</th><th>F1</th><th>rows</th>"
+    if train_counts:
+        head += "<th>training rows</th>"
+    body = []
+    for name, score in zip(names, model.per_class, strict=True):
+        cells = (
+            f"<td>{escape(name)}</td><td>{score.precision:.3f}</td><td>{score.recall:.3f}</td>"
+            f"<td>{score.f1:.3f}</td><td>{score.support}</td>"
+        )
+        if train_counts:
+            cells += f"<td>{train_counts.get(name, 0)}</td>"
+        body.append(f"<tr>{cells}</tr>")
+    return (
+        f'<table id="per-label"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _confusion(model: ClassificationScores, names: Sequence[str], multi_label: bool) -> str:
+    if not multi_label:
+        return (
+            '<p class="ci">Rows: the reference label; columns: the predicted one; each cell '
+            "the number of examples, darker for more.</p>"
+            + confusion_matrix_chart(model.confusion, names, names)
+        )
+    charts = [
+        f'<div style="display:inline-block;margin:0 12px 12px 0"><b>{escape(name)}</b><br>'
+        + confusion_matrix_chart(
+            matrix,
+            ("not", "is"),
+            ("not", "is"),
+            row_title="reference",
+            column_title="predicted",
+            svg_id=f"confusion-matrix-{i}",
+        )
+        + "</div>"
+        for i, (name, matrix) in enumerate(zip(names, model.confusion, strict=True))
+    ]
+    return (
+        '<p class="ci">One matrix per label: rows whether a row has the label, columns '
+        "whether the model predicts it; darker for more.</p>" + "".join(charts)
+    )
+
+
+def _examples(rows: Sequence[ClassifiedRow]) -> list[int]:
+    """Which rows the page shows, in order: wrong ones, the model surest first, then right
+    ones, least sure first (ties in dataset order)."""
+    confidence = np.array([row.confidence for row in rows])
+    wrong = [i for i in np.argsort(-confidence, kind="stable") if not rows[i].correct]
+    right = [i for i in np.argsort(confidence, kind="stable") if rows[i].correct]
+    return [int(i) for i in [*wrong, *right][:EXAMPLES_SHOWN]]
+
+
+def _card(i: int, row: ClassifiedRow, words: ReportWords) -> str:
+    verdict = "right" if row.correct else "wrong"
+    pair = (
+        f"<dt>{escape(words.source)} pair</dt><dd>{folded_text(row.text_pair)}</dd>"
+        if row.text_pair is not None
+        else ""
+    )
+    return (
+        f'<div class="ex {verdict}"><h3>#{i} — {verdict}</h3><dl>'
+        f"<dt>{escape(words.source)}</dt><dd>{folded_text(row.text)}</dd>{pair}"
+        f"<dt>reference</dt><dd>{escape(row.reference)}</dd>"
+        f"<dt>{escape(words.prediction)}</dt><dd>{escape(row.prediction)}</dd></dl></div>"
+    )
