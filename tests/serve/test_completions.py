@@ -79,8 +79,8 @@ def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(
     assert [a.status_code for a in answers] == [200] * CLIENTS, [a.text for a in answers]
     assert [a.json()["predictions"] for a in answers] == [[text] for text in expected]
     after = chat_server.stats()
-    calls = after["generate_calls"] - before["generate_calls"]
-    assert after["texts_generated"] - before["texts_generated"] == CLIENTS
+    calls = after["model_calls"] - before["model_calls"]
+    assert after["instances_run"] - before["instances_run"] == CLIENTS
     assert calls < CLIENTS // 2, f"{calls} generate calls for {CLIENTS} requests: no batching"
 
 

@@ -64,8 +64,8 @@ def test_every_concurrent_client_gets_its_own_unbatched_answer(
     got = [a.json()["predictions"] for a in answers]
     assert got == [[text] for text in expected]
     after = server.stats()
-    calls = after["generate_calls"] - before["generate_calls"]
-    assert after["texts_generated"] - before["texts_generated"] == CLIENTS
+    calls = after["model_calls"] - before["model_calls"]
+    assert after["instances_run"] - before["instances_run"] == CLIENTS
     assert calls < CLIENTS // 2, f"{calls} generate calls for {CLIENTS} requests: no batching"
     assert max(int(size) for size in after["batch_sizes"]) > 1
 

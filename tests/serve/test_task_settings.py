@@ -57,6 +57,9 @@ def seq2seq_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("instruction_tuning", "seq2seq_dir", "not a causal LM"),
         ("summarization", "causal_lm_dir", "not a seq2seq checkpoint"),
+        ("text_classification", "seq2seq_dir", "not a sequence classifier"),
+        ("text_classification", "causal_lm_dir", "not a sequence classifier"),
+        ("summarization", "classifier_dir", "not a seq2seq checkpoint"),
     ],
 )
 def test_a_model_of_the_other_kind_is_refused_naming_the_task(

@@ -1,5 +1,5 @@
-"""A tiny T5 trained on Python's own docstrings, for the server's tests and benchmark, and a
-tiny random causal LM for serving instruction tuning.
+"""A tiny T5 trained on Python's own docstrings, for the server's tests and benchmark, a
+tiny random causal LM for serving instruction tuning, and tiny random classifiers.
 
 Needs nothing outside the repository and its installed packages: the documents are the
 docstrings of the standard library's modules (real human-written text every Python install
@@ -203,3 +203,41 @@ def _offline_models() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+#: The tiny classifiers' labels, in id order.
+CLASSIFIER_LABELS = ("question", "bug report", "feature request")
+
+
+def save_tiny_classifier(
+    output_dir: Path, *, multi_label: bool = False, threshold: float = 0.5, seed: int = 0
+) -> Path:
+    """A randomly initialised tiny BERT with a classification head over CLASSIFIER_LABELS and
+    MiniLM's tokenizer, its config carrying the label set as training writes it
+    (`LabelSet.model_config_fields`). Weights 10 times transformers' default make the scores
+    depend on the text; the head's bias spreads them, so bars drawn from them differ."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from llm_pipeline.data.labels import LabelSet
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    labels = LabelSet(names=CLASSIFIER_LABELS, multi_label=multi_label, threshold=threshold)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+        **labels.model_config_fields(),
+    )
+    config.architectures = ["BertForSequenceClassification"]
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config)
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.tensor([1.0, 0.0, -1.0]))
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir

@@ -22,6 +22,7 @@ from llm_pipeline.registry.base import (
     RollbackOutcome,
     VersionCheck,
     ensure_still_served,
+    prediction_text,
 )
 from llm_pipeline.registry.gate import Decision, GateError, decide
 
@@ -74,4 +75,5 @@ __all__ = [
     "decide",
     "ensure_still_served",
     "open_registry",
+    "prediction_text",
 ]

@@ -8,6 +8,7 @@ new model with — never the newest or the oldest registered version.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,8 +109,19 @@ def ensure_still_served(state: EndpointState, expected: str | None) -> None:
 
 
 #: Brings a version up and checks it (health, then one prediction per probe instance);
-#: returns the first prediction, raises DeployError with the reason on failure.
+#: returns the first prediction (as `prediction_text` shows it), raises DeployError with
+#: the reason on failure.
 VersionCheck = Callable[[ModelVersion, Sequence[Any]], str]
+
+
+def prediction_text(prediction: Any) -> str:
+    """A served prediction as text, for the probe's check and the deploy report: a text as
+    it is, anything else as JSON. Empty ("") means no answer: null or a blank text; an
+    object or a list is an answer even when empty (a multi-label classifier may predict no
+    label for a text)."""
+    if isinstance(prediction, str):
+        return prediction
+    return "" if prediction is None else json.dumps(prediction)
 
 
 class Registry(ABC):

@@ -14,12 +14,11 @@ answered by the version that keeps the rest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_pipeline.config.deploy import DeployConfig
-from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError
+from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError, prediction_text
 from llm_pipeline.registry.vertex_resources import api_errors
 
 #: The key a deployModel request's trafficSplit uses for the model it deploys.
@@ -94,16 +93,16 @@ def move_traffic(
 
 
 def ask(endpoint: Any, probe: Sequence[Any], where: str, *, timeout: float) -> str:
-    """Send the probe documents; every one must get a non-empty prediction."""
+    """Send the probe instances; every one must get an answer (`prediction_text`)."""
     if not probe:
         return ""
     with api_errors(f"probe prediction from {where}", DeployError):
         answer = endpoint.predict(instances=list(probe), timeout=timeout)
-    texts = [_as_text(p) for p in answer.predictions]
+    texts = [prediction_text(p) for p in answer.predictions]
     empty = sum(not t.strip() for t in texts)
     if len(texts) != len(probe) or empty:
         raise DeployError(
-            f"Vertex AI: {where} failed its check: {len(probe)} probe documents got "
+            f"Vertex AI: {where} failed its check: {len(probe)} probe instances got "
             f"{len(texts)} predictions, {empty} of them empty"
         )
     return texts[0]
@@ -161,10 +160,3 @@ def recorded_previous(endpoint: Any) -> tuple[str, str] | None:
     labels = dict(endpoint.gca_resource.labels)
     model, number = labels.get(PREVIOUS_MODEL), labels.get(PREVIOUS_VERSION)
     return (model, number) if model and number else None
-
-
-def _as_text(prediction: Any) -> str:
-    """A prediction as text: our server answers strings; anything else as JSON."""
-    if isinstance(prediction, str):
-        return prediction
-    return "" if prediction in (None, {}, []) else json.dumps(prediction)

@@ -2,7 +2,7 @@
 
 Vertex AI (and the deploy step) poll the health route until it answers 200, so the server
 listens at once and loads in a thread: health answers 503 while the model is copied down
-and loaded, 200 once it can generate. A model that cannot be loaded is reported in one
+and loaded, 200 once it can predict. A model that cannot be loaded is reported in one
 line to `on_load_failure` (the command line prints it and exits 1) instead of leaving a
 server that never becomes healthy.
 """
@@ -28,12 +28,18 @@ from llm_pipeline.errors import UserError
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import build_router
 from llm_pipeline.serve.schemas import GenerationParameters
-from llm_pipeline.serve.served import ServedModel, first_line, load_served_model
+from llm_pipeline.serve.served import (
+    ModelInput,
+    Prediction,
+    ServedModel,
+    first_line,
+    load_served_model,
+)
 from llm_pipeline.serve.settings import Settings
 
 logger = logging.getLogger("llm_pipeline.serve")
 
-#: Longest a shutdown waits for queued texts after the last request (they normally are done).
+#: Longest a shutdown waits for queued inputs after the last request (they normally are done).
 _DRAIN_TIMEOUT_S = 600.0
 
 
@@ -43,7 +49,7 @@ class ServerState:
 
     settings: Settings
     model: ServedModel | None = None
-    batcher: Batcher[GenerationParameters] | None = None
+    batcher: Batcher[GenerationParameters, ModelInput, Prediction] | None = None
     error: str | None = None
     in_flight: int = 0
     answered: int = 0
@@ -72,7 +78,7 @@ def create_app(
         try:
             yield
         finally:
-            # uvicorn has waited for the requests in flight; their texts are done, and
+            # uvicorn has waited for the requests in flight; their inputs are done, and
             # close() runs whatever is still queued before the worker stops.
             if state.batcher is not None:
                 await asyncio.to_thread(state.batcher.close, _DRAIN_TIMEOUT_S)
@@ -103,8 +109,8 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
     except Exception as exc:  # anything else still ends the server with a reason
         message = f"could not load the model from {settings.model_uri}: {first_line(exc)}"
     else:
-        batcher: Batcher[GenerationParameters] = Batcher(
-            model.generate,
+        batcher: Batcher[GenerationParameters, ModelInput, Prediction] = Batcher(
+            model.predict,
             max_batch_size=settings.max_batch_size,
             max_wait_s=settings.max_wait_s,
             coalesce=settings.batching and settings.max_batch_size > 1,

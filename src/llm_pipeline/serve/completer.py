@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.serve.errors import ServeError
 from llm_pipeline.serve.schemas import GenerationParameters
-from llm_pipeline.serve.served import describe_model, input_limit, torch_placement
+from llm_pipeline.serve.served import (
+    ModelInput,
+    Prediction,
+    describe_model,
+    input_limit,
+    prompts_of,
+    torch_placement,
+)
 from llm_pipeline.serve.settings import Settings
 from llm_pipeline.tasks import Instance, Task
 from llm_pipeline.tasks.chat import ChatTemplateError
@@ -39,7 +46,7 @@ class Completer:
     #: evaluation default, else the model's generation config, else the server's limit
     #: (transformers' own default, max_length 20, would count the prompt too).
     default_new_tokens: int
-    prompt: Callable[[Instance], str]  # the chat rendered up to where the answer starts
+    model_input: Callable[[Instance], str]  # the chat rendered up to where the answer starts
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Completer:
@@ -62,12 +69,17 @@ class Completer:
         limits = input_limit(settings, tokenizer), min(new_tokens, limit)
         return cls(model, tokenizer, task, *limits, prompt)
 
-    def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
+    def check_parameters(self, parameters: GenerationParameters) -> None:
+        """Nothing to check: the request was checked against the server's limits."""
+
+    def predict(
+        self, parameters: GenerationParameters, inputs: list[ModelInput]
+    ) -> list[Prediction]:
         """One completion per prompt, in one generate call (the batcher sized the batch)."""
         from llm_pipeline.models.completion import CompletionSettings, complete
 
         settings = CompletionSettings(
-            batch_size=len(prompts),
+            batch_size=len(inputs),
             max_new_tokens=parameters.max_new_tokens or self.default_new_tokens,
             do_sample=bool(parameters.temperature),
             temperature=parameters.temperature or None,
@@ -75,12 +87,13 @@ class Completer:
             stop=parameters.stop or (),
             max_prompt_tokens=self.max_input_tokens,
         )
-        return complete(self.model, self.tokenizer, prompts, settings=settings).texts
+        prompts = prompts_of(inputs)
+        return list(complete(self.model, self.tokenizer, prompts, settings=settings).texts)
 
     def warm_up(self) -> None:
         """A two-token greedy completion of a one-turn chat."""
         chat = [{"role": "user", "content": "The model answers before health says so."}]
-        self.generate(GenerationParameters(max_new_tokens=2), [self.prompt(chat)])
+        self.predict(GenerationParameters(max_new_tokens=2), [self.model_input(chat)])
 
     def describe(self) -> dict[str, Any]:
         """What is served, for the log and the stats route."""

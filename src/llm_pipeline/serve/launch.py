@@ -47,8 +47,9 @@ class RunningServer:
         parameters: Mapping[str, Any] | None = None,
         *,
         timeout_s: float = 300.0,
-    ) -> list[str]:
-        """The server's predictions for `instances`; raises ServeError with its message."""
+    ) -> list[Any]:
+        """The server's predictions for `instances`, as it answered them (JSON values: texts,
+        or a classifier's labels with scores); raises ServeError with its message."""
         body: dict[str, Any] = {"instances": list(instances)}
         if parameters is not None:
             body["parameters"] = dict(parameters)
@@ -63,7 +64,7 @@ class RunningServer:
         predictions = response.json().get("predictions")
         if not isinstance(predictions, list):
             raise ServeError(f"POST {self.predict_url}: no predictions list in {response.text!r}")
-        return [str(prediction) for prediction in predictions]
+        return predictions
 
     def log_tail(self, lines: int = _TAIL_LINES) -> str:
         """The last lines the server wrote (stdout and stderr)."""

@@ -4,21 +4,27 @@
 * `chat` (instruction tuning): a system prompt, the turns so far, a message box, and the
   model's answers; each send posts the whole conversation as one `{"messages": [...]}`
   instance, as any client would.
+* `labels` (a classifier): paste a text (and, for a pair, a second one), see every label's
+  score as a bar, highest first; the page asks for all of them (`top_k` = the number of
+  labels the loaded model scores).
 
 The words on the page and the settings it offers come from the task (`Task.serving_page`);
-the settings' bounds come from the server's limits. No external scripts, styles or fonts (the
-server may run where nothing outside reaches it); the page calls the predict route with
-`fetch`. `/?text=...` (document) or `/?message=...` (chat, with `&system=...`) fills the box
-and sends it at once, which makes the page scriptable from a shell.
+the settings' bounds come from the server's limits, and the labels from the loaded model.
+No external scripts, styles or fonts (the server may run where nothing outside reaches it);
+the page calls the predict route with `fetch`. `/?text=...` (document and labels, with
+`&text_pair=...`) or `/?message=...` (chat, with `&system=...`) fills the box and sends it
+at once, which makes the page scriptable from a shell.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from llm_pipeline.serve.settings import Settings
-from llm_pipeline.tasks import ServingPage, get_task
+from llm_pipeline.tasks import get_task
 
 _STYLE = """
   body { font: 16px/1.5 system-ui, sans-serif; margin: 2rem auto; max-width: 52rem;
@@ -43,6 +49,15 @@ _STYLE = """
   .turn .role { display: block; font-size: .8rem; color: #555; font-weight: 600; }
   .turn.empty .content { font-style: italic; color: #777; }
   #status.error { color: #a51d2d; font-weight: 600; }
+  #text_pair { height: 5rem; }
+  #labels { display: flex; flex-direction: column; gap: .4rem; margin: 1rem 0; }
+  .score-row { display: grid; grid-template-columns: 12rem 1fr 4.5rem; gap: .75rem;
+               align-items: center; }
+  .score-row .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .score-row.chosen .name { font-weight: 700; }
+  .score-row .track { background: #e6e6e6; height: 1.4rem; border-radius: 3px; }
+  .score-row .bar { background: #26a269; height: 100%; border-radius: 3px; }
+  .score-row .value { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
 #: How the page offers each generation parameter: its label, the input's attributes, and
@@ -158,7 +173,76 @@ if (query.get("message")) { message.value = query.get("message"); send(); }
 </script>
 """
 
-#: What both layouts share: the settings, the call to the predict route, the status line.
+_LABELS = """
+<p class="hint">Model served at <code>__PREDICT__</code>. Paste a text and press __ACTION__;
+every label's score is drawn as a bar.</p>
+<form id="form">
+  <textarea id="text" name="text" placeholder="__PLACEHOLDER__" required></textarea>
+  <label class="block" for="text_pair">Second text (optional: the other half of a pair,
+  such as the passage for a question)</label>
+  <textarea id="text_pair" name="text_pair"
+    placeholder="Leave empty to classify the text alone"></textarea>
+  <div class="row">
+    <button type="submit" id="go">__ACTION__</button>
+    <span id="status"></span>
+  </div>
+</form>
+<h2>__OUTPUT__</h2>
+<p class="hint" id="rule"></p>
+<div id="labels" aria-live="polite"></div>
+<script>
+__COMMON__
+const MODEL = __MODEL_JSON__;  // the loaded model's labels; null if it was still loading
+const text = document.getElementById("text");
+const pair = document.getElementById("text_pair");
+const labelsBox = document.getElementById("labels");
+document.getElementById("rule").textContent = MODEL === null ? "" : MODEL.multi_label
+  ? "Labels in bold reach the model's threshold (" + MODEL.threshold + ") and are predicted."
+  : "The label in bold is the prediction.";
+
+function draw(scored) {
+  labelsBox.replaceChildren(...scored.map(({label, score}, rank) => {
+    const row = document.createElement("div");
+    const chosen = MODEL.multi_label ? score >= MODEL.threshold : rank === 0;
+    row.className = "score-row" + (chosen ? " chosen" : "");
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = label;
+    name.title = label;
+    const track = document.createElement("div");
+    track.className = "track";
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    bar.style.width = (100 * score) + "%";
+    track.append(bar);
+    const value = document.createElement("span");
+    value.className = "value";
+    value.textContent = (100 * score).toFixed(1) + "%";
+    row.append(name, track, value);
+    return row;
+  }));
+}
+
+async function run() {
+  if (MODEL === null) {
+    statusLine.className = "error";
+    statusLine.textContent = "The model was still loading when this page was served: reload it.";
+    document.body.dataset.state = "error";
+    return;
+  }
+  const instance = pair.value.trim() ? {text: text.value, text_pair: pair.value} : text.value;
+  const scored = await predict(instance, {top_k: MODEL.labels.length});
+  if (scored !== null) draw(scored);
+}
+
+form.addEventListener("submit", (event) => { event.preventDefault(); run(); });
+const query = new URLSearchParams(location.search);
+if (query.get("text_pair")) pair.value = query.get("text_pair");
+if (query.get("text")) { text.value = query.get("text"); run(); }
+</script>
+"""
+
+#: What every layout shares: the settings, the call to the predict route, the status line.
 _COMMON = """const PREDICT = __PREDICT_JSON__;
 const SETTINGS = __SETTINGS_JSON__;
 const form = document.getElementById("form");
@@ -174,8 +258,9 @@ function parameters() {
   return chosen;
 }
 
-// The prediction for one instance, or null after showing the server's error.
-async function predict(instance) {
+// The prediction for one instance, or null after showing the server's error; `fixed`:
+// parameters the page sets itself.
+async function predict(instance, fixed = {}) {
   button.disabled = true;
   document.body.dataset.state = "working";
   statusLine.className = "";
@@ -185,7 +270,7 @@ async function predict(instance) {
     const response = await fetch(PREDICT, {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({instances: [instance], parameters: parameters()}),
+      body: JSON.stringify({instances: [instance], parameters: {...parameters(), ...fixed}}),
     });
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || response.statusText);
@@ -204,15 +289,25 @@ async function predict(instance) {
 }"""
 
 
-def render_page(settings: Settings) -> str:
-    """The served task's page, pointed at this server's predict route."""
+_LAYOUTS = {"document": _DOCUMENT, "chat": _CHAT, "labels": _LABELS}
+
+
+def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> str:
+    """The served task's page, pointed at this server's predict route; `model` is what the
+    loaded model says of itself (`ServedModel.describe`), None while it loads."""
     page = get_task(settings.task).serving_page
     route = settings.predict_route
-    body = (_CHAT if page.layout == "chat" else _DOCUMENT).replace("__COMMON__", _COMMON)
+    body = _LAYOUTS[page.layout].replace("__COMMON__", _COMMON)
+    # The labels page offers no settings: it asks for every label's score itself.
+    offered = () if page.layout == "labels" else page.parameters
+    labels = None
+    if model is not None and "labels" in model:
+        labels = {key: model[key] for key in ("labels", "multi_label", "threshold")}
     values = {
         "__PREDICT_JSON__": _as_js(route),
-        "__SETTINGS_JSON__": _as_js(list(page.parameters)),
-        "__SETTINGS__": _settings_inputs(page, settings),
+        "__SETTINGS_JSON__": _as_js(list(offered)),
+        "__MODEL_JSON__": _as_js(labels),
+        "__SETTINGS__": _settings_inputs(offered, settings),
         "__PREDICT__": html.escape(route),
         "__ACTION__": html.escape(page.action),
         "__PLACEHOLDER__": html.escape(page.placeholder),
@@ -229,7 +324,7 @@ def render_page(settings: Settings) -> str:
     )
 
 
-def _settings_inputs(page: ServingPage, settings: Settings) -> str:
+def _settings_inputs(names: tuple[str, ...], settings: Settings) -> str:
     """A number input per parameter the page offers, bounded by the server's limits, its
     placeholder saying what an empty box means (the server's default, if it has one)."""
     highest = {
@@ -238,7 +333,7 @@ def _settings_inputs(page: ServingPage, settings: Settings) -> str:
         "temperature": settings.temperature_limit,
     }
     inputs = []
-    for name in page.parameters:
+    for name in names:
         label, attributes, unset = _INPUTS[name]
         if name in highest:
             attributes += f' max="{highest[name]:g}"'

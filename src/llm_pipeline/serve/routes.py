@@ -16,14 +16,20 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
 from llm_pipeline.errors import json_path, load_json
+from llm_pipeline.serve.errors import ParameterError
 from llm_pipeline.serve.page import render_page
-from llm_pipeline.serve.schemas import PredictRequest, describe_errors, json_type
+from llm_pipeline.serve.schemas import (
+    GenerationParameters,
+    PredictRequest,
+    describe_errors,
+    json_type,
+)
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
 from llm_pipeline.tasks import InstanceError, get_task
 
 if TYPE_CHECKING:
     from llm_pipeline.serve.app import ServerState
-    from llm_pipeline.serve.served import ServedModel
+    from llm_pipeline.serve.served import ModelInput, ServedModel
 
 #: Problems listed in one refusal; the rest are counted.
 _SHOWN_PROBLEMS = 10
@@ -73,14 +79,15 @@ async def predict(request: Request) -> JSONResponse:
     if not state.ready or state.batcher is None or state.model is None:
         message = state.error or "the model is still loading; retry when health answers 200"
         return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "5"})
+    parameters = parsed.parameters.over(state.settings.parameters)
     try:
-        prompts = _prompts(state.model, parsed)
+        inputs = _model_inputs(state.model, parsed)
+        _check_parameters(state.model, parameters)
     except Refused as refused:
         return JSONResponse({"error": str(refused)}, status_code=refused.status)
-    parameters = parsed.parameters.over(state.settings.parameters)
     state.in_flight += 1
     try:
-        predictions = await state.batcher.submit(parameters, prompts)
+        predictions = await state.batcher.submit(parameters, inputs)
     finally:
         state.in_flight -= 1
     state.answered += 1
@@ -88,12 +95,15 @@ async def predict(request: Request) -> JSONResponse:
 
 
 async def page(request: Request) -> HTMLResponse:
-    """The served task's page: paste a text and read its summary, or chat with the model."""
-    return HTMLResponse(render_page(_state(request).settings))
+    """The served task's page: paste a text and read its summary or see its labels' scores,
+    or chat with the model."""
+    state = _state(request)
+    model = state.model.describe() if state.model is not None else None
+    return HTMLResponse(render_page(state.settings, model))
 
 
 async def stats(request: Request) -> JSONResponse:
-    """Batching so far: generate calls and their sizes, requests in flight and answered."""
+    """Batching so far: model calls and their sizes, requests in flight and answered."""
     state = _state(request)
     body: dict[str, Any] = {
         "ready": state.ready,
@@ -103,10 +113,10 @@ async def stats(request: Request) -> JSONResponse:
     if state.batcher is not None:
         counts = state.batcher.stats()
         body.update(
-            generate_calls=counts.calls,
-            texts_generated=counts.texts,
+            model_calls=counts.calls,
+            instances_run=counts.inputs,
             batch_sizes={str(size): n for size, n in counts.batch_sizes.items()},
-            texts_queued=counts.queued,
+            instances_queued=counts.queued,
         )
     if state.model is not None:
         body["model"] = state.model.describe()
@@ -149,17 +159,26 @@ def _validate(body: Any, settings: Settings) -> PredictRequest:
         raise Refused(400, shown) from None
 
 
-def _prompts(model: ServedModel, request: PredictRequest) -> list[str]:
-    """The text the model reads for each instance; a chat the model's own chat template
+def _model_inputs(model: ServedModel, request: PredictRequest) -> list[ModelInput]:
+    """What the model reads for each instance; a chat the model's own chat template
     refuses is the client's to fix (400)."""
-    prompts = []
+    inputs = []
     for index, instance in enumerate(request.instances):
         try:
-            prompts.append(model.prompt(instance))
+            inputs.append(model.model_input(instance))
         except InstanceError as exc:
             where = json_path(("instances", index, *exc.where))
             raise Refused(400, f"{where}: {exc.what}") from None
-    return prompts
+    return inputs
+
+
+def _check_parameters(model: ServedModel, parameters: GenerationParameters) -> None:
+    """A parameter out of the loaded model's bounds (a classifier's top_k above its number
+    of labels) is the client's to fix (400). The server's defaults were checked at load."""
+    try:
+        model.check_parameters(parameters)
+    except ParameterError as exc:
+        raise Refused(400, f"{json_path(('parameters', exc.name))}: {exc.what}") from None
 
 
 def _too_large(size: str) -> str:

@@ -4,7 +4,8 @@ Requests follow Vertex AI's format: `{"instances": [...], "parameters": {...}}`,
 `{"predictions": [...]}`. What an instance may be, and which parameters a request may set,
 is the served task's to say (`tasks.Task.serving_instance`, `serving_parameters`):
 summarization takes a text or `{"text": ...}`, instruction tuning a prompt or
-`{"messages": [...]}`. Validation is strict (no "3" for 3) and every problem is reported with
+`{"messages": [...]}`, a classifier's task a text or `{"text": ..., "text_pair": ...}`.
+Validation is strict (no "3" for 3) and every problem is reported with
 where it is (`instances[1].messages[2].content: ...`): a client fixes its request from the
 message alone. The server's settings (its task and limits) reach the validators through
 pydantic's validation context (a `Settings`).
@@ -52,11 +53,12 @@ def _limits(info: ValidationInfo) -> Settings | None:
 
 
 class GenerationParameters(BaseModel):
-    """Generation settings a request may choose; unset ones keep the server's defaults.
+    """Settings a request may choose (how to generate, or how many labels to answer); unset
+    ones keep the server's defaults.
 
     One model for every task; the served task says which of them a request may set
     (`Task.serving_parameters`), and the others are refused as unknown keys. Frozen and
-    hashable: the batcher runs only requests with equal parameters in one generate call.
+    hashable: the batcher runs only requests with equal parameters in one model call.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -88,6 +90,14 @@ class GenerationParameters(BaseModel):
         default=None,
         description="A string or list of strings; the completion ends before the first of "
         "them it produces.",
+    )
+    # Bounded by the loaded model's number of labels (`ServedModel.check_parameters`), so
+    # that 0 and too many get the same message naming the range.
+    top_k: int | None = Field(
+        default=None,
+        description="Answer the k likeliest labels with their scores, highest first "
+        "(1 to the model's number of labels); unset: the predicted label (multi-label: "
+        "those whose score reaches the model's threshold).",
     )
 
     @field_validator("*", mode="before")

@@ -1,8 +1,10 @@
 """The served model: where its files come from, and which kind of model the task needs.
 
-The task (`Settings.task`) names the model's kind: a seq2seq model (`Summarizer`) or a
-decoder-only causal LM (`Completer`). Both take prompts (texts the task made of the
-request's instances) and give one output text each, in one generate call per batch.
+The task (`Settings.task`) names the model's kind: a seq2seq model (`Summarizer`), a
+decoder-only causal LM (`Completer`) or a sequence classifier (`Classifier`). Each reads
+a model input per instance (a prompt, or the text or pair of texts to classify) and gives
+one prediction per input (a text, or labels with scores), in one model call per batch: a
+generate call, or a forward pass.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from llm_pipeline.models.errors import ModelLoadError
 from llm_pipeline.serve.errors import ServeError
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
 from llm_pipeline.storage import is_remote, local_copy, to_uri
-from llm_pipeline.tasks import Instance, get_task
+from llm_pipeline.tasks import Instance, TextPair, get_task
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -25,20 +27,34 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: What a served model reads for one instance: a prompt (the text a seq2seq model or a
+#: causal LM starts from), or the text, or pair of texts, a classifier scores.
+ModelInput = str | TextPair
+#: One prediction as the response carries it (a JSON value): a generated text, or a
+#: classifier's `{"label", "score"}` (or a list of them).
+Prediction = Any
+
 
 class ServedModel(Protocol):
     """A loaded model as the routes and the batcher use it."""
 
-    def prompt(self, instance: Instance) -> str:
-        """The text the model reads for a checked instance (InstanceError if it cannot be)."""
+    def model_input(self, instance: Instance) -> ModelInput:
+        """What the model reads for a checked instance (InstanceError if it cannot be)."""
         ...
 
-    def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
-        """One output per prompt, in one generate call (the batcher sized the batch)."""
+    def check_parameters(self, parameters: GenerationParameters) -> None:
+        """Raise ParameterError for parameters this model cannot take: bounds only the
+        loaded model knows (the server's own limits were checked with the request)."""
+        ...
+
+    def predict(
+        self, parameters: GenerationParameters, inputs: list[ModelInput]
+    ) -> list[Prediction]:
+        """One prediction per input, in one model call (the batcher sized the batch)."""
         ...
 
     def warm_up(self) -> None:
-        """Generate once, so the first request does not pay for lazy initialisation."""
+        """Predict once, so the first request does not pay for lazy initialisation."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -49,12 +65,17 @@ class ServedModel(Protocol):
 def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
     """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as the
     kind its task trains. Raises ServeError (or another UserError) with a one-line reason."""
+    from llm_pipeline.serve.classifier import Classifier
     from llm_pipeline.serve.completer import Completer
     from llm_pipeline.serve.summarizer import Summarizer
 
     folder = fetch_model(settings.model_uri, download_dir)
     task = get_task(settings.task)
-    kinds: dict[str, Any] = {"seq2seq": Summarizer, "causal_lm": Completer}
+    kinds: dict[str, Any] = {
+        "seq2seq": Summarizer,
+        "causal_lm": Completer,
+        "classifier": Classifier,
+    }
     try:
         served: ServedModel = kinds[task.model_kind].load(settings, folder, task)
     except ModelLoadError as exc:
@@ -62,6 +83,14 @@ def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
             f"{exc} (this server serves task {task.name!r}, {env_name('task')})"
         ) from None
     return served
+
+
+def prompts_of(inputs: list[ModelInput]) -> list[str]:
+    """The prompts of a generating model's batch (its model inputs are texts alone)."""
+    prompts = [text for text in inputs if isinstance(text, str)]
+    if len(prompts) != len(inputs):
+        raise TypeError("a generating model reads one text per instance, not a pair of texts")
+    return prompts
 
 
 def input_limit(settings: Settings, tokenizer: PreTrainedTokenizerBase) -> int:
@@ -72,7 +101,7 @@ def input_limit(settings: Settings, tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 def torch_placement(settings: Settings) -> dict[str, Any]:
-    """The device and dtype the settings ask for, as load_seq2seq/load_causal_lm take them."""
+    """The device and dtype the settings ask for, as the model loaders take them."""
     import torch
 
     return {

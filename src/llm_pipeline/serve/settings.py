@@ -48,7 +48,7 @@ class Settings(BaseModel):
     task: str = Field(
         default=DEFAULT_TASK,
         description="The task the model was trained for (the config's `task`): it decides the "
-        "kind of model loaded (seq2seq or causal LM), what an instance may be, which "
+        "kind of model loaded (seq2seq, causal LM or classifier), what an instance may be, which "
         "parameters a request may set, and the page at `/`.",
     )
     host: str = Field(default="0.0.0.0", description="Address to listen on (`--host` only).")
@@ -66,7 +66,10 @@ class Settings(BaseModel):
         description="Takes `{instances, parameters}`, answers `{predictions}`.",
     )
     max_batch_size: int = Field(
-        default=16, ge=1, le=1024, description="Most instances in one generate call."
+        default=16,
+        ge=1,
+        le=1024,
+        description="Most instances in one model call (a generate call or a forward pass).",
     )
     max_wait_ms: float = Field(
         default=10.0,
@@ -76,7 +79,7 @@ class Settings(BaseModel):
     )
     batching: bool = Field(
         default=True,
-        description="Coalesce concurrent requests into shared generate calls; `false` runs "
+        description="Coalesce concurrent requests into shared model calls; `false` runs "
         "each request on its own (a baseline for benchmarks).",
     )
     max_instances: int = Field(default=64, ge=1, description="Most instances per request.")
@@ -85,8 +88,9 @@ class Settings(BaseModel):
         default=None,
         ge=1,
         description="Inputs are cut to this many tokens (training's max_source_length, or "
-        "max_length for instruction tuning, whose prompts lose their start, never the latest "
-        f"turn); unset: the tokenizer's limit, at most {MAX_INPUT_TOKENS_CAP}.",
+        "max_length: a chat's prompt loses its start, never the latest turn, and a pair of "
+        "texts to classify loses tokens from the longer text first); unset: the tokenizer's "
+        f"limit, at most {MAX_INPUT_TOKENS_CAP}.",
     )
     chat_template: str | None = Field(
         default=None,
@@ -112,7 +116,7 @@ class Settings(BaseModel):
     stop_chars_limit: int = Field(default=64, ge=1, description="Longest stop string.")
     parameters: GenerationParameters = Field(
         default_factory=GenerationParameters,
-        description='Default generation parameters as JSON, e.g. `{"num_beams": 4}`; unset '
+        description='Default request parameters as JSON, e.g. `{"num_beams": 4}`; unset '
         "ones keep the model's generation config.",
     )
     device: str | None = Field(

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.serve.schemas import GenerationParameters
-from llm_pipeline.serve.served import describe_model, input_limit, torch_placement
+from llm_pipeline.serve.served import (
+    ModelInput,
+    Prediction,
+    describe_model,
+    input_limit,
+    prompts_of,
+    torch_placement,
+)
 from llm_pipeline.serve.settings import Settings
 from llm_pipeline.tasks import Instance, Task
 
@@ -31,7 +38,7 @@ class Summarizer:
     task: Task
     source_prefix: str
     max_input_tokens: int
-    prompt: Callable[[Instance], str]  # the text the model reads for an instance
+    model_input: Callable[[Instance], str]  # the text the model reads for an instance
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Summarizer:
@@ -49,7 +56,12 @@ class Summarizer:
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_input_tokens)
         return [list(ids) for ids in encoded["input_ids"]]
 
-    def generate(self, parameters: GenerationParameters, prompts: list[str]) -> list[str]:
+    def check_parameters(self, parameters: GenerationParameters) -> None:
+        """Nothing to check: the request was checked against the server's limits."""
+
+    def predict(
+        self, parameters: GenerationParameters, inputs: list[ModelInput]
+    ) -> list[Prediction]:
         """One summary per text, in one generate call (the batcher sized the batch)."""
         from llm_pipeline.models.generation import (
             GENERATION_FIELDS,
@@ -58,16 +70,16 @@ class Summarizer:
         )
 
         chosen = parameters.model_dump(include=set(GENERATION_FIELDS))
-        settings = GenerationSettings(batch_size=len(prompts), **chosen)
+        settings = GenerationSettings(batch_size=len(inputs), **chosen)
         generated = generate_summaries(
-            self.model, self.tokenizer, self.input_ids(prompts), config=settings
+            self.model, self.tokenizer, self.input_ids(prompts_of(inputs)), config=settings
         )
         return generated.texts
 
     def warm_up(self) -> None:
         """A two-token greedy summary: cheap whatever beams the model's own config asks."""
         quick = GenerationParameters(max_new_tokens=2, min_new_tokens=0, num_beams=1)
-        self.generate(quick, [self.prompt("The model answers before health says so.")])
+        self.predict(quick, [self.model_input("The model answers before health says so.")])
 
     def describe(self) -> dict[str, Any]:
         """What is served, for the log and the stats route."""

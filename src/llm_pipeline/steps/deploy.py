@@ -22,6 +22,7 @@ from llm_pipeline.registry import (
     VersionCheck,
     ensure_still_served,
     open_registry,
+    prediction_text,
 )
 from llm_pipeline.serve.errors import ServeError
 from llm_pipeline.serve.launch import start_server
@@ -126,13 +127,16 @@ def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck
     def check(version: ModelVersion, probe: Sequence[Any]) -> str:
         try:
             with start_server(version.uri, env=env, timeout_s=timeout_s) as server:
-                answers = server.predict(list(probe)) if probe else []
+                predictions = server.predict(list(probe)) if probe else []
         except ServeError as exc:
             raise DeployError(f"version {version.ref} failed its check: {exc}") from None
-        if probe and (len(answers) != len(probe) or not all(a.strip() for a in answers)):
+        # A prediction is a text or an object (labels with scores), whatever the task.
+        answers = [prediction_text(prediction) for prediction in predictions]
+        empty = sum(not answer.strip() for answer in answers)
+        if probe and (len(answers) != len(probe) or empty):
             raise DeployError(
                 f"version {version.ref} failed its check: {len(probe)} probe instances got "
-                f"{len(answers)} answers, {sum(not a.strip() for a in answers)} of them empty"
+                f"{len(answers)} answers, {empty} of them empty"
             )
         return answers[0] if answers else ""
 
