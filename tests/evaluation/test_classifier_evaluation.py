@@ -26,7 +26,7 @@ from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_writ
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.evaluate import evaluate_model
 from llm_pipeline.evaluation.processes import evaluate_in_processes
-from llm_pipeline.models.classification import load_classifier
+from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,
     METRICS_FILE,

@@ -9,7 +9,7 @@ from transformers import AutoModel, AutoTokenizer, set_seed
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.data.labels import LabelSet
-from llm_pipeline.models.classification import build_classifier, label_probabilities
+from llm_pipeline.models.classifier import build_classifier, label_probabilities
 from llm_pipeline.models.errors import ModelError
 from llm_pipeline.models.sources import resolve_model_path
 
@@ -46,9 +46,10 @@ def test_a_pretrained_encoder_gets_a_seeded_head_for_the_labels() -> None:
 
 
 def test_an_unusable_source_names_the_key() -> None:
-    with pytest.raises(ModelError, match=r"model\.architecture: could not build a classifier"):
+    with pytest.raises(ModelError, match=r"model\.architecture: cannot build a classifier") as err:
         build_classifier(
             ModelConfig(architecture={"model_type": "no-such-model"}, tokenizer=MINILM),
             AutoTokenizer.from_pretrained(resolve_model_path(MINILM)),
             LABELS.model_config_fields(),
         )
+    assert "no-such-model" in str(err.value) and len(str(err.value)) < 400

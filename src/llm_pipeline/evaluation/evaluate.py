@@ -51,7 +51,7 @@ from llm_pipeline.evaluation.runs import (
     with_task_defaults,
 )
 from llm_pipeline.evaluation.scoring import BASE_MODEL, distinct_share, score_and_write
-from llm_pipeline.models.classification import build_classifier
+from llm_pipeline.models.classifier import build_classifier
 from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (

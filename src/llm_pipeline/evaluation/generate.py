@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
-from llm_pipeline.models import classification, completion, generation
+from llm_pipeline.models import classifier, completion, generation
 from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
@@ -114,7 +114,7 @@ def load_classifier(
 
     Raises EvaluationError for a folder that is not a consolidated classifier checkpoint.
     """
-    return classification.load_classifier(model_dir, device=device, error=EvaluationError)
+    return classifier.load_classifier(model_dir, device=device, error=EvaluationError)
 
 
 def generate_sharded(
@@ -181,12 +181,12 @@ def label_probabilities_sharded(
     pad_id: int,
     token_type_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[list[float]] | None:
-    """`classification.label_probabilities` split across the ranks; rank 0 gets every
+    """`classifier.label_probabilities` split across the ranks; rank 0 gets every
     example's label probabilities, in input order."""
 
     def produce(rows: list[int]) -> list[list[float]]:
         types = [token_type_ids[i] for i in rows] if token_type_ids is not None else None
-        return classification.label_probabilities(
+        return classifier.label_probabilities(
             model,
             [input_ids[i] for i in rows],
             batch_size=batch_size,

@@ -13,16 +13,33 @@ a pad token pad with their EOS, `sources.ensure_pad_token`).
 A checkpoint without a head (a pretrained encoder) gets a fresh one. So does one that was
 fine-tuned as a classifier of other labels: its head scores those, not these, and is started
 again (said in a log line) rather than silently reused; the same labels keep their head.
+
+Loaded for inference (`load_classifier`), a forward pass reads the whole input once, no
+generation: `label_probabilities` gives a softmax over the labels, or a sigmoid per label for
+a multi-label head, computed in fp32 whatever the model's dtype. Batches are right-padded.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import UserError
+from llm_pipeline.models.errors import ModelError, ModelLoadError
+from llm_pipeline.models.generation import (
+    _check_weights,
+    default_device,
+    inference_dtype,
+    longest_first,
+    pad_right,
+    read_saved_config,
+)
 from llm_pipeline.models.loading import _first_line, _load_failure, _pretrained, _resolve
 from llm_pipeline.models.sources import ensure_pad_token
 
@@ -31,7 +48,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_classifier", "head_modules"]
+__all__ = [
+    "MULTI_LABEL",
+    "build_classifier",
+    "head_modules",
+    "is_multi_label",
+    "label_probabilities",
+    "load_classifier",
+    "set_pad_token_id",
+]
+
+#: transformers' `problem_type` of a head scored by a sigmoid per label.
+MULTI_LABEL = "multi_label_classification"
+_EXPECTED = (
+    "the finetune step's classifier folder (config.json with id2label, model.safetensors, "
+    "tokenizer files)"
+)
 
 
 def build_classifier(
@@ -182,3 +214,98 @@ def _reinitialise(model: PreTrainedModel, names: list[str]) -> None:
                 param._is_hf_initialized = False
             for part in module.modules():
                 model._init_weights(part)
+
+
+def is_multi_label(model: PreTrainedModel) -> bool:
+    """Whether the model's head scores each label on its own (sigmoid) rather than one label
+    among all (softmax)."""
+    return getattr(model.config, "problem_type", None) == MULTI_LABEL
+
+
+def load_classifier(
+    model_dir: str | os.PathLike[str],
+    *,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    error: type[UserError] = ModelLoadError,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The classifier (eval mode, on `device`) and tokenizer saved in `model_dir`.
+
+    `dtype` defaults to `inference_dtype(device)`. Raises `error` (a caller's own UserError,
+    so its step reports it) for a folder that is not a consolidated classifier checkpoint.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = Path(model_dir)
+    _check_classifier(folder, error)
+    _check_weights(folder, error)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        ensure_pad_token(tokenizer)
+    except (OSError, ValueError) as exc:
+        raise error(
+            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
+        ) from exc
+    device = device or default_device()
+    model = AutoModelForSequenceClassification.from_pretrained(
+        folder, dtype=dtype or inference_dtype(device)
+    )
+    set_pad_token_id(model, tokenizer)
+    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
+    cast(Any, model).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def set_pad_token_id(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Give the model's config the tokenizer's pad id where it has none: a decoder's head
+    finds each row's last token by it, and cannot score a padded batch without it."""
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+
+
+def _check_classifier(folder: Path, error: type[UserError]) -> None:
+    config = read_saved_config(folder, error, expected=_EXPECTED)
+    architectures = getattr(config, "architectures", None) or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        kind = ", ".join(architectures) or str(config.model_type)
+        raise error(
+            f"model folder {folder} holds a {kind} model, not a classifier: labels need a "
+            "model with a sequence-classification head; give the finetune step's output folder"
+        )
+    if getattr(config, "problem_type", None) == "regression":
+        raise error(
+            f"model folder {folder} holds a regression head (problem_type 'regression'), "
+            "not a classifier: it scores no labels"
+        )
+
+
+def label_probabilities(
+    model: PreTrainedModel,
+    input_ids: Sequence[Sequence[int]],
+    *,
+    batch_size: int,
+    pad_id: int,
+    token_type_ids: Sequence[Sequence[int]] | None = None,
+) -> list[list[float]]:
+    """Each input's probability of each label (in id order), `batch_size` inputs per
+    forward pass, in input order. `token_type_ids` (BERT's segment ids for text pairs) are
+    passed when given."""
+    device = next(model.parameters()).device
+    sigmoid = is_multi_label(model)
+    results: list[list[float]] = [[] for _ in input_ids]
+    order = longest_first(input_ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            ids, mask = pad_right([input_ids[i] for i in rows], pad_id, device)
+            inputs = {"input_ids": ids, "attention_mask": mask}
+            if token_type_ids is not None:
+                inputs["token_type_ids"], _ = pad_right(
+                    [token_type_ids[i] for i in rows], 0, device
+                )
+            logits = cast(Any, model)(**inputs).logits.float()
+            scores = logits.sigmoid() if sigmoid else logits.softmax(dim=-1)
+            for i, row in zip(rows, scores.tolist(), strict=True):
+                results[i] = row
+    return results

@@ -322,6 +322,12 @@ def _load_failure(
     return f"{key} {source!r}: could not load a {_KIND_WORDS[kind]} from {where}: {reason}{hint}"
 
 
-def _first_line(err: BaseException) -> str:
+def _first_line(err: BaseException, most: int = 300) -> str:
+    """An exception's first line for a one-line message; a longer one (transformers lists
+    every model type it knows after an unknown one) keeps its first sentence."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    line = text.splitlines()[0] if text else type(err).__name__
+    if len(line) > most:
+        sentence = line.split(". ", 1)[0]
+        line = sentence + "." if len(sentence) <= most else line[: most - 1] + "…"
+    return line

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.data.labels import LabelSet
-from llm_pipeline.errors import UserError
-from llm_pipeline.models.errors import ModelLoadError
+from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.errors import ParameterError, ServeError
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
@@ -36,11 +35,6 @@ from llm_pipeline.tasks import Instance, Task
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-_EXPECTED = (
-    "the finetune step's classifier folder (config.json with id2label, model.safetensors, "
-    "tokenizer files)"
-)
 
 
 @dataclass(frozen=True)
@@ -129,61 +123,3 @@ class Classifier:
             "multi_label": self.labels.multi_label,
             "threshold": self.labels.threshold,
         }
-
-
-def load_classifier(
-    model_dir: str | Path,
-    *,
-    device: torch.device | None = None,
-    dtype: torch.dtype | None = None,
-    error: type[UserError] = ModelLoadError,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The sequence classifier (eval mode, on `device`) and tokenizer saved in `model_dir`.
-
-    `dtype` defaults to `inference_dtype(device)`. A decoder with a classification head
-    gets its tokenizer's pad token (EOS when it has none) in its config, which batches need.
-    Raises `error` for a folder that is not a classifier.
-    """
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from llm_pipeline.models.generation import default_device, inference_dtype
-    from llm_pipeline.models.sources import ensure_pad_token
-
-    folder = Path(model_dir)
-    _check_classifier(folder, error)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as exc:
-        raise error(
-            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
-        ) from exc
-    ensure_pad_token(tokenizer)
-    device = device or default_device()
-    model = AutoModelForSequenceClassification.from_pretrained(
-        folder, dtype=dtype or inference_dtype(device)
-    )
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
-    cast(Any, model).to(device)
-    model.eval()
-    return model, tokenizer
-
-
-def _check_classifier(folder: Path, error: type[UserError]) -> None:
-    from llm_pipeline.models.generation import read_saved_config
-
-    config = read_saved_config(folder, error, expected=_EXPECTED)
-    architectures = list(getattr(config, "architectures", None) or [])
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        kind = ", ".join(architectures) or str(config.model_type)
-        raise error(
-            f"model folder {folder} holds a {kind} model (model_type {config.model_type!r}), "
-            "not a sequence classifier: labels need a model with a classification head "
-            "(AutoModelForSequenceClassification); give the finetune step's output folder"
-        )
-    if getattr(config, "problem_type", None) == "regression":
-        raise error(
-            f"model folder {folder} holds a regression head (problem_type 'regression'), "
-            "not a classifier: it scores no labels"
-        )
