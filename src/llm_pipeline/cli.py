@@ -17,6 +17,7 @@ from llm_pipeline.output_files import PREDICTIONS_FILE
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
 from llm_pipeline.runner.summary import format_summary
+from llm_pipeline.tasks import DEFAULT_TASK, get_task
 
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Characters of a real document put in the summary's ready `curl` command.
@@ -134,7 +135,7 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     if config is not None and config.deploy.target == "local":
         registry = Path(config.deploy.registry_dir).expanduser()
         endpoint = config.deploy.endpoint_name()
-    example = _example_document(run)
+    example = _example_instance(run, config)
     headline = (
         {"headline": config.deploy_policy.metric} if config and config.deploy_policy.metric else {}
     )
@@ -145,14 +146,19 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     )
 
 
-def _example_document(run: LocalRun) -> str | None:
-    """The first evaluated document, shortened: something real to put in the curl command."""
+def _example_instance(run: LocalRun, config: PipelineConfig | None) -> str | None:
+    """The first evaluated input, shortened: something real to put in the curl command.
+    Only where the server takes that input as evaluation read it (a task whose served
+    instance is built otherwise, a chat from a rendered prompt, gets none)."""
+    task = get_task(config.task if config else DEFAULT_TASK)
     evaluate = next((step for step in run.steps if step.name == "evaluate"), None)
     if evaluate is None or "predictions" not in evaluate.outputs:
         return None
+    if task.serving_column != task.source_column:
+        return None
     try:
         with (Path(evaluate.outputs["predictions"]) / PREDICTIONS_FILE).open() as lines:
-            document = str(json.loads(next(lines))["document"])
+            document = str(json.loads(next(lines))[task.source_column])
     except (OSError, ValueError, KeyError, StopIteration):
         return None
     return document[:EXAMPLE_CHARS].rsplit(" ", 1)[0] if len(document) > EXAMPLE_CHARS else document

@@ -1,4 +1,4 @@
-"""KFP component: generate with the fine-tuned model and score what it writes."""
+"""KFP component: run the fine-tuned model on held-out data and score what it gives."""
 
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
 
@@ -17,11 +17,12 @@ def evaluate(
 ):
     """Score the model on the test split (validation when there is none) by the task's metrics.
 
-    The model writes an output for each held-out input in batches sorted by length (greedy
-    or beam search as configured, falling back to the task's defaults, then the model's
-    generation config); the outputs are scored by the task's metrics (`tasks/`: ROUGE by
-    rouge-score's definitions, and what else the task names) beside the task's baselines,
-    scored the same way. On a machine with several GPUs (on Vertex
+    A generating model writes an output for each held-out input in batches sorted by length
+    (greedy or beam search as configured, falling back to the task's defaults, then the
+    model's generation config); a classifier scores every label in one forward pass per
+    batch. The outputs are scored by the task's metrics (`tasks/`: ROUGE by rouge-score's
+    definitions, accuracy and F1 by scikit-learn's, and what else the task names) beside the
+    task's baselines, scored the same way. On a machine with several GPUs (on Vertex
     the pipeline runs this step on one whole training node) it starts one process per GPU
     with torchrun (bf16 on GPUs with native bf16), each generating its share; rank 0 gathers them in
     order, scores and writes, so the outputs are those of one process.
@@ -38,15 +39,17 @@ def evaluate(
         dataset: Output of `preprocess` (token ids and the raw text).
 
     Outputs:
-        metrics: The task's metrics (`Task.metric_names`, the gate's default first; ROUGE
-            as F1 ×100 with `_low`/`_high` interval bounds), distinct_predictions (share of
-            distinct outputs), gen_len, samples, seconds, a lead-k baseline's scores as
-            `lead<k>_*` where the task has one and, with `score_base_model`, the
-            un-fine-tuned model's as `base_*`.
-        report: A self-contained HTML page: scores with intervals beside the baselines, a
-            length histogram, the 20 best and 20 worst examples (input, reference, output).
-        predictions: A folder with predictions.jsonl (input, reference,
-            prediction and per-example scores), metrics.json and report.html.
+        metrics: The task's metrics (`Task.metric_names`, the gate's default first, each
+            with `_low`/`_high` interval bounds; ROUGE as F1 ×100, accuracy and F1 as
+            fractions), samples, seconds, the task's baselines (`lead<k>_*`, `majority_*`)
+            and, with `score_base_model`, the un-fine-tuned model's as `base_*`; for
+            generated text also distinct_predictions and gen_len.
+        report: A self-contained HTML page: scores with intervals beside the baselines, and
+            the task's sections (a length histogram and the best and worst examples; or
+            per-label scores, the confusion matrix and the wrong answers first).
+        predictions: A folder with predictions.jsonl (input, reference, prediction and
+            per-example scores), metrics.json, report.html and, for a classifier,
+            confusion_matrix.json.
     """
     from llm_pipeline.steps.evaluate import run_evaluate
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,13 @@ def write_run_report(run: LocalRun, *, title: str) -> Path | None:
     )
     evaluation = _evaluation_page(steps.get("evaluate"))
     if evaluation is not None and PIPELINE_VIEW in evaluation:
-        page = evaluation.replace(PIPELINE_VIEW, view, 1).replace(
-            "<h1>Summarization evaluation</h1>", f"<h1>{_e(title)}</h1>", 1
+        # The evaluation page's own heading (the task's report title) gives way to the run's.
+        page = re.sub(
+            r"<h1>.*?</h1>",
+            lambda _: f"<h1>{_e(title)}</h1>",
+            evaluation.replace(PIPELINE_VIEW, view, 1),
+            count=1,
+            flags=re.S,
         )
     else:
         page = report_page(title, f"<h1>{_e(title)}</h1>\n{view}")
