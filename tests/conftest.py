@@ -16,6 +16,27 @@ from .docstring_data import DocstringData, docstring_splits, write_jsonl_splits
 # buckets over gRPC, which the emulator does not speak. Set before any test imports it.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
+#: data/docstring_cache.py's ENV_VAR, spelled out: importing llm_pipeline.data imports
+#: `datasets`, seconds that tests needing no data should not wait for.
+DOCSTRING_CACHE_VAR = "LLM_PIPELINE_CACHE_DIR"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def docstring_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache of parsed docstrings for the whole session (data/docstring_cache.py), under
+    pytest's temporary folder rather than the user's ~/.cache: the built-in datasets parse
+    the installed code once per session instead of once per load. An environment variable,
+    so that the pipeline steps the end-to-end tests run as subprocesses share it too. A
+    value already set (a developer's own cache, kept across sessions) is left alone."""
+    preset = os.environ.get(DOCSTRING_CACHE_VAR)
+    if preset:
+        yield Path(preset)
+        return
+    folder = tmp_path_factory.getbasetemp() / "llm-pipeline-cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DOCSTRING_CACHE_VAR, str(folder))
+        yield folder
+
 
 def free_loopback_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""

@@ -22,6 +22,10 @@ How it is built, so the same installed packages always give the same dataset:
   clients) keeps only its first pair, in path order;
 - each pair's split (train, validation, test) and its place within the split come from a
   seeded hash of its summary, so a new package adds pairs without reshuffling the others.
+
+The parse takes a minute on two cores, so its result (the deduplicated pairs, before the
+split) is kept on disk for the next load and every dataset built from it
+(data/docstring_cache.py; `~/.cache/llm-pipeline/docstrings/` by default).
 """
 
 from __future__ import annotations
@@ -38,13 +42,18 @@ import sysconfig
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+
+from llm_pipeline.data import docstring_cache
+from llm_pipeline.data.docstring_pair import DocstringPair
 
 logger = logging.getLogger(__name__)
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:docstrings"
+#: The version of the rules below: bump it when a change alters what a file gives, so that
+#: the cached parses (data/docstring_cache.py) are rebuilt.
+PARSER_VERSION = 1
 #: Share of pairs in each held-out split (by hash, so stable as packages come and go).
 HELD_OUT_SHARE = {"validation": 0.025, "test": 0.025}
 #: Bounds on words, for the summary line and for the body.
@@ -110,30 +119,6 @@ _ENGLISH = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class DocstringPair:
-    """One pair: the documented object's qualified name, the docstring's prose, its summary."""
-
-    name: str
-    body: str
-    summary: str
-    #: The dotted module the object lives in (`json.decoder`); "" when unknown.
-    module: str = ""
-    #: True for the module's own docstring (then `name` is the module file's stem).
-    is_module: bool = False
-
-    @property
-    def qualified_name(self) -> str:
-        """`json.decoder.JSONDecoder.raw_decode`; the module itself for its own docstring."""
-        if self.is_module or not self.module:
-            return self.module or self.name
-        return f"{self.module}.{self.name}"
-
-    @property
-    def document(self) -> str:
-        return f"{self.name}: {self.body}"
-
-
 def default_roots() -> list[Path]:
     """The standard library and the site-packages folders of this interpreter."""
     paths = sysconfig.get_paths()
@@ -175,11 +160,12 @@ def build_pair_splits(
     docstrings starts from."""
     roots = list(roots or default_roots())
     files = list(source_files(roots))
-    started = time.monotonic()
-    logger.info("reading docstrings from %d Python files (parsed, not imported)", len(files))
-    modules = [module_name(path, roots) for path in files]
-    pairs = deduplicated(_pairs_of_files(files, modules, workers))
-    logger.info("%d docstring pairs in %.0f s", len(pairs), time.monotonic() - started)
+    pairs = docstring_cache.cached_pairs(
+        roots,
+        files,
+        depends_on=[environment_fingerprint(), f"parser {PARSER_VERSION}"],
+        build=lambda: parsed_pairs(files, roots, workers),
+    )
     splits: dict[str, list[tuple[float, DocstringPair]]] = {
         "train": [],
         "validation": [],
@@ -196,6 +182,19 @@ def build_pair_splits(
         # The place within the split: a second, independent draw.
         splits[split].append((_unit_hash(pair.summary, seed + 1), pair))
     return {name: [pair for _, pair in sorted(rows, key=_by_draw)] for name, rows in splits.items()}
+
+
+def parsed_pairs(
+    files: list[Path], roots: Sequence[Path], workers: int | None = None
+) -> list[DocstringPair]:
+    """The deduplicated pairs of `files` (found under `roots`), in path order: the slow part,
+    which the cache stores."""
+    started = time.monotonic()
+    logger.info("reading docstrings from %d Python files (parsed, not imported)", len(files))
+    modules = [module_name(path, roots) for path in files]
+    pairs = deduplicated(_pairs_of_files(files, modules, workers))
+    logger.info("%d docstring pairs in %.0f s", len(pairs), time.monotonic() - started)
+    return pairs
 
 
 def module_name(path: Path, roots: Sequence[Path]) -> str:
