@@ -126,10 +126,17 @@ def test_a_forward_pass_holds_the_weights_and_one_layer_by_hand():
     assert estimate.part("runtime") == runtime_bytes("cuda", "generate")
     # One layer at a time over 8 x 40 tokens in fp32: the residual stream, the layer's input
     # and output (3 x 64), q, k, v and the attention output (4 x 64), GELU's input and
-    # output (2 x 160); the padding bias per pair of tokens (the kernel keeps no scores).
+    # output (2 x 160); the padding mask per pair of tokens, boolean and float (1 + 4 B).
     per_token = 3 * 64 + 4 * 64 + 2 * 160
-    assert estimate.part("working") == 8 * 40 * per_token * 4 + 8 * 40 * 40 * 4
-    # On CPU SDPA's math path makes the fp32 scores and probabilities per head as well.
-    cpu = forward_memory(tiny, batch=8, tokens=40, dtype="fp32", device="cpu")
-    scores = 8 * 4 * 40 * 40 * 8
-    assert cpu.part("working") - estimate.part("working") == scores
+    assert estimate.part("working") == 8 * 40 * per_token * 4 + 8 * 40 * 40 * 5
+
+
+def test_a_decoders_forward_fills_its_key_value_cache():
+    tiny = shape("llama")
+    estimate = forward_memory(tiny, batch=8, tokens=40, dtype="bf16", device="cuda")
+    # As the encoder's, with a gated feed-forward (3 x 160), plus keys and values of 2 layers
+    # for every token (use_cache is on by default) and 3 logits per token (fp32).
+    per_token = 3 * 64 + 4 * 64 + 3 * 160
+    cache = 2 * 2 * 8 * 40 * 64 * 2
+    working = 8 * 40 * per_token * 2 + 8 * 40 * 40 * 5 + cache + 8 * 40 * 3 * 4
+    assert estimate.part("working") == working

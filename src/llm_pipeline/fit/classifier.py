@@ -144,24 +144,31 @@ def forward_working_bytes(
     shape: ModelShape, *, batch: int, tokens: int, dtype: str, device: DeviceKind
 ) -> float:
     """Besides the weights, a forward pass without gradients: one layer at a time over every
-    token (hidden states in and out, q/k/v, the attention output, the feed-forward's
-    intermediates, the padding bias, and on CPU the fp32 scores and probabilities per head),
-    the residual stream beside it, and the logits per token a decoder's score layer makes."""
-    s, k = DTYPE_BYTES[dtype], DEVICES[device]
+    token (the residual stream, the layer's input and output, q/k/v, the attention output,
+    the feed-forward's intermediates), the padding mask per pair of tokens (transformers'
+    boolean mask and the float mask the kernel makes of it; no dropout, so neither device
+    makes scores per head: CPU runs SDPA's flash kernel, CUDA its memory-efficient one), and
+    for a decoder the key/value cache its forward fills (`use_cache` is on by default) and
+    the logits per token of its score layer."""
+    s = DTYPE_BYTES[dtype]
     stack = _stack(shape)
     count = batch * tokens
     ffn = (3 if stack.gated else 2) * stack.ffn
     per_token = 3 * stack.hidden + 2 * stack.inner + 2 * stack.kv_width + ffn
-    scores = batch * tokens**2 * (s + stack.heads * kernel_bytes(k.scores_inference, s))
-    logits = 0 if shape.is_encoder_classifier else count * shape.labels * 4
-    return count * per_token * s + scores + logits
+    mask = batch * tokens**2 * (1 + 4)
+    working = float(count * per_token * s + mask)
+    if not shape.is_encoder_classifier:
+        cache = decoder_only.cache_bytes(shape, sequences=batch, tokens=tokens, dtype=dtype)
+        working += cache + count * shape.labels * 4
+    return working
 
 
 def forward_memory(
     shape: ModelShape, *, batch: int, tokens: int, dtype: str, device: DeviceKind
 ) -> Breakdown:
     """Peak memory of one process that classifies `batch` texts of `tokens` tokens: the
-    weights, one forward's working memory, the runtime. Nothing grows with generation."""
+    weights, one forward's working memory, the runtime. Nothing grows with generation.
+    `device` decides the runtime only."""
     return Breakdown(
         (
             ("weights", float(shape.parameters * DTYPE_BYTES[dtype])),
