@@ -57,3 +57,29 @@ def test_llama_2_7b_with_rank_16_on_every_linear_layer():
     # 32 layers x (q, k, v, o: 16 x (4096 + 4096); gate, up, down: 16 x (4096 + 11008)).
     assert shape.adapters is not None
     assert shape.adapters.parameters == 32 * (4 * 16 * 8192 + 3 * 16 * 15104) == 39_976_960
+
+
+@pytest.mark.parametrize("layout", ["bert", "distilbert", "llama"])
+def test_a_classifiers_head_trains_whole_beside_the_adapters(layout):
+    from peft import TaskType
+    from transformers import AutoModelForSequenceClassification
+
+    from llm_pipeline.models.classifier import head_modules
+
+    from .tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
+
+    settings = {"bert": TINY_BERT, "distilbert": TINY_DISTILBERT}.get(layout, TINY_LLAMA_CLASSIFIER)
+    config = config_of(settings, num_labels=3)
+    shape = shape_of(config, name="tiny", kind="classifier", labels=3, lora=LoraSettings(r=4))
+    # As train/lora.py makes it: PEFT's SEQ_CLS task with the head in modules_to_save.
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+        lora = LoraConfig(
+            r=4,
+            target_modules="all-linear",
+            task_type=TaskType.SEQ_CLS,
+            modules_to_save=head_modules(model),
+        )
+        model = get_peft_model(model, lora)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert shape.adapters is not None and shape.adapters.parameters == trained

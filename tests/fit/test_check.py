@@ -33,7 +33,11 @@ def test_the_shipped_configs_fit_their_machines(path: Path):
     places = [(row.place, row.memory) for row in report.rows]
     if target == "vertex":
         kinds = ("GPU", "host")
-        assert places == [(p, m) for p in ("finetune", "evaluate", "serve") for m in kinds]
+        # An endpoint without a GPU (a classifier's, on a CPU machine) has host memory alone.
+        serve = (
+            [("serve", m) for m in kinds] if config.deploy.accelerator_type else [("serve", "host")]
+        )
+        assert places == [(p, m) for p in ("finetune", "evaluate") for m in kinds] + serve
     else:
         assert places == [("finetune", "host"), ("evaluate", "host"), ("serve", "host")]
 
@@ -243,24 +247,100 @@ def test_a_causal_lm_is_served_with_its_own_beams_which_requests_cannot_change(t
     assert "16 instances × 8 beams, 512 source + 256 new tokens" in serve.settings
 
 
-def test_a_classifier_is_not_estimated_and_the_report_says_so(tmp_path):
-    """Classifiers are not modelled yet: the check says that nothing was checked, and
-    refuses nothing on a guess."""
-    config = {
+DISTILBERT = REPO / "configs" / "distilbert-classify-1vm2gpu.json"
+
+
+def test_distilbert_on_two_t4s_fits_with_its_states_counted_by_hand():
+    report = check_fit(config_of(DISTILBERT), target="vertex")
+    assert report.problems == [] and report.skipped == []
+    gpu = report.rows[0]
+    assert (gpu.place, gpu.memory) == ("finetune", "GPU")
+    assert gpu.settings.startswith("fp16, micro-batch 32 × 128 tokens, ZeRO-2, 2 processes")
+    # DistilBERT (66,362,880 parameters) with its head for the 2 labels assumed: the pre-
+    # classifier 768 x 768 and the classifier 768 x 2, with biases. ZeRO-2 over 2 ranks: the
+    # fp16 weights whole on each, 18 B per parameter (fp16 gradients, fp32 master weights,
+    # Adam's two moments, as DeepSpeed's estimator counts them) split over the 2.
+    p = 66_362_880 + 768 * 768 + 768 + 768 * 2 + 2
+    assert p == 66_955_010  # DistilBertForSequenceClassification's published count
+    assert gpu.estimate.part("states") == 2 * p + int(18 * p / 2)
+    assert gpu.estimate.part("runtime") == 2**30
+    assert 0 < gpu.estimate.part("activations") < 2**30  # 32 x 128 tokens (test_classifier)
+    assert "classifier head estimated for 2 labels: data.labels is unset" in report.notes[0]
+    evaluate, serve = report.rows[2], report.rows[4]
+    assert evaluate.settings == "fp32, batch 128 × 128 tokens, forward only, 2 processes"
+    assert serve.settings == (
+        "fp32, the server's largest batch: 16 instances × 128 tokens, forward only"
+    )
+    assert evaluate.estimate.part("weights") == 4 * p
+
+
+def test_a_llama_2_7b_classifier_fine_tuned_whole_on_two_t4s_is_refused_everywhere():
+    config = config_of(DISTILBERT, "model.source=meta-llama/Llama-2-7b-hf")
+    problems = check_fit(config, target="vertex").problems
+    finetune, host, evaluate, evaluate_host, serve = problems
+    assert finetune.startswith("train.per_device_batch_size 32 needs ~")
+    assert " per T4 16GB (states " in finetune
+    assert finetune.endswith("; even train.per_device_batch_size 1 does not fit")
+    assert host.startswith("cluster.machine_type n1-standard-8 has 30 GiB of host RAM; finetune")
+    assert evaluate.startswith("evaluate.batch_size 128 needs ~")
+    assert "even a batch of 1 does not fit" in evaluate
+    assert evaluate_host.startswith("cluster.machine_type n1-standard-8 has 30 GiB of host RAM")
+    assert serve.startswith("deploy.machine_type n1-standard-4: serving needs ~")
+    assert "a machine that holds it: deploy.machine_type " in serve
+
+
+def test_a_classifiers_micro_batch_too_large_names_the_largest_that_fits():
+    config = config_of(DISTILBERT, "train.per_device_batch_size=4096")
+    (problem,) = check_fit(config, target="vertex").problems
+    assert problem.startswith("train.per_device_batch_size 4096 needs ~")
+    assert " per T4 16GB (states 0.7 + activations " in problem
+    assert "; at most " in problem and " fits" in problem
+
+
+def classifier(tmp_path: Path, **settings: object) -> PipelineConfig:
+    """A text classification config on this computer, with `settings` on top."""
+    config: dict[str, object] = {
         "task": "text_classification",
-        "data": {"dataset": "imdb", "columns": {"text": "text", "label": "label"}},
-        "model": {"source": "distilbert-base-uncased"},
-        "train": {"per_device_batch_size": 16, "zero_stage": 2},
-        "cluster": {
-            "machine_type": "n1-standard-8",
-            "accelerator_type": "NVIDIA_TESLA_T4",
-            "accelerator_count": 2,
-        },
+        "data": {"dataset": "dair-ai/emotion", "max_length": 128},
+        "model": {"source": MINILM},
+        "train": {"per_device_batch_size": 16, "precision": "fp32"},
+        "deploy": {"target": "local"},
+        **settings,
     }
     path = tmp_path / "classify.json"
     path.write_text(json.dumps(config))
-    report = check_fit(config_of(path), target="vertex")
-    assert report.rows == [] and report.problems == []
-    (skipped,) = report.skipped
-    assert skipped.startswith("fit check skipped: it does not estimate classifiers yet")
-    assert "finetune, evaluate and serve was not checked" in skipped
+    return config_of(path)
+
+
+def test_the_offline_minilm_classifier_fits_this_computer(tmp_path):
+    report = check_fit(classifier(tmp_path), target="local")
+    assert report.problems == [] and report.skipped == []
+    places = [(row.place, row.memory) for row in report.rows]
+    assert places == [("finetune", "host"), ("evaluate", "host"), ("serve", "host")]
+    assert report.rows[0].settings.startswith("fp32, micro-batch 16 × 128 tokens, ")
+
+
+def test_data_labels_size_the_head_and_a_text_is_read_within_the_models_positions(tmp_path):
+    labels = ["sadness", "joy", "love", "anger", "fear", "surprise"]
+    config = classifier(
+        tmp_path, data={"dataset": "dair-ai/emotion", "labels": labels, "max_length": 4096}
+    )
+    report = check_fit(config, target="local")
+    assert not any("labels" in note for note in report.notes)
+    # MiniLM (BERT, 384 wide, 512 positions): the head is 384 x 6 + 6, and a text is cut at
+    # 512 tokens however long data.max_length allows.
+    assert report.rows[0].settings.startswith("fp32, micro-batch 16 × 512 tokens, ")
+    shape = model_shape(config.model, kind="classifier", labels=6)
+    two = model_shape(config.model, kind="classifier", labels=2)
+    assert shape.parameters - two.parameters == 384 * 4 + 4
+    assert shape.is_encoder_classifier and shape.encoder.layers == 6
+
+
+def test_a_decoder_classifier_is_its_causal_lms_stack_without_the_lm_head():
+    config = AutoConfig.for_model(
+        **{"model_type": "llama", **dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])}
+    )
+    shape = shape_of(config, name="llama", kind="classifier", labels=3)
+    assert not shape.is_encoder_classifier and shape.decoder.layers == 32
+    # Llama-2-7B less its LM head (32000 x 4096), plus the score layer (4096 x 3, no bias).
+    assert shape.parameters == 6_738_415_616 - 32000 * 4096 + 4096 * 3

@@ -3,7 +3,9 @@
 One run of the CLI on T5-v1.1-XXL with the values the shipped XXL configs had before the
 fit check (evaluate.batch_size 64 x 4 beams on an A100 40GB; serving on n1-standard-8 with
 a T4), plus a training micro-batch of 64 without gradient checkpointing: all three places
-are refused at once, each with its message, and the command exits 2.
+are refused at once, each with its message, and the command exits 2. Then a classifier:
+DistilBERT under ZeRO-2 on 2 T4 passes, and a Llama-2-7B classifier on the same machine is
+refused.
 """
 
 import subprocess
@@ -93,3 +95,21 @@ def test_the_table_marks_what_does_not_fit(refused):
         ("serve", True),
         ("serve", True),
     ]
+
+
+def test_distilbert_with_zero_2_on_two_t4s_passes_and_a_llama_2_7b_there_is_refused():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        config = ("--config", "configs/distilbert-classify-1vm2gpu.json")
+        fits = run_pipeline(*config, "--check-fit")
+        llama = ("--set", "model.source=meta-llama/Llama-2-7b-hf")
+        too_big = run_pipeline(*config, *llama, "--check-fit")
+    assert fits.returncode == 0, fits.stderr
+    rows = [line for line in fits.stdout.splitlines() if line.startswith("finetune")]
+    assert rows[0].startswith("finetune  n1-standard-8 (2 × T4 16GB)  GPU 16 GiB  ")
+    assert too_big.returncode == 2, too_big.stderr
+    (training,) = [p for p in problems(too_big) if p.startswith("train.")]
+    assert training.startswith("train.per_device_batch_size 32 needs ~")
+    assert " per T4 16GB (states " in training
+    assert "; even train.per_device_batch_size 1 does not fit" in training
+    assert any(p.startswith("evaluate.batch_size 128 needs ~") for p in problems(too_big))

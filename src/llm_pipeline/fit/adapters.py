@@ -8,10 +8,14 @@ matched by PEFT's `check_target_module_exists` (a module whose name is, or ends 
 them); an `nn.Embedding` so named gets an embedding adapter, r·(num + dim). Counting on the
 meta-device model that `shapes` builds takes milliseconds, where `get_peft_model` takes
 seconds on a 7B model; `tests/fit/test_adapters.py` checks the counts against PEFT's.
+
+A classifier's head trains whole beside the adapters (`train/lora.py` puts it in PEFT's
+`modules_to_save`, which PEFT then leaves unadapted): its parameters count as trained.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,15 +47,24 @@ class Adapters:
         return inputs / layers, linears / layers
 
 
-def count_adapters(model: nn.Module, lora: LoraSettings) -> Adapters:
-    """The adapters `lora` puts on `model` (built on the meta device: nothing is allocated)."""
+def count_adapters(model: nn.Module, lora: LoraSettings, *, whole: Sequence[str] = ()) -> Adapters:
+    """The adapters `lora` puts on `model` (built on the meta device: nothing is allocated),
+    beside the modules named in `whole` (a classifier's head), which train whole."""
     from torch import nn
     from transformers.pytorch_utils import Conv1D
 
-    targeted = _targeted(model, lora)
+    targeted = {
+        name
+        for name in _targeted(model, lora)
+        if not any(name == head or name.startswith(f"{head}.") for head in whole)
+    }
     encoder = _encoder_modules(model)
     r = lora.r
     parameters, largest = 0, 0
+    for head in whole:
+        sizes = [p.numel() for p in model.get_submodule(head).parameters()]
+        parameters += sum(sizes)
+        largest = max([largest, *sizes])
     inputs: dict[StackName, int] = {"encoder": 0, "decoder": 0}
     linears: dict[StackName, int] = {"encoder": 0, "decoder": 0}
     for name, module in model.named_modules():

@@ -18,27 +18,22 @@ from llm_pipeline.tasks import get_task
 
 #: The flag that runs a config the check refuses; every refusal names it.
 SKIP_FLAG = "--skip-fit-check"
+#: Labels a classifier's head is estimated for when data.labels leaves them to preprocess.
+DEFAULT_LABELS = 2
 
 
 def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
     report = FitReport()
     kind = get_task(config.task).model_kind
-    if kind == "classifier":
-        # Its estimates model encoder-decoders and causal LMs that generate; a classifier's
-        # encoder shape, forward-only evaluation and label serving are not modelled yet, so
-        # nothing is checked rather than something guessed.
-        report.skipped.append(
-            "fit check skipped: it does not estimate classifiers yet (an encoder with a "
-            "classification head): the memory of finetune, evaluate and serve was not "
-            "checked against their machines"
-        )
-        return report
+    labels, labels_note = classifier_labels(config) if kind == "classifier" else (0, None)
     try:
-        shape = model_shape(config.model, kind=kind, lora=config.train.lora)
+        shape = model_shape(config.model, kind=kind, lora=config.train.lora, labels=labels)
     except ShapeUnavailable as exc:
         report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")
         return report
+    if labels_note:
+        report.notes.append(labels_note)
     if shape.source_note:
         report.notes.append(shape.source_note)
     for place, rows_of in (
@@ -56,6 +51,18 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
                 "fit/machines.py)"
             )
     return report
+
+
+def classifier_labels(config: PipelineConfig) -> tuple[int, str | None]:
+    """The labels a classifier's head scores: data.labels', else a small default (the label
+    set is read from the training split only in preprocess), with a note saying so. The head
+    is hidden x labels, a small part of any estimate."""
+    if config.data.labels is not None:
+        return len(config.data.labels), None
+    return DEFAULT_LABELS, (
+        f"classifier head estimated for {DEFAULT_LABELS} labels: data.labels is unset and the "
+        "label set is read from the training split in preprocess (the head is a small part)"
+    )
 
 
 def enforce(report: FitReport) -> None:

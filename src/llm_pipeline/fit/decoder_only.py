@@ -39,7 +39,7 @@ from llm_pipeline.fit.shapes import ModelShape, Stack
 RMS_NORM_EXTRA = 4
 
 
-def _norm(stack: Stack, s: int, device: DeviceKind) -> float:
+def norm_bytes(stack: Stack, s: int, device: DeviceKind) -> float:
     """What one norm keeps per token whatever trains: its input and statistics (a
     LayerNorm's mean and rstd are fp32 on CUDA, in the input's dtype on CPU)."""
     if stack.layer_norm:
@@ -61,7 +61,7 @@ def layer_bytes(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceK
     mask = kernel_bytes(k.mask, s)
     math_path = d.attention_dropout and k.causal_scores_dropout > 0
     per_token = (
-        2 * _norm(d, s, device)
+        2 * norm_bytes(d, s, device)
         + 4 * s * d.inner
         + (d.heads * length * k.causal_scores_dropout if math_path else 4 * d.heads)
         + length * s  # the additive padding mask
@@ -85,7 +85,7 @@ def _edges(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) 
     """Outside the layers: the final norm (and, when they train, its normalised value and
     the LM head's input) and the fp32 log-softmax of the loss."""
     s, d = DTYPE_BYTES[dtype], shape.decoder
-    per_token = _norm(d, s, device) + 4 * shape.vocab
+    per_token = norm_bytes(d, s, device) + 4 * shape.vocab
     if shape.adapters is None:
         per_token += (0 if d.layer_norm else s * d.hidden) + s * d.hidden
     return lengths.batch * lengths.source * per_token

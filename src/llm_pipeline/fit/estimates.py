@@ -4,14 +4,15 @@ Each estimate is a sum of named parts (weights, model states, activations, cache
 so a refusal can say what takes the memory. The formulas here count what PyTorch keeps
 alive, tensor by tensor, for a T5-style block (RMS norm, attention, feed-forward, dropout),
 as transformers 5 and torch 2.13 run it; a causal LM's (a decoder-only stack) are in
-`decoder_only.py`, and `activation_bytes` and `generation_memory` pick by the shape's kind.
+`decoder_only.py`, a classifier's (forward only outside training) in `classifier.py`, and
+`activation_bytes` and `generation_memory` pick by the shape's kind.
 `benchmarks/fit.py` compares them with peaks measured on CPU; `memory.py` says what differs
 between a CPU and a CUDA process.
 """
 
 from __future__ import annotations
 
-from llm_pipeline.fit import decoder_only
+from llm_pipeline.fit import classifier, decoder_only
 from llm_pipeline.fit.memory import (
     DEVICES,
     DTYPE_BYTES,
@@ -116,6 +117,10 @@ def activation_bytes(
         return decoder_only.activation_bytes(
             shape, lengths, dtype=dtype, device=device, checkpointing=checkpointing
         )
+    if shape.kind == "classifier":
+        return classifier.activation_bytes(
+            shape, lengths, dtype=dtype, device=device, checkpointing=checkpointing
+        )
     s = DTYPE_BYTES[dtype]
     enc = encoder_layer_bytes(shape, lengths, dtype, device)
     dec = decoder_layer_bytes(shape, lengths, dtype, device)
@@ -213,7 +218,12 @@ def generation_memory(
     """Peak memory of one generating process (on its GPU, or its RSS on CPU).
 
     `source`: a seq2seq model's document tokens, a causal LM's prompt tokens (the cache
-    then holds prompt and new tokens of every beam)."""
+    then holds prompt and new tokens of every beam). A classifier generates nothing: one
+    forward pass over `batch` texts of `source` tokens (`beams` and `new_tokens` unused)."""
+    if shape.kind == "classifier":
+        return classifier.forward_memory(
+            shape, batch=batch, tokens=source, dtype=dtype, device=device
+        )
     if shape.kind == "causal_lm":
         cache = decoder_only.cache_bytes(
             shape, sequences=batch * beams, tokens=source + new_tokens, dtype=dtype

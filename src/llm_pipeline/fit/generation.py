@@ -1,4 +1,5 @@
-"""Evaluate's and serve's rows: weights plus the generation cache, per GPU and per host."""
+"""Evaluate's and serve's rows: weights plus the generation cache (a classifier's: one
+forward pass, nothing generated), per GPU and per host."""
 
 from __future__ import annotations
 
@@ -69,19 +70,29 @@ def generation_rows(
 
 
 def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
-    """Evaluate's rows: `evaluate.batch_size × num_beams` at the configured lengths."""
+    """Evaluate's rows: `evaluate.batch_size × num_beams` at the configured lengths (a
+    classifier's: `evaluate.batch_size` texts, forward only)."""
     where = evaluation_where(config, target)
     evaluate = config.evaluate
-    beams = evaluate.num_beams or shape.default_num_beams
-    new_tokens = evaluate.max_new_tokens or shape.default_max_length
-    source = input_tokens(config, shape.kind)
-    settings = (
-        f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} "
-        f"{_input_word(shape)} + {new_tokens} new tokens, {count(where.processes, 'process')}"
-    )
+    source = input_tokens(config, shape)
+    processes = count(where.processes, "process")
+    if shape.kind == "classifier":
+        beams, new_tokens = 1, 0
+        settings = (
+            f"{where.dtype}, batch {evaluate.batch_size} × {source} tokens, forward only, "
+            f"{processes}"
+        )
+        what = f"evaluate.batch_size {evaluate.batch_size}"
+    else:
+        beams = evaluate.num_beams or shape.default_num_beams
+        new_tokens = evaluate.max_new_tokens or shape.default_max_length
+        settings = (
+            f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} "
+            f"{_input_word(shape)} + {new_tokens} new tokens, {processes}"
+        )
+        what = f"evaluate.batch_size {evaluate.batch_size} × num_beams {beams}"
 
     def refusal(needs: Breakdown, most: int) -> str:
-        what = f"evaluate.batch_size {evaluate.batch_size} × num_beams {beams}"
         fix = (
             f"at most {most} fits"
             if most
@@ -107,11 +118,17 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
     """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
     where = serving_where(config, target)
     limits = server_batch(config, shape)
-    settings = (
-        f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
-        f"{count(limits.beams, 'beam')}, {limits.source} {_input_word(shape)} + "
-        f"{limits.new_tokens} new tokens"
-    )
+    if shape.kind == "classifier":
+        settings = (
+            f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
+            f"{limits.source} tokens, forward only"
+        )
+    else:
+        settings = (
+            f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
+            f"{count(limits.beams, 'beam')}, {limits.source} {_input_word(shape)} + "
+            f"{limits.new_tokens} new tokens"
+        )
     deploy = config.deploy
 
     def refusal(needs: Breakdown, most: int) -> str:

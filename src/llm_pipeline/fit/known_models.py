@@ -107,6 +107,28 @@ LLAMA_2_7B: dict[str, Any] = {
     "eos_token_id": 2,
 }
 
+#: https://huggingface.co/distilbert/distilbert-base-uncased/blob/main/config.json
+#: (66,362,880 parameters without a head)
+DISTILBERT_BASE_UNCASED: dict[str, Any] = {
+    "model_type": "distilbert",
+    "architectures": ["DistilBertForMaskedLM"],
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+    "sinusoidal_pos_embds": False,
+    "n_layers": 6,
+    "n_heads": 12,
+    "dim": 768,
+    "hidden_dim": 3072,
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+    "activation": "gelu",
+    "initializer_range": 0.02,
+    "qa_dropout": 0.1,
+    "seq_classif_dropout": 0.2,
+    "tie_weights_": True,
+    "pad_token_id": 0,
+}
+
 #: Hub id (as a config may write it) → its config.json values.
 KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "google-t5/t5-small": T5_SMALL,
@@ -115,4 +137,6 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "facebook/opt-125m": OPT_125M,
     "facebook/opt-1.3b": OPT_1_3B,
     "meta-llama/Llama-2-7b-hf": LLAMA_2_7B,
+    "distilbert-base-uncased": DISTILBERT_BASE_UNCASED,
+    "distilbert/distilbert-base-uncased": DISTILBERT_BASE_UNCASED,
 }

@@ -20,7 +20,7 @@ from llm_pipeline.fit.machines import (
     vertex_place,
 )
 from llm_pipeline.fit.memory import DeviceKind, Lengths
-from llm_pipeline.fit.shapes import ModelKind
+from llm_pipeline.fit.shapes import ModelShape
 
 Target = Literal["local", "vertex"]
 
@@ -115,16 +115,26 @@ def sequence_tokens(config: PipelineConfig) -> int:
     return config.data.max_length or DEFAULT_SOURCE_CAP
 
 
-def training_lengths(config: PipelineConfig, kind: ModelKind) -> Lengths:
+def text_tokens(config: PipelineConfig, shape: ModelShape) -> int:
+    """Tokens per text a classifier reads: data.max_length, else the cap a tokenizer may
+    reach, within the model's positions (a BERT's 512)."""
+    return min(sequence_tokens(config), shape.max_positions or DEFAULT_SOURCE_CAP)
+
+
+def training_lengths(config: PipelineConfig, shape: ModelShape) -> Lengths:
     """One training micro-batch at its longest: a seq2seq model's source and target, a
-    causal LM's whole sequence."""
+    causal LM's whole sequence, a classifier's text (its labels are not tokens)."""
     batch = config.train.per_device_batch_size
-    if kind == "causal_lm":
+    if shape.kind == "causal_lm":
         return Lengths(batch, sequence_tokens(config), 0)
+    if shape.kind == "classifier":
+        return Lengths(batch, text_tokens(config, shape), 0)
     return Lengths(batch, source_tokens(config), target_tokens(config))
 
 
-def input_tokens(config: PipelineConfig, kind: ModelKind) -> int:
-    """Tokens a model reads before it generates in evaluation: a document, or a prompt
-    (at most a whole sequence: preprocess keeps prompts within data.max_length)."""
-    return sequence_tokens(config) if kind == "causal_lm" else source_tokens(config)
+def input_tokens(config: PipelineConfig, shape: ModelShape) -> int:
+    """Tokens a model reads in evaluation: a document, a prompt (at most a whole sequence:
+    preprocess keeps prompts within data.max_length), or a classifier's text."""
+    if shape.kind == "classifier":
+        return text_tokens(config, shape)
+    return sequence_tokens(config) if shape.kind == "causal_lm" else source_tokens(config)

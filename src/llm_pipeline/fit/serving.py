@@ -7,7 +7,8 @@ request set `num_beams`, `Task.serving_parameters`; else the model's own) and
 step sets only the input limit (training's max_source_length, or a causal LM's max_length;
 `serve.settings.serving_env`);
 the rest are the server's defaults, read here from the same settings model, so the check and
-the server cannot drift apart.
+the server cannot drift apart. A classifier's batch is one forward pass: no beams, no new
+tokens, each text read within the model's positions.
 """
 
 from __future__ import annotations
@@ -55,11 +56,20 @@ def server_batch(config: PipelineConfig, shape: ModelShape) -> ServerBatch:
         max_input_tokens=data.max_source_length or data.max_length,
     )
     settings = load_settings(env)
+    source = settings.max_input_tokens or MAX_INPUT_TOKENS_CAP
+    if shape.kind == "classifier":
+        return ServerBatch(
+            batch=settings.max_batch_size,
+            beams=1,
+            source=min(source, shape.max_positions or source),
+            new_tokens=0,
+            batch_variable=env_name("max_batch_size"),
+        )
     asked = "num_beams" in get_task(config.task).serving_parameters
     return ServerBatch(
         batch=settings.max_batch_size,
         beams=settings.num_beams_limit if asked else shape.default_num_beams,
-        source=settings.max_input_tokens or MAX_INPUT_TOKENS_CAP,
+        source=source,
         new_tokens=settings.max_new_tokens_limit,
         batch_variable=env_name("max_batch_size"),
     )

@@ -6,8 +6,11 @@ and the parameters are counted on a model built on PyTorch's meta device, so eve
 architecture transformers knows is counted exactly as it will load (tied weights once).
 It is built as the task's kind (`tasks.get_task(config.task).model_kind`): a seq2seq model
 has an encoder and a decoder stack; a causal LM is one decoder stack, whose layer layout
-(gated feed-forward or not, LayerNorm or RMS norm) is read from its first layer. Under LoRA
-the shape also carries the adapters PEFT would add (`adapters.py`).
+(gated feed-forward or not, LayerNorm or RMS norm) is read from its first layer; a classifier
+(`AutoModelForSequenceClassification`, for a number of labels) is an encoder stack (BERT,
+DistilBERT, RoBERTa, DeBERTa: the model types transformers builds a masked LM of) or a causal
+LM's decoder stack, with its head. Under LoRA the shape also carries the adapters PEFT would
+add (`adapters.py`), and a classifier's head, which trains whole beside them.
 
 The hub is asked only when it can be reached (a 3-second connection probe: offline, a
 failed request costs half a minute of retries). Otherwise the Hugging Face cache is used,
@@ -16,6 +19,7 @@ then `known_models`, the published configs of the models the shipped configs nam
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import tempfile
@@ -34,8 +38,9 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
 
-#: What a task trains (`Task.model_kind`): an encoder-decoder, or a decoder-only causal LM.
-ModelKind = Literal["seq2seq", "causal_lm"]
+#: What a task trains (`Task.model_kind`): an encoder-decoder, a decoder-only causal LM, or a
+#: classifier (an encoder or a decoder with a classification head).
+ModelKind = Literal["seq2seq", "causal_lm", "classifier"]
 
 #: How long the hub probe waits for a connection.
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -61,6 +66,10 @@ class Stack:
     layer_norm: bool = False  # LayerNorm (OPT, GPT-2) rather than an fp32 RMS norm (Llama)
     relu: bool = True  # the activation keeps its output (ReLU), not its input (SiLU, GELU)
     attention_dropout: bool = False
+    # Read for encoder classifiers' layers only (classifier.py): dropouts on the residual
+    # branches per layer (BERT's after attention and after the feed-forward, DistilBERT's
+    # after the feed-forward only).
+    residual_dropouts: int = 2
 
     @property
     def kv_width(self) -> int:
@@ -82,18 +91,32 @@ class ModelShape:
     default_max_length: int  # the model's generation config, for unset evaluate fields
     default_num_beams: int
     source_note: str | None = None  # e.g. "offline: google/t5-v1_1-xxl's published config"
-    kind: ModelKind = "seq2seq"  # a causal LM's one stack is `decoder` (`encoder` has 0 layers)
+    # A causal LM's one stack is `decoder` (`encoder` has 0 layers); a classifier's is
+    # `encoder` when it is an encoder, else `decoder`.
+    kind: ModelKind = "seq2seq"
     adapters: Adapters | None = None  # LoRA's (train.lora); None: every weight trains
+    labels: int = 0  # a classifier's head scores this many labels
+    max_positions: int | None = None  # the longest input the model takes, when it says
+
+    @property
+    def is_encoder_classifier(self) -> bool:
+        """A classifier whose stack is an encoder (BERT's kind), not a decoder."""
+        return self.kind == "classifier" and self.encoder.layers > 0
 
 
 def model_shape(
-    model: ModelConfig, *, kind: ModelKind = "seq2seq", lora: LoraSettings | None = None
+    model: ModelConfig,
+    *,
+    kind: ModelKind = "seq2seq",
+    lora: LoraSettings | None = None,
+    labels: int = 2,
 ) -> ModelShape:
-    """The shape of the model `model` describes, built as `kind`, with `lora`'s adapters.
+    """The shape of the model `model` describes, built as `kind`, with `lora`'s adapters
+    (a classifier's head scoring `labels` labels).
 
     Raises ShapeUnavailable."""
     config, name, note = _config(model)
-    return shape_of(config, name=name, note=note, kind=kind, lora=lora)
+    return shape_of(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
 
 
 def shape_of(
@@ -103,10 +126,13 @@ def shape_of(
     note: str | None = None,
     kind: ModelKind = "seq2seq",
     lora: LoraSettings | None = None,
+    labels: int = 2,
 ) -> ModelShape:
     """The shape of a transformers config (built on the meta device to count parameters)."""
     from transformers import GenerationConfig
 
+    if kind == "classifier":
+        return _classifier_shape(config, name=name, note=note, lora=lora, labels=labels)
     model = _meta_model(config, kind)
     total, largest, encoder_parameters = _count_parameters(model, config)
     generation = GenerationConfig.from_model_config(config)
@@ -129,6 +155,54 @@ def shape_of(
         source_note=note,
         kind=kind,
         adapters=count_adapters(model, lora) if lora is not None else None,
+    )
+
+
+def _classifier_shape(
+    config: PretrainedConfig,
+    *,
+    name: str,
+    note: str | None,
+    lora: LoraSettings | None,
+    labels: int,
+) -> ModelShape:
+    """A classifier's shape: an encoder's stack or a decoder's, its head for `labels` labels
+    (forward only in evaluation and serving: no generation settings)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    from llm_pipeline.models.classifier import head_modules
+
+    if getattr(config, "is_encoder_decoder", False):
+        raise ShapeUnavailable(
+            f"{config.model_type} is an encoder-decoder: the fit check estimates classifiers "
+            "that are an encoder or a decoder"
+        )
+    config = copy.deepcopy(config)
+    config.num_labels = labels
+    model = _meta_model(config, "classifier")
+    total, largest, _ = _count_parameters(model, config)
+    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        encoder = _encoder_stack(config, model)
+        decoder = replace(encoder, layers=0)
+    else:
+        decoder = _causal_stack(config, model)
+        encoder = replace(decoder, layers=0)
+    head = head_modules(model)  # type: ignore[arg-type]  # a PreTrainedModel on meta
+    return ModelShape(
+        name=name,
+        parameters=total,
+        largest_layer_parameters=largest,
+        encoder_parameters=0,
+        encoder=encoder,
+        decoder=decoder,
+        vocab=int(config.vocab_size),
+        default_max_length=0,
+        default_num_beams=1,
+        source_note=note,
+        kind="classifier",
+        adapters=count_adapters(model, lora, whole=head) if lora is not None else None,
+        labels=labels,
+        max_positions=_optional(config, "max_position_embeddings", "n_positions"),
     )
 
 
@@ -164,7 +238,12 @@ def _stack(config: Any, *, decoder: bool) -> Stack:
 def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
     """The model as the finetune step builds it, on PyTorch's meta device (no memory)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, EncoderDecoderModel
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSeq2SeqLM,
+        AutoModelForSequenceClassification,
+        EncoderDecoderModel,
+    )
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
@@ -173,12 +252,14 @@ def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
         with torch.device("meta"):
             if kind == "causal_lm":
                 model: Any = AutoModelForCausalLM.from_config(config)
+            elif kind == "classifier":
+                model = AutoModelForSequenceClassification.from_config(config)
             elif config.model_type == "encoder-decoder":
                 model = EncoderDecoderModel(config=config)
             else:
                 model = AutoModelForSeq2SeqLM.from_config(config)
     except (ValueError, KeyError, TypeError) as exc:
-        what = "causal LM" if kind == "causal_lm" else "seq2seq model"
+        what = {"causal_lm": "causal LM", "classifier": "classifier"}.get(kind, "seq2seq model")
         raise ShapeUnavailable(f"not a {what} transformers can build ({_first_line(exc)})") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -212,12 +293,7 @@ def _causal_stack(config: Any, model: nn.Module) -> Stack:
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     ffn = _optional(config, "intermediate_size", "ffn_dim", "n_inner") or 4 * hidden  # GPT-2
-    first = next(
-        (m[0] for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == layers),
-        None,
-    )
-    if first is None:
-        raise ShapeUnavailable(f"{type(model).__name__}: its {layers} decoder layers not found")
+    first = _first_layer(model, layers)
     linears = [m for m in first.modules() if isinstance(m, nn.Linear | Conv1D)]
     into_ffn = sum(1 for m in linears if _linear_sizes(m) == (hidden, int(ffn)))
     activation = str(_optional(config, "hidden_act", "activation_function") or "")
@@ -238,6 +314,49 @@ def _causal_stack(config: Any, model: nn.Module) -> Stack:
         )
         > 0,
     )
+
+
+def _encoder_stack(config: Any, model: nn.Module) -> Stack:
+    """An encoder classifier's stack (BERT's layout: attention and feed-forward, each followed
+    by a LayerNorm of the residual sum): widths from the config under BERT's and DistilBERT's
+    names, its residual dropouts counted in its first layer."""
+    from torch import nn
+
+    layers = int(_first(config, "num_hidden_layers", "n_layers", "num_layers"))
+    hidden = int(_first(config, "hidden_size", "dim", "d_model"))
+    attention_dropout = (
+        float(_optional(config, "attention_probs_dropout_prob", "attention_dropout") or 0) > 0
+    )
+    dropouts = sum(
+        1 for m in _first_layer(model, layers).modules() if isinstance(m, nn.Dropout) and m.p > 0
+    )
+    residual = max(dropouts - (1 if attention_dropout else 0), 0)
+    return Stack(
+        layers=layers,
+        hidden=hidden,
+        inner=hidden,
+        heads=int(_first(config, "num_attention_heads", "n_heads")),
+        ffn=int(_first(config, "intermediate_size", "hidden_dim", "ffn_dim")),
+        gated=False,
+        dropout=residual > 0,
+        layer_norm=True,
+        relu=str(_optional(config, "hidden_act", "activation") or "") == "relu",
+        attention_dropout=attention_dropout,
+        residual_dropouts=residual,
+    )
+
+
+def _first_layer(model: nn.Module, layers: int) -> nn.Module:
+    """The first of the model's `layers` transformer layers (its ModuleList of that length)."""
+    from torch import nn
+
+    first = next(
+        (m[0] for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == layers),
+        None,
+    )
+    if first is None:
+        raise ShapeUnavailable(f"{type(model).__name__}: its {layers} layers not found")
+    return first
 
 
 def _linear_sizes(module: Any) -> tuple[int, int]:

@@ -123,7 +123,7 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
     where = training_where(config, target)
     train = config.train
     zero, zero_note = zero_plan(config)
-    lengths = training_lengths(config, shape.kind)
+    lengths = training_lengths(config, shape)
 
     def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:
         settings = {
@@ -210,8 +210,8 @@ def precision_problems(config: PipelineConfig, target: Target) -> list[str]:
 
 
 def _tokens_words(shape: ModelShape, lengths: Lengths) -> str:
-    """`(512 + 128)` source and target tokens, or a causal LM's `512`."""
-    if shape.kind == "causal_lm":
+    """`(512 + 128)` source and target tokens, or a causal LM's or a classifier's `512`."""
+    if shape.kind != "seq2seq":
         return str(lengths.source)
     return f"({lengths.source} + {lengths.target})"
 
