@@ -19,10 +19,10 @@ def evaluate(
 
     A generating model writes an output for each held-out input in batches sorted by length
     (greedy or beam search as configured, falling back to the task's defaults, then the
-    model's generation config); a classifier scores every label in one forward pass per
-    batch. The outputs are scored by the task's metrics (`tasks/`: ROUGE by rouge-score's
-    definitions, accuracy and F1 by scikit-learn's, and what else the task names) beside the
-    task's baselines, scored the same way. On a machine with several GPUs (on Vertex
+    model's generation config); a model with a label head scores every label in one forward
+    pass per batch. The outputs are scored by the task's metrics (`tasks/`: ROUGE by
+    rouge-score's definitions, label scores by scikit-learn's, and what else the task names)
+    beside the task's baselines, scored the same way. On a machine with several GPUs (on Vertex
     the pipeline runs this step on one whole training node) it starts one process per GPU
     with torchrun (bf16 on GPUs with native bf16), each generating its share; rank 0 gathers them in
     order, scores and writes, so the outputs are those of one process.
@@ -40,7 +40,7 @@ def evaluate(
 
     Outputs:
         metrics: The task's metrics (`Task.metric_names`, the gate's default first, each
-            with `_low`/`_high` interval bounds; ROUGE as F1 ×100, accuracy and F1 as
+            with `_low`/`_high` interval bounds; ROUGE as F1 ×100, label scores as
             fractions), samples, seconds, the task's baselines (`lead<k>_*`, `majority_*`)
             and, with `score_base_model`, the un-fine-tuned model's as `base_*`; for
             generated text also distinct_predictions and gen_len.
@@ -48,8 +48,8 @@ def evaluate(
             the task's sections (a length histogram and the best and worst examples; or
             per-label scores, the confusion matrix and the wrong answers first).
         predictions: A folder with predictions.jsonl (input, reference, prediction and
-            per-example scores), metrics.json, report.html and, for a classifier,
-            confusion_matrix.json.
+            per-example scores), metrics.json, report.html and, for a model with a label
+            head, confusion_matrix.json.
     """
     from llm_pipeline.steps.evaluate import run_evaluate
 
