@@ -114,7 +114,12 @@ def test_a_gcs_folder_loads(
 
 
 def test_an_unreachable_hub_id_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: the variable alone, set now, would
+    # leave it trying the network (about 45 s of retries on a machine without one).
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     config = ModelConfig(source="facebook/opt-125m", tokenizer=MINILM)
     with pytest.raises(ModelError) as refused:
         _causal(config)

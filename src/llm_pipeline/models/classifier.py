@@ -266,12 +266,13 @@ def set_pad_token_id(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase)
 
 def _check_classifier(folder: Path, error: type[UserError]) -> None:
     config = read_saved_config(folder, error, expected=_EXPECTED)
-    architectures = getattr(config, "architectures", None) or []
+    architectures = list(getattr(config, "architectures", None) or [])
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
         kind = ", ".join(architectures) or str(config.model_type)
         raise error(
-            f"model folder {folder} holds a {kind} model, not a classifier: labels need a "
-            "model with a sequence-classification head; give the finetune step's output folder"
+            f"model folder {folder} holds a {kind} model (model_type {config.model_type!r}), "
+            "not a sequence classifier: labels need a model with a classification head "
+            "(AutoModelForSequenceClassification); give the finetune step's output folder"
         )
     if getattr(config, "problem_type", None) == "regression":
         raise error(
