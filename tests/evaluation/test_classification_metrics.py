@@ -110,7 +110,12 @@ def test_every_resample_is_scored_as_scikit_learn_scores_it(multi_label: bool) -
     vectorised = _RowCounts.of(y_true, y_pred, k).scores(resample_counts(idx, n))
     for row, drawn in zip(vectorised, idx, strict=True):
         expected = _sklearn(y_true[drawn], y_pred[drawn])
-        assert row == pytest.approx([expected[name] for name in HEADLINE_METRICS])
+        per_label = precision_recall_fscore_support(
+            y_true[drawn], y_pred[drawn], labels=list(range(k)), average=None, zero_division=0
+        )[:3]
+        assert row == pytest.approx(
+            [expected[name] for name in HEADLINE_METRICS] + [v for m in per_label for v in m]
+        )
 
 
 @pytest.mark.parametrize("multi_label", [False, True])
@@ -124,6 +129,10 @@ def test_intervals_bracket_the_scores_and_follow_the_seed(multi_label: bool) -> 
         low, high = first.intervals[name]
         assert 0 <= low <= first.scores[name] <= high <= 1, name
         assert low < high, name
+    for label in first.per_class:  # each label's precision, recall and F1 too
+        assert set(label.intervals) == {"precision", "recall", "f1"}
+        for name, (low, high) in label.intervals.items():
+            assert 0 <= low <= high <= 1, name
 
 
 def test_accuracys_interval_is_the_bootstrap_of_the_mean_of_right_rows() -> None:

@@ -301,7 +301,7 @@ def test_a_model_folder_without_a_classification_head_is_refused(
     folder.mkdir()
     config = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 32}
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(EvaluationError, match="BertForMaskedLM model, not a classifier"):
+    with pytest.raises(EvaluationError, match="BertForMaskedLM model .*, not a sequence classifier"):
         _evaluate(folder, dataset_dir, tmp_path)
 
 

@@ -15,7 +15,7 @@ references or predictions, as scikit-learn's default does).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from sklearn.metrics import (
@@ -30,6 +30,7 @@ from llm_pipeline.evaluation.bootstrap import percentile_bootstrap, resample_cou
 
 __all__ = [
     "HEADLINE_METRICS",
+    "PER_CLASS_METRICS",
     "ClassificationScores",
     "PerClass",
     "majority_label",
@@ -42,14 +43,20 @@ __all__ = [
 HEADLINE_METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "weighted_f1")
 
 
+#: Each label's scores, with intervals too.
+PER_CLASS_METRICS: tuple[str, ...] = ("precision", "recall", "f1")
+
+
 @dataclass(frozen=True)
 class PerClass:
-    """One label's precision, recall and F1 (0..1) and its rows among the references."""
+    """One label's precision, recall and F1 (0..1), its rows among the references, and the
+    scores' bootstrap intervals (`{"f1": (low, high)}`; empty when none were drawn)."""
 
     precision: float
     recall: float
     f1: float
     support: int
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,21 @@ def score_classification(
         intervals = {
             name: (float(low[i]), float(high[i])) for i, name in enumerate(HEADLINE_METRICS)
         }
+        # Then precision, recall and F1 of label 0..k-1, metric by metric.
+        first = len(HEADLINE_METRICS)
+        per_class = [
+            replace(
+                score,
+                intervals={
+                    name: (
+                        float(low[first + m * num_labels + label]),
+                        float(high[first + m * num_labels + label]),
+                    )
+                    for m, name in enumerate(PER_CLASS_METRICS)
+                },
+            )
+            for label, score in enumerate(per_class)
+        ]
     return ClassificationScores(
         scores, intervals, per_class, confusion, correct, confidence, n_resamples
     )
@@ -192,8 +214,8 @@ class _RowCounts:
         return cls(correct.astype(np.float64), true, predicted, true * predicted, multi_label)
 
     def scores(self, weights: np.ndarray) -> np.ndarray:
-        """(accuracy, macro F1, weighted F1) of each resample, as `score_classification`'s
-        scikit-learn calls define them."""
+        """(accuracy, macro F1, weighted F1, then each label's precision, recall and F1) of
+        each resample, as `score_classification`'s scikit-learn calls define them."""
         rows = weights.sum(axis=1)
         accuracy = weights @ self.correct / rows
         tp, support, predicted = weights @ self.hit, weights @ self.true, weights @ self.predicted
@@ -208,4 +230,8 @@ class _RowCounts:
         weighted = np.divide(
             (f1 * support).sum(axis=1), total, out=np.zeros_like(total), where=total > 0
         )
-        return np.stack([accuracy, macro, weighted], axis=1)
+        precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+        recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+        return np.concatenate(
+            [np.stack([accuracy, macro, weighted], axis=1), precision, recall, f1], axis=1
+        )

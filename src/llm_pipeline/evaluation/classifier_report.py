@@ -126,10 +126,11 @@ def _per_label_table(
         head += "<th>training rows</th>"
     body = []
     for name, score in zip(names, model.per_class, strict=True):
-        cells = (
-            f"<td>{escape(name)}</td><td>{score.precision:.3f}</td><td>{score.recall:.3f}</td>"
-            f"<td>{score.f1:.3f}</td><td>{score.support}</td>"
+        values = "".join(
+            f"<td>{getattr(score, metric):.3f}{_interval(score.intervals.get(metric))}</td>"
+            for metric in ("precision", "recall", "f1")
         )
+        cells = f"<td>{escape(name)}</td>{values}<td>{score.support}</td>"
         if train_counts:
             cells += f"<td>{train_counts.get(name, 0)}</td>"
         body.append(f"<tr>{cells}</tr>")
@@ -137,6 +138,12 @@ def _per_label_table(
         f'<table id="per-label"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def _interval(bounds: tuple[float, float] | None) -> str:
+    if bounds is None:
+        return ""
+    return f' <span class="ci">[{bounds[0]:.2f}, {bounds[1]:.2f}]</span>'
 
 
 def _confusion(model: ClassificationScores, names: Sequence[str], multi_label: bool) -> str:

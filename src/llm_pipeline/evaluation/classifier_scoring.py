@@ -229,6 +229,11 @@ def _confusion_payload(labels: LabelSet, scores: ClassificationScores) -> dict[s
             "recall": score.recall,
             "f1": score.f1,
             "support": score.support,
+            **{
+                f"{metric}_{bound}": value
+                for metric, interval in score.intervals.items()
+                for bound, value in zip(("low", "high"), interval, strict=True)
+            },
         }
         for name, score in zip(labels.names, scores.per_class, strict=True)
     }
