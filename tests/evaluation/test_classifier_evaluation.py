@@ -301,7 +301,8 @@ def test_a_model_folder_without_a_classification_head_is_refused(
     folder.mkdir()
     config = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 32}
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(EvaluationError, match="BertForMaskedLM model .*, not a sequence classifier"):
+    refusal = r"BertForMaskedLM model .*, not a sequence classifier"
+    with pytest.raises(EvaluationError, match=refusal):
         _evaluate(folder, dataset_dir, tmp_path)
 
 
