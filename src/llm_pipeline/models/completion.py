@@ -122,13 +122,31 @@ def load_causal_lm(
     return model, tokenizer
 
 
+#: Heads a saved folder may carry that do not continue text.
+_NOT_CAUSAL_HEADS = (
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMaskedLM",
+    "ForMultipleChoice",
+)
+
+
 def _check_causal(folder: Path, error: type[UserError]) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     config = read_saved_config(folder, error, expected=_EXPECTED)
     model_type = str(config.model_type)
-    if getattr(config, "is_encoder_decoder", False) or (
-        model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    # The saved head decides too: transformers maps "bert" to a causal LM (the warm-started
+    # decoder), so a BERT classifier's model type alone would pass.
+    other_head = any(
+        str(name).endswith(_NOT_CAUSAL_HEADS)
+        for name in getattr(config, "architectures", None) or []
+    )
+    if (
+        other_head
+        or getattr(config, "is_encoder_decoder", False)
+        or (model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     ):
         kind = ", ".join(getattr(config, "architectures", None) or []) or model_type
         raise error(
