@@ -33,9 +33,7 @@ from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import UserError
 from llm_pipeline.models.errors import ModelError, ModelLoadError
 from llm_pipeline.models.generation import (
-    _check_weights,
-    default_device,
-    inference_dtype,
+    load_checked_folder,
     longest_first,
     pad_right,
     read_saved_config,
@@ -234,26 +232,20 @@ def load_classifier(
     `dtype` defaults to `inference_dtype(device)`. Raises `error` (a caller's own UserError,
     so its step reports it) for a folder that is not a consolidated classifier checkpoint.
     """
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
     folder = Path(model_dir)
     _check_classifier(folder, error)
-    _check_weights(folder, error)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        ensure_pad_token(tokenizer)
-    except (OSError, ValueError) as exc:
-        raise error(
-            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
-        ) from exc
-    device = device or default_device()
-    model = AutoModelForSequenceClassification.from_pretrained(
-        folder, dtype=dtype or inference_dtype(device)
+    model, tokenizer = load_checked_folder(
+        folder,
+        AutoModelForSequenceClassification,
+        expected=_EXPECTED,
+        device=device,
+        dtype=dtype,
+        error=error,
+        pad_token=True,
     )
     set_pad_token_id(model, tokenizer)
-    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
-    cast(Any, model).to(device)
-    model.eval()
     return model, tokenizer
 
 

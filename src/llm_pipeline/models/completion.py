@@ -41,13 +41,10 @@ from llm_pipeline.models.errors import ModelLoadError
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
     Generated,
-    _check_weights,
-    default_device,
-    inference_dtype,
+    load_checked_folder,
     longest_first,
     read_saved_config,
 )
-from llm_pipeline.models.sources import ensure_pad_token
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -102,24 +99,19 @@ def load_causal_lm(
     if it has none. Raises `error` (a caller's own UserError, so its step reports it) for a
     folder that is not a consolidated causal-LM checkpoint.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder = Path(model_dir)
     _check_causal(folder, error)
-    _check_weights(folder, error)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        ensure_pad_token(tokenizer)
-    except (OSError, ValueError) as exc:
-        raise error(
-            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
-        ) from exc
-    device = device or default_device()
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or inference_dtype(device))
-    # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
-    cast(Any, model).to(device)
-    model.eval()
-    return model, tokenizer
+    return load_checked_folder(
+        folder,
+        AutoModelForCausalLM,
+        expected=_EXPECTED,
+        device=device,
+        dtype=dtype,
+        error=error,
+        pad_token=True,
+    )
 
 
 #: Heads a saved folder may carry that do not continue text.

@@ -156,21 +156,46 @@ def load_seq2seq(
     own UserError, so its step reports it) for a folder that is not a consolidated seq2seq
     checkpoint.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderModel
+    from transformers import AutoModelForSeq2SeqLM, EncoderDecoderModel
 
     folder = Path(model_dir)
     model_type = _check_seq2seq(folder, error)
+    loader = EncoderDecoderModel if model_type == "encoder-decoder" else AutoModelForSeq2SeqLM
+    return load_checked_folder(
+        folder, loader, expected=_EXPECTED, device=device, dtype=dtype, error=error
+    )
+
+
+def load_checked_folder(
+    folder: Path,
+    loader: Any,
+    *,
+    expected: str,
+    device: torch.device | None,
+    dtype: torch.dtype | None,
+    error: type[UserError],
+    pad_token: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """What every kind's loader does once it has checked that `folder` holds its kind: the
+    weights are there (not just a DeepSpeed checkpoint), the tokenizer loads (with its EOS
+    as pad token when `pad_token` and it has none), and `loader`'s model comes up in eval
+    mode on `device`, in `dtype` (default `inference_dtype(device)`). Raises `error` naming
+    what is missing and what was `expected`."""
+    from transformers import AutoTokenizer
+
+    from llm_pipeline.models.sources import ensure_pad_token
+
     _check_weights(folder, error)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
+        if pad_token:
+            ensure_pad_token(tokenizer)
     except (OSError, ValueError) as exc:
         raise error(
-            f"model folder {folder}: no usable tokenizer files ({exc}); expected {_EXPECTED}"
+            f"model folder {folder}: no usable tokenizer files ({exc}); expected {expected}"
         ) from exc
     device = device or default_device()
-    dtype = dtype or inference_dtype(device)
-    loader = EncoderDecoderModel if model_type == "encoder-decoder" else AutoModelForSeq2SeqLM
-    model = loader.from_pretrained(folder, dtype=dtype)
+    model = loader.from_pretrained(folder, dtype=dtype or inference_dtype(device))
     # transformers wraps `to` in a decorator that mypy misreads; the call itself is plain.
     cast(Any, model).to(device)
     model.eval()
