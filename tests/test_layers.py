@@ -19,10 +19,11 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: own layer or any layer below it. pipeline.py, outside the package, is above them all.
 LAYERS: list[set[str]] = [
     {"cli", "vertex_cli", "registry_cli", "entrypoint", "docs", "image_check"},
-    {"runner", "pipelines"},
+    {"local", "vertex", "pipelines"},
     {"components"},
     {"steps"},
     {"registry", "serve", "evaluation", "train", "data", "fit"},
+    {"launch"},
     {"models"},
     {"config"},
     {"storage", "errors", "tasks", "output_files", "progress", "lockfile", "__init__"},
@@ -146,14 +147,14 @@ def test_imports_point_down():
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from llm_pipeline.train.errors import TrainError", "llm_pipeline.train.errors"),
-        ("from llm_pipeline.steps import errors", "llm_pipeline.steps.errors"),
-        ("import llm_pipeline.runner.local", "llm_pipeline.runner.local"),
-        ("def f():\n    from ..train import errors", "llm_pipeline.train.errors"),
+        ("from llm_pipeline.train.worker import run", "llm_pipeline.train.worker"),
+        ("from llm_pipeline.steps import reporting", "llm_pipeline.steps.reporting"),
+        ("import llm_pipeline.local.run_pipeline", "llm_pipeline.local.run_pipeline"),
+        ("def f():\n    from ..train import worker", "llm_pipeline.train.worker"),
         (
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-            "    from llm_pipeline.steps.errors import X",
-            "llm_pipeline.steps.errors",
+            "    from llm_pipeline.steps.reporting import X",
+            "llm_pipeline.steps.reporting",
         ),
         ("importlib.import_module('llm_pipeline.cli')", "llm_pipeline.cli"),
     ],
@@ -161,7 +162,7 @@ def test_imports_point_down():
 def test_the_parser_sees_every_kind_of_import(tmp_path, monkeypatch, source, expected):
     # A module placed as llm_pipeline/models/probe.py, parsed like the real ones.
     fake = tmp_path / PACKAGE / "models" / "probe.py"
-    for package in ("models", "train", "steps", "runner"):
+    for package in ("models", "train", "steps", "local"):
         (tmp_path / PACKAGE / package).mkdir(parents=True)
         (tmp_path / PACKAGE / package / "__init__.py").write_text("", encoding="utf-8")
     (tmp_path / PACKAGE / "cli.py").write_text("", encoding="utf-8")

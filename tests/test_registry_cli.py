@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.registry.local.registry import LocalRegistry
 
 from .pipeline_cli import PIPELINE, REPO, run_pipeline
 

@@ -262,8 +262,8 @@ with storage.atomic_output_dir(sys.argv[2]) as folder:
 def test_a_step_output_killed_before_its_marker_is_refused(gcs_mount):
     import datasets
 
-    from llm_pipeline.data.errors import DataError
     from llm_pipeline.data.saved import load_saved_dataset
+    from llm_pipeline.errors import DataError
 
     final = gcs_mount / "bucket" / "download" / "dataset"
     killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(gcs_mount), str(final)])
@@ -282,7 +282,7 @@ def test_a_step_output_killed_before_its_marker_is_refused(gcs_mount):
 
 def test_evaluate_refuses_a_model_folder_its_finetune_step_did_not_finish(gcs_mount, tmp_path):
     from llm_pipeline.config.evaluate import EvaluateConfig
-    from llm_pipeline.evaluation.errors import EvaluationError
+    from llm_pipeline.errors import EvaluationError
     from llm_pipeline.evaluation.processes import evaluate_in_processes
 
     model = gcs_mount / "bucket" / "finetune" / "trained_model"

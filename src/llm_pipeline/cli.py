@@ -13,11 +13,12 @@ from llm_pipeline import registry_cli, vertex_cli
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.fit import SKIP_FLAG, Target, check_fit, enforce, format_table
+from llm_pipeline.local import LocalRun, run_local, step_order
+from llm_pipeline.local.summary import format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.runner import LocalRun, compile_pipeline, run_local, step_order
-from llm_pipeline.runner.summary import format_summary
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
+from llm_pipeline.vertex import compile_pipeline
 
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Characters of a real document put in the summary's ready `curl` command.
@@ -128,7 +129,7 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     """Write the run report into the run's folder and print the summary that points at it."""
     # Here, not at the top: the report's page code loads ROUGE (nltk), a second at start-up
     # that --help, --dry-run and the Vertex commands do not need.
-    from llm_pipeline.runner.run_report import write_run_report
+    from llm_pipeline.local.run_report import write_run_report
 
     report = write_run_report(run, title=config.name if config else "Pipeline run")
     registry, endpoint = None, None

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llm_pipeline.config.reference import config_reference_markdown
-from llm_pipeline.runner.compile import compile_components, compile_shipped_pipelines
 from llm_pipeline.serve.settings import settings_markdown
+from llm_pipeline.vertex.compile import compile_components, compile_shipped_pipelines
 
 GENERATED: dict[str, Callable[[], str]] = {
     "config-reference": config_reference_markdown,

@@ -87,3 +87,60 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             pending.extend((child, depth + 1) for child in children)
     return deepest
+
+
+class DataError(UserError, ValueError):
+    """Data that cannot be used as configured.
+
+    The message says what is wrong and where (config key, file, split, column) and, where
+    there is one, the fix; the component prints it instead of a traceback.
+    """
+
+
+class ModelError(UserError):
+    """A model that cannot be built as configured; the message names the config key, the
+    location tried and why it failed."""
+
+
+class ModelSourceError(ModelError, ValueError):
+    """A model or tokenizer location that cannot be used; the message names what was tried."""
+
+
+class ModelLoadError(ModelError, ValueError):
+    """A model folder that cannot be loaded for generation; the message says why."""
+
+
+#: The exit code of a worker, and of the finetune step, stopped by SIGTERM: EX_TEMPFAIL from
+#: sysexits.h, "try again later". Any non-zero exit makes Vertex AI restart the worker, and
+#: with `cluster.restart_job_on_worker_restart` the whole job, which then resumes; a distinct
+#: code tells a preemption from a failure in logs and in the local runner's summary.
+PREEMPTED_EXIT_CODE = 75
+
+
+class TrainError(UserError, RuntimeError):
+    """Training could not run or did not finish; the message says why and what to change."""
+
+
+class TrainingPreempted(TrainError):
+    """Training stopped on SIGTERM; the message says which checkpoint a restart resumes from."""
+
+    exit_code = PREEMPTED_EXIT_CODE
+
+
+class EvaluationError(UserError, ValueError):
+    """A model folder or evaluation split that cannot be scored; the message says which
+    and what to do about it. The step prints it instead of a traceback."""
+
+
+class ServeError(UserError):
+    """A serving problem the user can fix; the message names the setting, path or route."""
+
+
+class ParameterError(ValueError):
+    """A request parameter the loaded model cannot take (a bound that only the model knows,
+    such as a classifier's number of labels): `name` is the parameter, `what` the problem."""
+
+    def __init__(self, name: str, what: str) -> None:
+        super().__init__(f"{name}: {what}")
+        self.name = name
+        self.what = what

@@ -22,11 +22,11 @@ from llm_pipeline.config.preflight import (
 )
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
-from llm_pipeline.runner import vertex_submit as vs
-from llm_pipeline.runner.cron import validate_cron
-from llm_pipeline.runner.spec_summary import describe_spec
-from llm_pipeline.runner.templates import artifact_registry_location, check_host, upload_template
-from llm_pipeline.runner.vertex_target import vertex_location, vertex_target
+from llm_pipeline.vertex import submit as vs
+from llm_pipeline.vertex.schedules import validate_cron
+from llm_pipeline.vertex.spec_summary import describe_spec
+from llm_pipeline.vertex.target import vertex_location, vertex_target
+from llm_pipeline.vertex.templates import artifact_registry_location, check_host, upload_template
 
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "delete")
 

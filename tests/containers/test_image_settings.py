@@ -115,7 +115,7 @@ def test_a_vertex_deploy_registers_the_cuda_server_when_it_has_an_accelerator(
 ) -> None:
     """Defect 4: a GPU deploy registered the CPU image and left its GPU idle."""
     from llm_pipeline.registry import open_registry
-    from llm_pipeline.registry.vertex import VertexRegistry
+    from llm_pipeline.registry.vertex.registry import VertexRegistry
 
     monkeypatch.setattr(VertexRegistry, "_sdk", lambda self: None)  # no Google Cloud here
     vertex = VertexConfig(
@@ -143,7 +143,7 @@ def test_setup_py_takes_its_version_from_the_package() -> None:
 
 
 def test_a_template_for_an_artifact_registry_repository_names_its_projects_images() -> None:
-    from llm_pipeline.runner.templates import artifact_registry_location
+    from llm_pipeline.vertex.templates import artifact_registry_location
 
     host = "https://europe-west4-kfp.pkg.dev/acme-ml/pipelines"
     assert artifact_registry_location(host) == ("acme-ml", "europe-west4")

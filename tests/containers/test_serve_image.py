@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llm_pipeline.registry.vertex import HEALTH_ROUTE, PREDICT_ROUTE
+from llm_pipeline.registry.vertex.registry import HEALTH_ROUTE, PREDICT_ROUTE
 
 from .dockerfile import CONTAINERS, as_here, exec_form, healthcheck_command, image_command
 from .job import VertexJob
@@ -33,7 +33,7 @@ def test_the_image_serves_a_model_from_aip_storage_uri(
 ) -> None:
     assert vertex_job.result.returncode == 0, vertex_job.result.stderr[-4000:]
     port = loopback_port
-    # What Vertex sets for a model version the deploy step registered (registry/vertex.py).
+    # What Vertex sets for a model version the deploy step registered (registry/vertex/registry.py).
     env = {
         **os.environ,
         "AIP_STORAGE_URI": vertex_job.model_dir,

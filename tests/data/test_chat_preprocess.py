@@ -17,8 +17,8 @@ import pytest
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.chat_preprocess import REPORT_FILE, fit_to_length
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess import preprocess_dataset
+from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.chat import Segment, chat_problem

@@ -8,8 +8,8 @@ import pytest
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstring_packages, docstrings
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.sources import load_builtin, load_source
+from llm_pipeline.errors import DataError
 
 PROSE = (
     "The value is shared by every caller of the {thing}, and a call that fails is tried "

@@ -8,8 +8,8 @@ import pytest
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstrings
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.sources import load_source
+from llm_pipeline.errors import DataError
 
 PROSE = (
     "The queue is shared by every worker of the pool, and a task that fails is put back "

@@ -16,9 +16,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, T5Tokenizer
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess import REPORT_FILE, preprocess_dataset
 from llm_pipeline.data.saved import MODEL_COLUMNS
+from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 

@@ -22,7 +22,7 @@ def test_readme_names_the_two_commands() -> None:
 
 
 def test_compiled_components_are_current(tmp_path: Path) -> None:
-    from llm_pipeline.runner.compile import compile_components
+    from llm_pipeline.vertex.compile import compile_components
 
     for fresh in compile_components(tmp_path):
         shipped = REPO / "components" / fresh.name

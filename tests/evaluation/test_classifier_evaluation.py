@@ -21,10 +21,10 @@ from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write
-from llm_pipeline.evaluation.errors import EvaluationError
-from llm_pipeline.evaluation.evaluate import evaluate_model
+from llm_pipeline.evaluation.evaluate_model import evaluate_model
 from llm_pipeline.evaluation.processes import evaluate_in_processes
 from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.output_files import (

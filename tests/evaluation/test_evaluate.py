@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation import ROUGE_TYPES, compute_rouge, lead_k
-from llm_pipeline.evaluation.errors import EvaluationError
-from llm_pipeline.evaluation.evaluate import (
+from llm_pipeline.evaluation.evaluate_model import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     REPORT_FILE,

@@ -167,7 +167,7 @@ def test_two_torchrun_processes_give_the_single_process_summaries(
     output = tmp_path / "sharded"
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"),
-        *("-m", "llm_pipeline.evaluation.evaluate"),
+        *("-m", "llm_pipeline.evaluation.evaluate_model"),
         *("--model", str(tiny_t5_dir), "--dataset", str(eval_dataset_dir)),
         *("--output", str(output), "--config", config.model_dump_json()),
     ]

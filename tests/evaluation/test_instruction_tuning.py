@@ -18,7 +18,7 @@ from transformers import set_seed
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation import compute_rouge
-from llm_pipeline.evaluation.evaluate import evaluate_model
+from llm_pipeline.evaluation.evaluate_model import evaluate_model
 from llm_pipeline.evaluation.exact_match import exact_match, normalize_answer
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.perplexity import response_nll

@@ -16,7 +16,7 @@ import pytest
 
 from llm_pipeline.config.errors import ConfigError
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.processes import (
     _failure_reason,
     evaluate_in_processes,
@@ -239,7 +239,7 @@ def test_evaluation_processes_die_with_a_killed_launcher(
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         launchers = started("torch.distributed.run")
-        ranks = [p for p in started("llm_pipeline.evaluation.evaluate") if p not in launchers]
+        ranks = [p for p in started("llm_pipeline.evaluation.evaluate_model") if p not in launchers]
         if launchers and len(ranks) == 2:
             break
         time.sleep(0.05)

@@ -11,7 +11,7 @@ import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import load_model
 
 TINY = T5Config(vocab_size=64, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoTokenizer, BertLMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer, resolve_model_path
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from llm_pipeline.errors import ModelLoadError
 from llm_pipeline.models.completion import (
     CompletionSettings,
     complete,
@@ -18,7 +19,6 @@ from llm_pipeline.models.completion import (
     new_text,
     pad_left,
 )
-from llm_pipeline.models.errors import ModelLoadError
 from llm_pipeline.models.sources import resolve_model_path
 
 from ..offline_models import MINILM, TINY_LLAMA

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import inference_dtype, native_bf16
-from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.precision import training_precision
 from llm_pipeline.train.spec import WorkerSpec
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from llm_pipeline.config import ConfigError, ModelConfig, load_config
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 

@@ -8,8 +8,8 @@ import pytest
 from datasets import load_from_disk
 
 from llm_pipeline.config import load_config
+from llm_pipeline.local import LocalRun, run_local
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.runner import LocalRun, run_local
 
 from ..chromium import render_in_chromium
 from ..docstring_data import DocstringData
@@ -173,7 +173,7 @@ def test_cli_names_the_failing_step_and_its_reason(
 def test_the_first_run_deploys_to_an_empty_endpoint(
     local_run: LocalRun, registry_dir: Path
 ) -> None:
-    from llm_pipeline.registry.local import LocalRegistry
+    from llm_pipeline.registry.local.registry import LocalRegistry
 
     steps = {step.name: step for step in local_run.steps}
     gate = steps["should-deploy"]
@@ -196,7 +196,7 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
     are reused (same data, same settings); the gate compares with version 1, which the
     endpoint serves, and says so; `override: always` ships version 2 (the same data and seed
     train the same model, which `auto` would not ship); rollback restores version 1.
-    tests/runner/test_local_condition.py covers a gate that says no."""
+    tests/local/test_local_condition.py covers a gate that says no."""
     result = run_pipeline(
         "--config",
         str(REPO / "configs" / "local.json"),

@@ -8,8 +8,8 @@ import pytest
 
 from llm_pipeline.config import ConfigError, load_config
 from llm_pipeline.config.run_parameters import apply_run_parameters, parameter_defaults
+from llm_pipeline.local import run_local
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.runner import run_local
 from llm_pipeline.steps.configure import with_runtime_location
 
 REPO = Path(__file__).resolve().parents[2]

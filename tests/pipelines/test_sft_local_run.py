@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.config import load_config
+from llm_pipeline.local import LocalRun, run_local
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.registry.local import LocalRegistry
-from llm_pipeline.runner import LocalRun, run_local
-from llm_pipeline.serve.launch import start_server
+from llm_pipeline.registry.local.registry import LocalRegistry
+from llm_pipeline.serve.server_process import start_server
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "sft_local.json"

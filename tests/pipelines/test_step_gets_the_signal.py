@@ -13,7 +13,7 @@ import yaml
 
 from llm_pipeline.config import load_config
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.runner import compile_pipeline
+from llm_pipeline.vertex import compile_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 EXECUTOR = "-m kfp.dsl.executor_main"

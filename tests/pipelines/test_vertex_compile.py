@@ -13,10 +13,11 @@ import yaml
 
 from llm_pipeline.config import PipelineConfig, load_config
 from llm_pipeline.config.run_parameters import RUN_PARAMETERS, parameter_defaults
+from llm_pipeline.local import step_order
 from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.pipelines.vertex import STEP_LABEL, custom_job_settings
-from llm_pipeline.runner import compile_pipeline, step_order
-from llm_pipeline.runner.compile import compile_shipped_pipelines
+from llm_pipeline.pipelines.custom_jobs import STEP_LABEL, custom_job_settings
+from llm_pipeline.vertex import compile_pipeline
+from llm_pipeline.vertex.compile import compile_shipped_pipelines
 
 from .spec_reading import constant, defaults, every_task
 
@@ -88,7 +89,7 @@ ARGUMENT_PLACEHOLDERS = {
 def test_no_run_time_value_carries_a_placeholder(config_name: str, tmp_path: Path) -> None:
     """The executor placeholder is only where GCPC puts it, in the custom jobs' compiled
     worker pools; whether Vertex would fill in one inside a value passed at run time is not
-    documented (see `llm_pipeline.pipelines.vertex`)."""
+    documented (see `llm_pipeline.pipelines.custom_jobs`)."""
     spec = compiled(config_of(config_name), tmp_path)
     for name, task in every_task(spec).items():
         for key, value in task.get("inputs", {}).get("parameters", {}).items():

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.registry.local.registry import LocalRegistry
 
 
 def pause_inside(name: str, marker: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 from llm_pipeline.config.deploy import DeployConfig
 from llm_pipeline.errors import UserError
 from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError
-from llm_pipeline.registry.vertex import VertexRegistry
+from llm_pipeline.registry.vertex.registry import VertexRegistry
 
 from .vertex_standin import VertexStandIn, aiplatform_settings_restored
 

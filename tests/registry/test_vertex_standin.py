@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llm_pipeline.registry.vertex import VertexRegistry
+from llm_pipeline.registry.vertex.registry import VertexRegistry
 
 pytest.importorskip("google.cloud.aiplatform", reason="the vertex extra is not installed")
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.schemas import GenerationParameters, PredictRequest, describe_errors
 from llm_pipeline.serve.served import load_served_model
 from llm_pipeline.serve.settings import Settings

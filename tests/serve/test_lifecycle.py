@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from llm_pipeline.serve.errors import ServeError
-from llm_pipeline.serve.launch import start_server
+from llm_pipeline.errors import ServeError
+from llm_pipeline.serve.server_process import start_server
 
 from .servers import free_port, wait_for
 

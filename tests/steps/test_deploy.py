@@ -16,7 +16,7 @@ import pytest
 from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
-from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.steps.deploy import generation_defaults, run_deploy
 
 pytestmark = pytest.mark.slow

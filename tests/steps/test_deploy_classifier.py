@@ -13,7 +13,7 @@ from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.registry import prediction_text
-from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.steps.deploy import run_deploy
 
 pytestmark = pytest.mark.slow

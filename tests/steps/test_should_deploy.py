@@ -8,7 +8,7 @@ import pytest
 from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
-from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.steps.should_deploy import run_should_deploy
 
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from llm_pipeline.train.checkpoints import MARKER
-from llm_pipeline.train.finetune import WORKER_MODULE, run_finetune
+from llm_pipeline.train.job import WORKER_MODULE, run_finetune
 
 
 def complete_checkpoints(root: Path) -> dict[int, Path]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.models.completion import CompletionSettings, complete, load_causal_lm
 from llm_pipeline.train.checkpoints import MARKER
 from llm_pipeline.train.collators import CausalLMCollator
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 from llm_pipeline.train.safe_load import safe_torch_load
 from llm_pipeline.train.trainer import token_mean_loss
 

@@ -21,11 +21,10 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.data.labels import LabelSet
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError, TrainError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.train.classifier_loss import balanced_class_weights, classifier_loss
-from llm_pipeline.train.errors import TrainError
 
 from ..offline_models import MINILM, TINY_LLAMA
 from .classifier_data import (
@@ -384,7 +383,7 @@ def test_a_tiny_bert_learns_the_topics_through_the_finetune_step(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from llm_pipeline.train.counts import flop_parameters
-    from llm_pipeline.train.finetune import run_finetune
+    from llm_pipeline.train.job import run_finetune
 
     output = tmp_path / "model"
     result = run_finetune(
@@ -441,7 +440,7 @@ def test_zero2_on_two_ranks_is_killed_and_resumes(
 ) -> None:
     """The seed's setup (an encoder classifier under ZeRO-2 on two ranks), killed with
     SIGKILL after a checkpoint: the rerun resumes from it and loses as the first run did."""
-    from llm_pipeline.train.finetune import run_finetune
+    from llm_pipeline.train.job import run_finetune
 
     max_steps = 16
     output, checkpoints = tmp_path / "model", tmp_path / "checkpoints"

@@ -12,7 +12,7 @@ import torch
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer, resolve_model_path
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 
 def test_warm_start_builds_with_the_tokenizers_special_tokens(minilm: str) -> None:

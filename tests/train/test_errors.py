@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError, TrainError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.train.errors import TrainError
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 FAULTS = Path(__file__).parent / "faults"
 Settings = Callable[..., TrainConfig]

@@ -16,7 +16,7 @@ import torch
 from kfp.dsl import Metrics, Model
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.train.errors import TrainError
+from llm_pipeline.errors import TrainError
 
 from .lora_checks import assert_merged_is_base_plus_adapter
 

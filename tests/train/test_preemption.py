@@ -23,9 +23,9 @@ import psutil
 import pytest
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
 from llm_pipeline.train.checkpoints import MARKER
-from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
-from llm_pipeline.train.finetune import WORKER_MODULE, FinetuneResult, run_finetune
+from llm_pipeline.train.job import WORKER_MODULE, FinetuneResult, run_finetune
 
 pytestmark = pytest.mark.slow
 

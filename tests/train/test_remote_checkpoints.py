@@ -11,7 +11,7 @@ import pytest
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.train.checkpoints import MARKER
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import pytest
 from safetensors.torch import load_file
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.train.errors import TrainError
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.errors import TrainError
+from llm_pipeline.train.job import run_finetune
 from llm_pipeline.train.safe_load import safe_torch_load
 
 from .kill_and_resume import complete_checkpoints, kill_rank_after_a_checkpoint

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llm_pipeline.config import ModelConfig, TrainConfig
-from llm_pipeline.train.errors import TrainError
+from llm_pipeline.errors import TrainError
 from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import deepspeed_settings, token_mean_loss

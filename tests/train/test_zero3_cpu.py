@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
+from llm_pipeline.launch.cluster import detect_cluster
+from llm_pipeline.launch.commands import torchrun_command
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.train.cluster import detect_cluster
-from llm_pipeline.train.finetune import WORKER_MODULE, run_finetune
-from llm_pipeline.train.launch import torchrun_command
+from llm_pipeline.train.job import WORKER_MODULE, run_finetune
 from llm_pipeline.train.spec import WorkerSpec
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ from llm_pipeline import cli
 from llm_pipeline.config import ConfigError, PipelineConfig, load_config
 from llm_pipeline.config.preflight import preflight_config
 from llm_pipeline.config.run_parameters import parameter_defaults
-from llm_pipeline.registry.vertex import VertexRegistry
-from llm_pipeline.runner.vertex_submit import compile_for_vertex
+from llm_pipeline.registry.vertex.registry import VertexRegistry
 from llm_pipeline.steps.configure import run_configure
 from llm_pipeline.steps.undeploy_preflight import run_undeploy_preflight
+from llm_pipeline.vertex.submit import compile_for_vertex
 
 from ..pipelines.spec_reading import constant, defaults, every_task
 from ..registry.vertex_standin import VertexStandIn
@@ -99,7 +99,7 @@ def test_a_preflight_is_tiny_on_the_same_cluster(config_name: str, examples: dic
 
 
 def test_a_preflight_writes_nothing_the_real_run_reads(tmp_path: Path) -> None:
-    from llm_pipeline.pipelines.vertex import base_output_directory
+    from llm_pipeline.pipelines.custom_jobs import base_output_directory
 
     real = config_of(CONFIG, "vertex.pipeline_root=gs://acme/runs")
     tiny = preflight_config(real)

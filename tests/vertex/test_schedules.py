@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline import cli
-from llm_pipeline.runner.cron import validate_cron
+from llm_pipeline.vertex.schedules import validate_cron
 
 from ..registry.vertex_standin import VertexStandIn
 

@@ -6,7 +6,7 @@ defaults). The first step applies them to the config and validates the result, s
 value fails there with the same message `--set` would give.
 
 The cluster's shape (`cluster.node_count`, machines, GPUs) is not among them: a custom
-job's worker pools are fixed when the pipeline is compiled (`llm_pipeline.pipelines.vertex`
+job's worker pools are fixed when the pipeline is compiled (`llm_pipeline.pipelines.custom_jobs`
 says why), so another node count is another compile (`--set cluster.node_count=4`).
 """
 

@@ -33,7 +33,6 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.packing import example_lengths, keeps_examples_apart, pack_split
 from llm_pipeline.data.preprocess_report import (
     ChatPreprocessReport,
@@ -42,6 +41,7 @@ from llm_pipeline.data.preprocess_report import (
     PackingStats,
     log_chat_report,
 )
+from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.chat import (

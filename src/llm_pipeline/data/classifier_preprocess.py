@@ -31,7 +31,6 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.labels import LabelSet, label_names, sorted_names
 from llm_pipeline.data.preprocess_report import (
     DROP_REASONS,
@@ -40,6 +39,7 @@ from llm_pipeline.data.preprocess_report import (
     LengthStats,
     log_classifier_report,
 )
+from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 

@@ -33,8 +33,8 @@ import datasets
 import numpy as np
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.sources import Source, load_source
+from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 

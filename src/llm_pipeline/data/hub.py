@@ -11,8 +11,7 @@ import datasets
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
-from llm_pipeline.data.errors import DataError
-from llm_pipeline.errors import exception_chain
+from llm_pipeline.errors import DataError, exception_chain
 
 #: Seconds to wait for the hub before calling the machine offline.
 PROBE_TIMEOUT_S = 10.0

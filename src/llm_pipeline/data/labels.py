@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_pipeline.data.errors import DataError
+from llm_pipeline.errors import DataError
 
 #: preprocess.json's key for the label set.
 LABEL_SET_KEY = "label_set"

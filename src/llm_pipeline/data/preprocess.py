@@ -34,7 +34,6 @@ from transformers import PreTrainedTokenizerBase
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.chat_preprocess import preprocess_chats
 from llm_pipeline.data.classifier_preprocess import preprocess_classification
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.preprocess_report import (
     ChatPreprocessReport,
     ClassifierPreprocessReport,
@@ -44,6 +43,7 @@ from llm_pipeline.data.preprocess_report import (
     log_report,
 )
 from llm_pipeline.data.saved import load_saved_dataset
+from llm_pipeline.errors import DataError
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task

@@ -19,9 +19,8 @@ from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstring_packages, docstrings, instructions
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.hub import load_hub_dataset
-from llm_pipeline.errors import exception_chain
+from llm_pipeline.errors import DataError, exception_chain
 from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
 
 logger = logging.getLogger(__name__)

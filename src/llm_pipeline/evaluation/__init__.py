@@ -7,8 +7,8 @@ torch load on first use, so importing the ROUGE functions stays light.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.baselines import lead_k
-from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import (
     ROUGE_TYPES,
@@ -20,7 +20,7 @@ from llm_pipeline.evaluation.rouge import (
 from llm_pipeline.evaluation.sentences import iter_sentences, split_sentences
 
 if TYPE_CHECKING:
-    from llm_pipeline.evaluation.evaluate import EvaluationResult, evaluate_model
+    from llm_pipeline.evaluation.evaluate_model import EvaluationResult, evaluate_model
     from llm_pipeline.evaluation.generate import (
         Generated,
         generate_sharded,
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 # Names whose modules import torch: loaded on first access (PEP 562).
 _LAZY = {
-    "EvaluationResult": "llm_pipeline.evaluation.evaluate",
-    "evaluate_model": "llm_pipeline.evaluation.evaluate",
+    "EvaluationResult": "llm_pipeline.evaluation.evaluate_model",
+    "evaluate_model": "llm_pipeline.evaluation.evaluate_model",
     "Generated": "llm_pipeline.evaluation.generate",
     "generate_sharded": "llm_pipeline.evaluation.generate",
     "generate_summaries": "llm_pipeline.evaluation.generate",

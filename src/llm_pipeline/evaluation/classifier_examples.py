@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from llm_pipeline.data.errors import DataError
 from llm_pipeline.data.labels import LabelSet, read_label_set
-from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.errors import DataError, EvaluationError
 from llm_pipeline.evaluation.examples import evaluation_split
 
 __all__ = ["ClassifierExamples", "load_classifier_examples"]

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.tasks import DEFAULT_TASK, Task, get_task
 
 __all__ = ["EvaluationExamples", "evaluation_split", "load_examples"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from llm_pipeline.evaluation.errors import EvaluationError
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
 from llm_pipeline.models import classifier, completion, generation
 from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts

@@ -3,7 +3,7 @@
 Generation is nearly all of an evaluation's time, and it parallelises perfectly: T5-XXL on
 CNN/DailyMail's 11,490 test articles on one GPU of a 16-GPU node would leave fifteen idle.
 The step calls `evaluate_in_processes`; with one process it evaluates in its own process,
-with several it starts `python -m llm_pipeline.evaluation.evaluate` under torchrun, run
+with several it starts `python -m llm_pipeline.evaluation.evaluate_model` under torchrun, run
 and reported as training runs and reports it, and reads back what rank 0 wrote.
 """
 
@@ -19,26 +19,25 @@ from pathlib import Path
 import torch
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.errors import EvaluationError
-from llm_pipeline.evaluation.evaluate import (
+from llm_pipeline.errors import EvaluationError
+from llm_pipeline.evaluation.evaluate_model import (
     METRICS_FILE,
     REPORT_FILE,
     evaluate_model,
 )
 from llm_pipeline.evaluation.examples import evaluation_split
+from llm_pipeline.launch.cluster import detect_cluster
+from llm_pipeline.launch.commands import torchrun_command
+from llm_pipeline.launch.failures import first_failure, is_out_of_memory, tail_lines
+from llm_pipeline.launch.supervisor import run_launcher
 from llm_pipeline.progress import status
 from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.tasks import DEFAULT_TASK
-from llm_pipeline.train.cluster import detect_cluster
-from llm_pipeline.train.failures import first_failure, tail_lines
-from llm_pipeline.train.launch import torchrun_command
-from llm_pipeline.train.out_of_memory import is_out_of_memory
-from llm_pipeline.train.run import run_launcher
 
 __all__ = ["EvaluationOutputs", "evaluate_in_processes", "evaluation_processes"]
 
-EVALUATE_MODULE = "llm_pipeline.evaluation.evaluate"
-#: How `llm_pipeline.evaluation.evaluate.main` reports a user's mistake.
+EVALUATE_MODULE = "llm_pipeline.evaluation.evaluate_model"
+#: How `llm_pipeline.evaluation.evaluate_model.main` reports a user's mistake.
 _ERROR_MARK = "ERROR: evaluate failed:"
 
 

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.errors import UserError
-from llm_pipeline.models.errors import ModelError, ModelLoadError
+from llm_pipeline.errors import ModelError, ModelLoadError, UserError
 from llm_pipeline.models.generation import (
     load_checked_folder,
     longest_first,

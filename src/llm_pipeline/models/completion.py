@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from llm_pipeline.errors import UserError
-from llm_pipeline.models.errors import ModelLoadError
+from llm_pipeline.errors import ModelLoadError, UserError
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
     Generated,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import _first_id, _first_line, _load_failure, _pretrained, _resolve
 from llm_pipeline.models.sources import ensure_pad_token
 

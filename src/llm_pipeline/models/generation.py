@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from llm_pipeline.errors import UserError
-from llm_pipeline.models.errors import ModelLoadError
+from llm_pipeline.errors import ModelLoadError, UserError
 
 if TYPE_CHECKING:
     from transformers import (

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.models.errors import ModelError
+from llm_pipeline.errors import ModelError
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.tasks import ModelKind
 

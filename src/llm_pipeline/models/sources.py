@@ -13,8 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.errors import exception_chain
-from llm_pipeline.models.errors import ModelSourceError
+from llm_pipeline.errors import ModelSourceError, exception_chain
 from llm_pipeline.storage import (
     atomic_output_dir,
     is_remote,

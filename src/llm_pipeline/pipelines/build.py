@@ -22,8 +22,8 @@ from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
+from llm_pipeline.pipelines.custom_jobs import evaluate_job, finetune_job, step_options
 from llm_pipeline.pipelines.signature import with_parameters
-from llm_pipeline.pipelines.vertex import evaluate_job, finetune_job, step_options
 from llm_pipeline.storage import is_remote
 
 Target = Literal["local", "vertex"]

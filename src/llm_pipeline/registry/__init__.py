@@ -40,7 +40,7 @@ def open_registry(
     endpoint itself); `registry_dir` overrides `deploy.registry_dir`.
     """
     if deploy.target == "local":
-        from llm_pipeline.registry.local import LocalRegistry
+        from llm_pipeline.registry.local.registry import LocalRegistry
 
         return LocalRegistry(registry_dir or deploy.registry_dir, check=check)
     vertex = vertex or VertexConfig()
@@ -49,7 +49,7 @@ def open_registry(
             'deploy.target is "vertex" but vertex.project is not set: set it in the config '
             "or with --set vertex.project=YOUR_PROJECT"
         )
-    from llm_pipeline.registry.vertex import VertexRegistry
+    from llm_pipeline.registry.vertex.registry import VertexRegistry
 
     return VertexRegistry(
         project=vertex.project,

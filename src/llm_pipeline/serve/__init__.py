@@ -5,7 +5,7 @@ process for a `with` block (the deploy step's check); `create_app` builds the AS
 Settings come from the environment (`settings.py` lists every variable).
 """
 
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.settings import Settings, load_settings, serving_env
 
 __all__ = ["ServeError", "Settings", "create_app", "load_settings", "serving_env", "start_server"]
@@ -18,7 +18,7 @@ def __getattr__(name: str) -> object:
 
         return create_app
     if name == "start_server":
-        from llm_pipeline.serve.launch import start_server
+        from llm_pipeline.serve.server_process import start_server
 
         return start_server
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.settings import Settings, env_name, load_settings
 
 

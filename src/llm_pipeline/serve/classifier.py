@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.errors import ParameterError, ServeError
 from llm_pipeline.models.classifier import load_classifier
-from llm_pipeline.serve.errors import ParameterError, ServeError
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,

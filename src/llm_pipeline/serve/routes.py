@@ -15,8 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from llm_pipeline.errors import json_path, load_json
-from llm_pipeline.serve.errors import ParameterError
+from llm_pipeline.errors import ParameterError, json_path, load_json
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import (
     GenerationParameters,

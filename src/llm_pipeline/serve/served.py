@@ -13,9 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llm_pipeline.errors import UserError
-from llm_pipeline.models.errors import ModelLoadError
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ModelLoadError, ServeError, UserError
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
 from llm_pipeline.storage import is_remote, local_copy, to_uri
 from llm_pipeline.tasks import Instance, TextPair, get_task

@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from llm_pipeline.errors import load_json
-from llm_pipeline.serve.errors import ServeError
+from llm_pipeline.errors import ServeError, load_json
 from llm_pipeline.serve.schemas import GenerationParameters, describe_errors, problem
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS
 

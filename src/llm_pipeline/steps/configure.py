@@ -11,7 +11,7 @@ from typing import Any
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.run_parameters import apply_run_parameters
 from llm_pipeline.progress import status
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 
 #: The sections each step receives, as JSON text (see `Section.from_component`).
 SECTIONS = ("data", "model", "train", "cluster", "evaluate", "deploy_policy", "deploy", "vertex")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.errors import ServeError
 from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.progress import status
 from llm_pipeline.registry import (
@@ -24,12 +25,11 @@ from llm_pipeline.registry import (
     open_registry,
     prediction_text,
 )
-from llm_pipeline.serve.errors import ServeError
-from llm_pipeline.serve.launch import start_server
 from llm_pipeline.serve.schemas import GenerationParameters
+from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.tasks import get_task
 

@@ -6,7 +6,7 @@ from llm_pipeline.config import DataConfig
 from llm_pipeline.data.download import download_dataset
 from llm_pipeline.progress import status
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics, save_resolved_config
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.tasks import get_task
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from llm_pipeline.config import EvaluateConfig
 from llm_pipeline.evaluation.processes import evaluate_in_processes
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics, save_resolved_config
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 
 
 @reports_user_errors

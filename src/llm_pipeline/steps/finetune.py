@@ -5,9 +5,9 @@ from typing import Any
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.tasks import get_task
-from llm_pipeline.train.finetune import run_finetune
+from llm_pipeline.train.job import run_finetune
 
 
 @reports_user_errors

@@ -8,7 +8,7 @@ from llm_pipeline.progress import status
 from llm_pipeline.registry import Decision, open_registry
 from llm_pipeline.registry.gate import decide
 from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 
 
 @reports_user_errors

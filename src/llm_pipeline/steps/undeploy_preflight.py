@@ -6,9 +6,9 @@ from llm_pipeline.config.preflight import is_preflight
 from llm_pipeline.errors import UserError
 from llm_pipeline.progress import status
 from llm_pipeline.registry import open_registry
-from llm_pipeline.registry.vertex import VertexRegistry
+from llm_pipeline.registry.vertex.registry import VertexRegistry
 from llm_pipeline.steps.configure import with_runtime_location
-from llm_pipeline.steps.errors import reports_user_errors
+from llm_pipeline.steps.reporting import reports_user_errors
 
 
 @reports_user_errors

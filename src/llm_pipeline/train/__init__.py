@@ -1,6 +1,6 @@
 """Fine-tuning on one machine or many: `run_finetune` is what the finetune step calls.
 
-Exports resolve lazily: importing `llm_pipeline.train.cluster` or `.launch` (pure builders,
+Exports resolve lazily: importing `llm_pipeline.launch.cluster` or `.launch` (pure builders,
 used when compiling pipelines) should not pull in torch, DeepSpeed and transformers.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llm_pipeline.train.errors import TrainError
-    from llm_pipeline.train.finetune import FinetuneResult, run_finetune
+    from llm_pipeline.errors import TrainError
+    from llm_pipeline.train.job import FinetuneResult, run_finetune
 
 _EXPORTS = {
-    "FinetuneResult": "llm_pipeline.train.finetune",
-    "run_finetune": "llm_pipeline.train.finetune",
-    "TrainError": "llm_pipeline.train.errors",
+    "FinetuneResult": "llm_pipeline.train.job",
+    "run_finetune": "llm_pipeline.train.job",
+    "TrainError": "llm_pipeline.errors",
 }
 
 __all__ = ["FinetuneResult", "TrainError", "run_finetune"]

@@ -24,9 +24,9 @@ from typing import Any
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from llm_pipeline.errors import TrainError
 from llm_pipeline.storage import is_remote, to_uri
 from llm_pipeline.train import checkpoints, lease, run_lock
-from llm_pipeline.train.errors import TrainError
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from llm_pipeline.data.labels import LabelSet
-from llm_pipeline.train.errors import TrainError
+from llm_pipeline.errors import TrainError
 
 __all__ = ["balanced_class_weights", "classifier_loss", "label_counts"]
 

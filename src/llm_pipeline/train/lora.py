@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from llm_pipeline.config import LoraSettings
+from llm_pipeline.errors import TrainError
 from llm_pipeline.models.classifier import head_modules
 from llm_pipeline.tasks import ModelKind
-from llm_pipeline.train.errors import TrainError
 
 if TYPE_CHECKING:
     from peft import PeftModel

@@ -18,10 +18,10 @@ from typing import Any
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
+from llm_pipeline.errors import TrainError
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE, TRAINING_LOG_FILE
 from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri, write_atomic
 from llm_pipeline.train import lora
-from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
 

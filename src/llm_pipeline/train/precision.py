@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.train.deepspeed_config import resolve_precision
-from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.spec import WorkerSpec
 
 

@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from llm_pipeline.errors import PREEMPTED_EXIT_CODE
 from llm_pipeline.train.checkpoint_sync import release_folder
-from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 
 SIGNALS = (signal.SIGTERM,)
 

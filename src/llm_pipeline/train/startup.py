@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from llm_pipeline.train.errors import TrainError
+from llm_pipeline.errors import TrainError
 
 #: The exit code of a process the watchdog ends.
 STARTUP_TIMEOUT_EXIT_CODE = 3

@@ -28,11 +28,11 @@ from transformers import (
 
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.errors import TrainError
 from llm_pipeline.tasks import ModelKind
 from llm_pipeline.train.classifier_loss import classifier_loss
 from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
-from llm_pipeline.train.errors import TrainError
 from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
 
 Sampling = Literal["group_by_length", "random", "sequential"]

@@ -10,7 +10,7 @@ imports below, which take seconds.
 
 from __future__ import annotations
 
-from llm_pipeline.train.lifetime import die_with_parent
+from llm_pipeline.launch.lifetime import die_with_parent
 
 if __name__ == "__main__":
     die_with_parent()
@@ -27,8 +27,11 @@ from datasets import Dataset
 from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
+from transformers.trainer_utils import TrainOutput
 
 from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
+from llm_pipeline.launch.failures import out_of_memory_message
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import get_task
@@ -36,7 +39,6 @@ from llm_pipeline.train import (
     arguments,
     checkpoints,
     counts,
-    loop,
     op_builds,
     precision,
     process_group,
@@ -51,7 +53,6 @@ from llm_pipeline.train.checkpoint_sync import (
     release_folder,
 )
 from llm_pipeline.train.classifier_loss import balanced_class_weights
-from llm_pipeline.train.errors import PREEMPTED_EXIT_CODE
 from llm_pipeline.train.lora import apply_lora
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
@@ -102,11 +103,11 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         class_weights=_class_weights(spec, train_set, label_set),
     )
     try:
-        loop.train(trainer, resume_from, stopper)
+        train(trainer, resume_from, stopper)
     except Preempted as stop:
         _report_preemption(spec, layout, stop)
         raise
-    eval_loss = loop.final_eval_loss(trainer)
+    eval_loss = final_eval_loss(trainer)
     metrics = _metrics(trainer, clock, eval_loss=eval_loss, resume_from=resume_from)
     resolved = {
         "precision": train_precision,
@@ -116,6 +117,31 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     save_final_model(trainer, tokenizer, spec, resolved=resolved)
     write_result(spec, _result(trainer, layout, metrics))
     process_group.leave()
+
+
+def train(trainer: FinetuneTrainer, resume_from: str | None, stopper: SaveOnSignal) -> TrainOutput:
+    """Run the loop to its end, or until SIGTERM has been turned into a saved checkpoint
+    (then `Preempted`); out-of-memory becomes a message naming the settings to lower."""
+    try:
+        output = trainer.train(resume_from_checkpoint=resume_from)
+    except torch.OutOfMemoryError as err:
+        raise TrainError(out_of_memory_message(str(err))) from err
+    if stopper.saved_step is not None:
+        assert stopper.signum is not None
+        raise Preempted(stopper.signum, step=stopper.saved_step)
+    return output
+
+
+def final_eval_loss(trainer: FinetuneTrainer) -> float | None:
+    """Loss on the validation split, or None without one."""
+    if trainer.eval_dataset is None:
+        return None
+    last = trainer.state.log_history[-2:] if trainer.state.log_history else []
+    for entry in last:
+        # The Trainer evaluates by itself when the last step ends an eval period.
+        if "eval_loss" in entry and entry.get("step") == trainer.state.global_step:
+            return float(entry["eval_loss"])
+    return float(trainer.evaluate()["eval_loss"])
 
 
 def _guard_startup(spec: WorkerSpec) -> tuple[SaveOnSignal, StartupWatchdog]:

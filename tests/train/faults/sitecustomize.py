@@ -22,11 +22,11 @@ if _fault and os.environ.get("RANK") == _rank:
 
         process_group.join = _hanging_join
     else:
-        from llm_pipeline.train import loop
+        from llm_pipeline.train import worker
 
         def _failing_train(trainer, resume_from, stopper):  # type: ignore[no-untyped-def]
             if _kind == "hang":
                 time.sleep(3600)
             raise RuntimeError(f"injected failure on rank {_rank}: the tokenizer exploded")
 
-        loop.train = _failing_train
+        worker.train = _failing_train

@@ -1,0 +1,228 @@
+"""Run a pipeline on this machine with KFP's local SubprocessRunner.
+
+Steps run in this Python environment (`use_venv=False`): the library is already installed
+here, which is what makes the local and the Vertex pipelines the same code.
+"""
+
+import contextlib
+import json
+import logging
+import re
+import shutil
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from kfp import local
+
+from llm_pipeline.local.console import REUSED, StepConsole, open_log
+from llm_pipeline.output_files import ERROR_FILE
+from llm_pipeline.progress import format_duration
+
+#: The run's full output (KFP's and every step's), kept in the run's folder.
+LOG_FILE = "pipeline.log"
+#: Where KFP's local cache keeps its entries, under the pipeline root.
+CACHE_FOLDER = ".kfp_cache"
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How one step ended and where its outputs are."""
+
+    name: str
+    status: Literal["succeeded", "failed", "not run"]
+    outputs: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    #: Wall time of the step; 0 for one served from the cache.
+    seconds: float = 0.0
+    #: The outputs are an earlier run's, reused because the inputs were the same.
+    cached: bool = False
+
+    @property
+    def time_taken(self) -> str:
+        """How long the step took, as the summary and the run report say it ("" if not run)."""
+        if self.cached:
+            return REUSED
+        return "" if self.status == "not run" else format_duration(self.seconds)
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A finished local run: its folder and every step that started."""
+
+    run_dir: Path | None
+    succeeded: bool
+    steps: tuple[StepOutcome, ...]
+    log_file: Path | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Time spent in steps (reused ones count nothing)."""
+        return sum(step.seconds for step in self.steps)
+
+
+def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
+    output_file = task_dir / "executor_output.json"
+    error_file = task_dir / ERROR_FILE
+    error = error_file.read_text().strip() if error_file.exists() else None
+    if not output_file.exists():
+        ran = task_dir.name == failed_step or task_dir.exists()
+        return StepOutcome(name=task_dir.name, status="failed" if ran else "not run", error=error)
+    produced = json.loads(output_file.read_text())
+    outputs: dict[str, str] = {}
+    metrics: dict[str, float] = {}
+    for name, entry in produced.get("artifacts", {}).items():
+        for artifact in entry.get("artifacts", []):
+            outputs[name] = artifact["uri"]
+            metadata = artifact.get("metadata", {})
+            if all(isinstance(value, int | float) for value in metadata.values()):
+                metrics.update(metadata)
+    for name, value in produced.get("parameterValues", {}).items():
+        outputs[name] = repr(value)
+    # Text outputs declared with OutputPath(str) are files in the task folder, not entries
+    # of executor_output.json.
+    taken = {Path(uri).name for uri in outputs.values()}
+    for file in sorted(task_dir.iterdir()):
+        if file.is_file() and file.name not in taken | {output_file.name, ERROR_FILE}:
+            outputs[file.name] = file.read_text(encoding="utf-8", errors="replace").strip()
+    return StepOutcome(name=task_dir.name, status="succeeded", outputs=outputs, metrics=metrics)
+
+
+def _newest_run_dir(pipeline_root: Path, pipeline_name: str, before: set[Path]) -> Path | None:
+    candidates = [
+        path
+        for path in pipeline_root.glob(f"{pipeline_name}-*")
+        if path.is_dir() and path not in before
+    ]
+    return max(candidates, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def step_order(pipeline: Any) -> list[str]:
+    """Task names in an order that respects dependencies (the order they run here).
+
+    Tasks inside a condition (`dsl.If`) take the condition's place, in their own order.
+    """
+    spec = pipeline.pipeline_spec
+    return _dag_order(spec.root.dag.tasks, spec.components)
+
+
+def _dag_order(tasks: Any, components: Any) -> list[str]:
+    ordered: list[str] = []
+    pending = dict(tasks)
+    while pending:
+        ready = sorted(
+            name
+            for name, task in pending.items()
+            if all(dep in ordered for dep in task.dependent_tasks)
+        )
+        if not ready:  # a cycle cannot compile; keep the rest in name order regardless
+            ready = sorted(pending)
+        for name in ready:
+            ordered.append(name)
+            del pending[name]
+    flat: list[str] = []
+    for name in ordered:
+        component = components[tasks[name].component_ref.name]
+        if component.WhichOneof("implementation") == "dag":
+            flat.extend(_dag_order(component.dag.tasks, components))
+        else:
+            flat.append(name)
+    return flat
+
+
+def _failed_step(message: str) -> str | None:
+    match = re.search(r"Inner task failed: (\S+)", re.sub(r"\x1b\[[0-9;]*m", "", message))
+    return match.group(1).rstrip(".") if match else None
+
+
+def run_local(
+    pipeline: Any,
+    *,
+    pipeline_root: Path,
+    verbose: bool = False,
+    arguments: dict[str, Any] | None = None,
+    terminal: TextIO | None = None,
+) -> LocalRun:
+    """Run `pipeline` (a built KFP pipeline function) and summarise each step.
+
+    `arguments` sets pipeline parameters (the rest keep their defaults, the config's
+    values). The terminal (default: standard output) shows one line per step event and the
+    steps' status lines; `verbose` shows everything KFP prints instead. Either way the whole
+    output is kept in the run folder's `pipeline.log`. Steps whose tasks enable caching are
+    served from KFP's local cache when their inputs are the same as an earlier run's.
+    """
+    pipeline_root = pipeline_root.resolve()
+    pipeline_root.mkdir(parents=True, exist_ok=True)
+    name = pipeline.pipeline_spec.pipeline_info.name
+    before = set(pipeline_root.glob(f"{name}-*"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=True,
+        enable_caching=True,
+        cache_root=str(pipeline_root / CACHE_FOLDER),
+    )
+    # The steps name the Vertex image; here they run in this very environment on purpose.
+    warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
+    failed_step = None
+    with open_log(pipeline_root / ".logs") as log:
+        console = StepConsole(terminal=terminal or sys.stdout, log=log, verbose=verbose)
+        with _printing_to(console):
+            try:
+                pipeline(**(arguments or {}))
+            except RuntimeError as exc:
+                failed_step = _failed_step(str(exc)) or "?"
+    run_dir = _newest_run_dir(pipeline_root, name, before)
+    log_file = Path(log.name)
+    if run_dir is not None:
+        log_file = Path(shutil.move(log_file, run_dir / LOG_FILE))
+    steps = []
+    for task in step_order(pipeline):
+        timing = console.timings.get(task)
+        if timing is not None and timing.cache_key:
+            outcome = _cached_outcome(task, pipeline_root / CACHE_FOLDER, timing.cache_key)
+        else:
+            outcome = _outcome((run_dir or pipeline_root) / task, failed_step=failed_step)
+        steps.append(replace(outcome, seconds=timing.seconds if timing else 0.0))
+    return LocalRun(
+        run_dir=run_dir, succeeded=failed_step is None, steps=tuple(steps), log_file=log_file
+    )
+
+
+@contextlib.contextmanager
+def _printing_to(console: StepConsole) -> Iterator[None]:
+    """Standard output and the root logger (KFP logs there, at INFO) go to `console`."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(console)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.redirect_stdout(console):
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        console.flush()
+
+
+def _cached_outcome(task: str, cache: Path, key: str) -> StepOutcome:
+    """A step served from KFP's cache: the outcome of the run that made its outputs."""
+    for entry in sorted(cache.glob(f"{key}*.json")):
+        try:
+            outputs = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        folders = {
+            Path(value["uri"]).parent
+            for value in outputs.values()
+            if isinstance(value, dict) and value.get("uri")
+        }
+        if len(folders) == 1:
+            return replace(_outcome(folders.pop(), failed_step=None), name=task, cached=True)
+    return StepOutcome(name=task, status="succeeded", cached=True)

@@ -1,0 +1,139 @@
+"""What `pipeline.py` prints when a local run ends: the few lines a person reads.
+
+Each step's outcome and time; the model's headline score beside its baselines (the
+un-fine-tuned model, lead-k) and the share of distinct predictions; the gate's decision
+and why; where the outputs are (absolute paths, the report an `.html` a browser opens); and
+how to call the endpoint. Everything else is in the run's folder and its `pipeline.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.output_files import METRICS_FILE, REPORT_FILE
+from llm_pipeline.progress import format_duration
+
+#: The score the summary leads with unless told (the gate's metric): what summarization
+#: papers report first.
+HEADLINE = "rougeLsum"
+#: Where `pipeline.py serve` listens unless told otherwise.
+SERVE_PORT = 8080
+_MARKS = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
+
+
+def format_summary(
+    run: LocalRun,
+    *,
+    report: Path | None = None,
+    registry: Path | None = None,
+    example: str | None = None,
+    endpoint: str | None = None,
+    headline: str = HEADLINE,
+) -> str:
+    """The summary as text. `registry` is a local registry's folder; `example` a document
+    to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
+    run deployed nothing but the endpoint serves an earlier version; `headline` the score
+    shown for the model and its baselines (the config's gate metric)."""
+    steps = {step.name: step for step in run.steps}
+    lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
+    lines += [_step_line(step) for step in run.steps]
+    lines += _scores(steps.get("evaluate"), headline)
+    lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
+    lines += _places(run, steps, report=report, registry=registry)
+    lines += _serving(steps.get("should-deploy"), steps.get("deploy"), example, endpoint)
+    took = format_duration(run.seconds)
+    lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
+    return "\n".join(lines)
+
+
+def _step_line(step: StepOutcome) -> str:
+    line = f"  [{_MARKS[step.status]}] {step.name:<14} {step.time_taken}".rstrip()
+    if step.error:
+        line += f"\n         {step.error}"
+    return line
+
+
+def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
+    if evaluate is None or evaluate.status != "succeeded" or headline not in evaluate.metrics:
+        return []
+    m = evaluate.metrics
+    samples = int(m.get("samples", 0))
+    lines = ["", f"Scores on {samples} held-out examples ({headline}, 95% interval):"]
+    rows = [("fine-tuned model", "", "distinct_predictions")]
+    rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
+    for key in m:
+        if lead := re.fullmatch(rf"lead(\d+)_{re.escape(headline)}", key):
+            rows.append((f"lead-{lead.group(1)}", f"lead{lead.group(1)}_", ""))
+    for name, prefix, distinct in rows:
+        if f"{prefix}{headline}" not in m:
+            continue
+        score = f"{m[f'{prefix}{headline}']:6.2f}"
+        low, high = m.get(f"{prefix}{headline}_low"), m.get(f"{prefix}{headline}_high")
+        interval = f"[{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        share = f"distinct predictions {100 * m[distinct]:.0f}%" if distinct in m else ""
+        lines.append(f"  {name:<20}{score} {interval:<16} {share}".rstrip())
+    return lines
+
+
+def _gate(gate: StepOutcome | None, shipped: StepOutcome | None) -> list[str]:
+    lines = []
+    if gate is not None and gate.status == "succeeded":
+        decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"
+        lines.append(f"Gate: {decision}: {gate.outputs.get('reason', '')}")
+    if shipped is not None and shipped.status == "succeeded":
+        version, endpoint = shipped.outputs.get("version", ""), shipped.outputs.get("endpoint", "")
+        lines.append(f"Deployed {version} to endpoint {endpoint}.")
+    return ["", *lines] if lines else []
+
+
+def _places(
+    run: LocalRun,
+    steps: dict[str, StepOutcome],
+    *,
+    report: Path | None,
+    registry: Path | None,
+) -> list[str]:
+    places = []
+    if report is not None:
+        places.append(("report", f"{report.resolve()}"))
+    finetune, evaluate = steps.get("finetune"), steps.get("evaluate")
+    if finetune is not None and "trained_model" in finetune.outputs:
+        places.append(("model", finetune.outputs["trained_model"]))
+    if evaluate is not None and "predictions" in evaluate.outputs:
+        folder = Path(evaluate.outputs["predictions"])
+        places.append(("metrics", str(folder / METRICS_FILE)))
+        places.append(("predictions", str(folder / REPORT_FILE)))
+    if registry is not None:
+        places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
+    if run.log_file is not None:
+        places.append(("log", str(run.log_file)))
+    if not places:
+        return []
+    return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
+
+
+def _serving(
+    gate: StepOutcome | None,
+    shipped: StepOutcome | None,
+    example: str | None,
+    endpoint: str | None,
+) -> list[str]:
+    if shipped is not None and shipped.status == "succeeded" and shipped.outputs.get("endpoint"):
+        endpoint, lead = shipped.outputs["endpoint"], []
+    elif gate is not None and gate.outputs.get("served_version") and endpoint:
+        lead = [f"The endpoint {endpoint} still serves {gate.outputs['served_version']}."]
+    else:
+        return []
+    body = json.dumps({"instances": [example or "Paste an input for the model here."]})
+    return [
+        "",
+        *lead,
+        f"Serve it:   python pipeline.py serve --endpoint {endpoint} --port {SERVE_PORT}",
+        f"Then ask:   curl -s localhost:{SERVE_PORT}/predict -H 'Content-Type: application/json' "
+        f"-d {shlex.quote(body)}",
+        f"Or open     http://localhost:{SERVE_PORT}/ in a browser.",
+    ]

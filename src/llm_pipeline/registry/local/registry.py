@@ -1,0 +1,288 @@
+"""The local registry: model versions and endpoints in a folder, safe for concurrent writers.
+
+Layout under the registry root::
+
+    root/
+      registry.lock                   flock-ed by writers; its mere existence means nothing
+      models/<model>/<n>/             version n (1, 2, 3, ...) of <model>, appears whole
+        model/                        the model files: hard links to the run's, else copies
+        version.json                  created, source, run, metrics, labels, config,
+                                      serving_env
+      endpoints/<endpoint>.json       deployed: [{model, version, traffic}] (percent, adding
+                                      up to 100), history: [{time, action, before, after}]
+      .staging/<id>/                  a version being written (ignored by readers)
+      endpoints/.<endpoint>.json.tmp-<id>   an endpoint file being written (ignored)
+
+Readers take no lock: every file is replaced atomically and every version folder is renamed
+into place complete, so they see a registry as it was before or after a write. Writers
+serialise on `registry.lock` (flock: released by the kernel when a writer dies), allocate
+version numbers under it, and re-read an endpoint under it before changing it. Model files
+are linked or copied before the lock is taken, so a large copy never holds up a deploy or a
+rollback. What a killed writer leaves under hidden names is removed by the next writer.
+
+Hard links share the run's files rather than copy them: deleting the run folder leaves the
+version intact, but a file rewritten in place would change both (steps never do that: they
+write outputs once, through `atomic_output_dir`).
+"""
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from llm_pipeline.config.deploy import LOCAL_NAME_RULE
+from llm_pipeline.registry import files
+from llm_pipeline.registry.base import (
+    DeployOutcome,
+    EndpointState,
+    ModelVersion,
+    Registry,
+    RegistryError,
+    RollbackOutcome,
+    VersionCheck,
+    ensure_still_served,
+)
+from llm_pipeline.registry.local import records as local_records
+from llm_pipeline.registry.local.endpoints import (
+    EndpointStore,
+    plan_deploy,
+    rollback_plan,
+    share,
+)
+from llm_pipeline.registry.local.records import VersionRecord
+from llm_pipeline.storage import fsync_dir, is_remote, to_uri, write_atomic
+
+
+def checked_name(name: str, what: str) -> str:
+    """`name` if it can be a folder or file name in the registry, else a RegistryError."""
+    if not isinstance(name, str) or not re.fullmatch(local_records.NAME_PATTERN, name):
+        raise RegistryError(f"{what} name {name!r} is not allowed: use {LOCAL_NAME_RULE}")
+    return name
+
+
+class LocalRegistry(Registry):
+    """Model versions and endpoints in the folder `root` (created on the first write).
+
+    `check` is called by `deploy` as `check(version, probe)` before any traffic moves: it
+    brings the version up, asks it the probe instances, returns the first prediction, and
+    raises DeployError when the version is not healthy. The deploy step passes one that
+    starts the real prediction server. With `check=None`, deploy moves traffic unchecked
+    (tests and tools that only edit the registry).
+    """
+
+    def __init__(self, root: str | Path, *, check: VersionCheck | None = None) -> None:
+        if is_remote(root):
+            raise RegistryError(
+                f"the local registry needs a local folder, got {root}; use the Vertex "
+                "registry for a registry in the cloud"
+            )
+        self.root = Path(to_uri(root)).expanduser().absolute()
+        self.check = check
+        self._endpoints = EndpointStore(self.root / "endpoints", self._resolve)
+
+    # -- versions ---------------------------------------------------------------------
+
+    def register(
+        self,
+        *,
+        model: str,
+        model_dir: str,
+        metrics: Mapping[str, float],
+        run: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        serving_env: Mapping[str, str] | None = None,
+    ) -> ModelVersion:
+        """Add `model_dir` as the next version of `model` (created on first use).
+
+        The files are hard-linked (else copied) into the registry, so deleting the run
+        folder later does not break the version. `model_dir` may also be remote (gs://...):
+        it is then downloaded. `config` is stored as JSON (Paths and the like as strings).
+        """
+        name = checked_name(model, "model")
+        record = local_records.version_record(
+            source=model_dir,
+            metrics=metrics,
+            run=run,
+            config=config,
+            labels=labels,
+            serving_env=serving_env,
+        )
+        source = files.model_source(model_dir)
+        with files.staging_folder(self.root / ".staging", self._lock_path) as stage:
+            files.put_model(stage / "model", source, model_dir)
+            files.fsync_tree(stage)
+            with self._locked():
+                number = str(max(self._numbers(name), default=0) + 1)
+                record = record.model_copy(update={"created": local_records.now()})
+                write_atomic(stage / "version.json", local_records.dump(record))
+                folder = self.root / "models" / name
+                folder.mkdir(parents=True, exist_ok=True)
+                os.rename(stage, folder / number)
+                fsync_dir(folder)
+                fsync_dir(folder.parent)
+        return self._version(name, number)
+
+    def models(self) -> list[str]:
+        """Names of the models with at least one version, sorted."""
+        folder = self.root / "models"
+        if not folder.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in folder.iterdir()
+            if re.fullmatch(local_records.NAME_PATTERN, entry.name) and self._numbers(entry.name)
+        )
+
+    def versions(self, model: str) -> list[ModelVersion]:
+        """Every version of `model`, oldest first; empty for an unknown model."""
+        name = checked_name(model, "model")
+        return [self._version(name, str(number)) for number in self._numbers(name)]
+
+    def version(self, model: str, version: str) -> ModelVersion:
+        """Version `version` of `model`; RegistryError naming the known ones when missing."""
+        self._require(checked_name(model, "model"), str(version))
+        return self._version(model, str(version))
+
+    def config(self, version: ModelVersion) -> dict[str, Any]:
+        """The config that made `version`, as registered."""
+        return dict(self._record(version.model, version.version).config)
+
+    # -- endpoints --------------------------------------------------------------------
+
+    def endpoints(self) -> list[EndpointState]:
+        """Every endpoint and what it serves, by name."""
+        return [self.endpoint(name) for name in self._endpoints.names()]
+
+    def endpoint(self, name: str) -> EndpointState:
+        """The endpoint called `name`; an empty state when it does not exist yet."""
+        name = checked_name(name, "endpoint")
+        record = self._endpoints.read(name)
+        return self._endpoints.state(name, record.deployed) if record else EndpointState(name)
+
+    def deploy(
+        self,
+        version: ModelVersion,
+        endpoint: str,
+        *,
+        traffic_percent: int = 100,
+        probe: Sequence[Any] = (),
+        expect_served: str | None = None,
+    ) -> DeployOutcome:
+        """Check `version`, then give it `traffic_percent` of `endpoint` (created if missing).
+
+        At 100% every other version on the endpoint is retired; below 100% (a canary) the
+        version served before keeps the rest and any other is retired. Deploying a version
+        with the split it already has (e.g. again at 100%) still runs the check but leaves
+        the endpoint file and its history untouched. When the check fails, DeployError and
+        the endpoint file is not touched at all.
+        """
+        name = checked_name(endpoint, "endpoint")
+        percent = _checked_percent(traffic_percent)
+        registered = self.version(version.model, version.version)
+        plan_deploy(self.endpoint(name), registered, percent)  # refuse a bad canary early
+        prediction = self.check(registered, tuple(probe)) if self.check else ""
+        with self._locked():
+            # Re-read: another process may have changed the endpoint during the check.
+            ensure_still_served(self.endpoint(name), expect_served)
+            moved = self._endpoints.deploy(name, registered, percent)
+        return DeployOutcome(
+            endpoint=moved.after,
+            version=registered,
+            previous=moved.before.serving.version if moved.before.serving else None,
+            retired=moved.retired,
+            prediction=prediction,
+        )
+
+    def rollback(self, endpoint: str) -> RollbackOutcome:
+        """Serve again, with all traffic, what `endpoint` served before its last change.
+
+        The check is not run again: the version being restored served healthily before.
+        Rolling back twice in a row returns to where it started (each is a change). After a
+        canary, the version served before it already serves most traffic: rollback takes
+        the canary off (moved_from is the canary); rolling back again is then an error, as
+        the endpoint serves only what it served before that last change.
+        """
+        name = checked_name(endpoint, "endpoint")
+        with self._locked():
+            record = self._endpoints.read(name)
+            if record is None:
+                known = ", ".join(self._endpoints.names()) or "none yet"
+                raise RegistryError(f"no endpoint named {name!r}; endpoints: {known}")
+            moved_from, moved_to = rollback_plan(name, record, self._endpoints)
+            after = self._endpoints.write_change(name, record, "rollback", [share(moved_to, 100)])
+        return RollbackOutcome(endpoint=after, moved_from=moved_from, moved_to=moved_to)
+
+    # -- internals --------------------------------------------------------------------
+
+    @property
+    def _lock_path(self) -> Path:
+        return self.root / "registry.lock"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The registry lock, after removing what writers killed earlier left behind."""
+        with files.exclusive_lock(self._lock_path):
+            files.remove_abandoned(self.root / ".staging")
+            self._endpoints.remove_temp_files()
+            yield
+
+    def _numbers(self, model: str) -> list[int]:
+        """The version numbers of `model`, ascending (hidden or stray entries ignored)."""
+        folder = self.root / "models" / model
+        if not folder.is_dir():
+            return []
+        return sorted(
+            int(entry.name)
+            for entry in folder.iterdir()
+            if re.fullmatch(local_records.NUMBER_PATTERN, entry.name)
+        )
+
+    def _require(self, model: str, version: str) -> None:
+        """RegistryError unless `model@version` is registered, naming what is."""
+        numbers = self._numbers(model)
+        if re.fullmatch(local_records.NUMBER_PATTERN, version) and int(version) in numbers:
+            return
+        if not numbers:
+            known = ", ".join(self.models()) or "none yet"
+            raise RegistryError(f"no model named {model!r} in {self.root}; models: {known}")
+        listed = ", ".join(str(number) for number in numbers)
+        raise RegistryError(f"{model} has no version {version!r}; its versions: {listed}")
+
+    def _record(self, model: str, version: str) -> VersionRecord:
+        self._require(checked_name(model, "model"), str(version))
+        path = self.root / "models" / model / version / "version.json"
+        try:
+            return local_records.load(path, VersionRecord)
+        except FileNotFoundError:
+            missing = ["missing (the version folder is incomplete)"]
+            raise local_records.damaged(path, missing) from None
+
+    def _version(self, model: str, version: str) -> ModelVersion:
+        record = self._record(model, version)
+        return ModelVersion(
+            model=model,
+            version=version,
+            uri=str(self.root / "models" / model / version / "model"),
+            metrics=dict(record.metrics),
+            labels=dict(record.labels),
+            created=record.created_iso,
+            run=record.run,
+            serving_env=dict(record.serving_env),
+        )
+
+    def _resolve(self, share: local_records.Share, named_in: Path) -> ModelVersion:
+        """The version an endpoint file names; a missing one is that file's damage."""
+        try:
+            self._require(share.model, share.version)
+        except RegistryError as exc:
+            raise local_records.damaged(named_in, [f"it names {share.ref}, but {exc}"]) from None
+        return self._version(share.model, share.version)
+
+
+def _checked_percent(percent: int) -> int:
+    if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
+        raise RegistryError(f"traffic_percent must be an integer from 1 to 100, got {percent!r}")
+    return percent

@@ -1,0 +1,159 @@
+"""The summary a person reads when a local run ends, and the run report it points at."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.local.run_report import write_run_report
+from llm_pipeline.local.summary import format_summary
+
+METRICS = {
+    "rougeLsum": 24.5,
+    "rougeLsum_low": 21.0,
+    "rougeLsum_high": 27.25,
+    "distinct_predictions": 0.97,
+    "base_rougeLsum": 2.5,
+    "base_rougeLsum_low": 1.0,
+    "base_rougeLsum_high": 4.0,
+    "base_distinct_predictions": 0.03,
+    "lead1_rougeLsum": 18.0,
+    "lead1_rougeLsum_low": 16.5,
+    "lead1_rougeLsum_high": 19.5,
+    "samples": 64.0,
+}
+
+
+def _run(tmp_path: Path) -> LocalRun:
+    run_dir = tmp_path / "runs" / "demo-1"
+    model = run_dir / "finetune" / "trained_model"
+    model.mkdir(parents=True)
+    history = [
+        {"step": 4, "loss": 6.5},
+        {"step": 8, "loss": 5.0},
+        {"step": 8, "eval_loss": 5.25},
+        {"step": 12, "loss": 4.0},
+        {"step": 12, "eval_loss": 4.5},
+        {"step": 12, "train_runtime": 30.0},
+    ]
+    (model / "training_log.json").write_text(json.dumps(history))
+    resolved = run_dir / "configure" / "resolved"
+    resolved.parent.mkdir(parents=True)
+    resolved.write_text('{"name": "demo", "train": {"epochs": 2}}')
+    predictions = run_dir / "evaluate" / "predictions"
+    predictions.mkdir(parents=True)
+    steps = (
+        StepOutcome("configure", "succeeded", {"resolved": str(resolved)}, seconds=1.5),
+        StepOutcome("download", "succeeded", cached=True),
+        StepOutcome("finetune", "succeeded", {"trained_model": str(model)}, seconds=190),
+        StepOutcome(
+            "evaluate", "succeeded", {"predictions": str(predictions)}, METRICS, seconds=42
+        ),
+        StepOutcome(
+            "should-deploy",
+            "succeeded",
+            {"Output": "True", "reason": "the endpoint serves nothing yet: deploying"},
+        ),
+        StepOutcome(
+            "deploy", "succeeded", {"version": "demo@1", "endpoint": "demo-endpoint"}, seconds=9
+        ),
+    )
+    return LocalRun(run_dir=run_dir, succeeded=True, steps=steps, log_file=run_dir / "x.log")
+
+
+def test_summary_leads_with_the_score_beside_its_baselines(tmp_path: Path) -> None:
+    text = format_summary(_run(tmp_path))
+    assert "Scores on 64 held-out examples (rougeLsum, 95% interval):" in text
+    model = next(line for line in text.splitlines() if "fine-tuned model" in line)
+    assert "24.50 [21.00, 27.25]" in model and "distinct predictions 97%" in model
+    base = next(line for line in text.splitlines() if "before fine-tuning" in line)
+    assert "2.50 [1.00, 4.00]" in base and "distinct predictions 3%" in base
+    assert any("lead-1" in line and "18.00" in line for line in text.splitlines())
+
+
+def test_summary_leads_with_the_gate_metric_it_is_given(tmp_path: Path) -> None:
+    metrics = {"rougeL": 31.0, "rougeL_low": 29.0, "rougeL_high": 33.0, "base_rougeL": 4.0}
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, metrics=metrics | {"samples": 12.0}) if step.name == "evaluate" else step
+        for step in run.steps
+    )
+    text = format_summary(replace(run, steps=steps), headline="rougeL")
+    assert "Scores on 12 held-out examples (rougeL, 95% interval):" in text
+    assert any(
+        "fine-tuned model" in line and "31.00 [29.00, 33.00]" in line for line in text.splitlines()
+    )
+    assert any("before fine-tuning" in line and "4.00" in line for line in text.splitlines())
+
+
+def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    report = write_run_report(run, title="demo")
+    assert report is not None
+    text = format_summary(
+        run, report=report, registry=tmp_path / "registry", example="It's a 'quoted' doc."
+    )
+    assert "download       reused: same inputs as an earlier run" in text
+    assert "finetune       3 min 10 s" in text
+    assert "Gate: deploy: the endpoint serves nothing yet: deploying" in text
+    assert "Deployed demo@1 to endpoint demo-endpoint." in text
+    assert f"report      {report.resolve()}" in text and str(report).endswith(".html")
+    assert f"registry    {(tmp_path / 'registry').resolve()}" in text
+    assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
+    curl = next(line for line in text.splitlines() if "curl" in line)
+    # The body is one shell word whatever the document holds (quotes included).
+    assert """-d '{"instances": ["It'"'"'s a '"'"'quoted'"'"' doc."]}'""" in curl
+
+
+def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None:
+    report = write_run_report(_run(tmp_path), title="demo <run>")
+    assert report is not None and report.name == "report.html"
+    page = report.read_text()
+    assert "<h1>demo &lt;run&gt;</h1>" in page
+    assert '<table id="steps">' in page and "reused: same inputs as an earlier run" in page
+    assert '<svg id="loss-curve"' in page
+    assert page.count('class="series"') == 2  # train and eval
+    assert "eval loss 4.500 at step 12" in page
+    assert "Gate: deploy." in page and "demo@1" in page
+    assert "&quot;epochs&quot;: 2" in page
+
+
+def test_a_run_that_failed_early_still_gets_a_report(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run = LocalRun(
+        run_dir=run_dir,
+        succeeded=False,
+        steps=(
+            StepOutcome("download", "failed", error="data.dataset: x.jsonl: no such file"),
+            StepOutcome("finetune", "not run"),
+        ),
+    )
+    report = write_run_report(run, title="t")
+    assert report is not None
+    page = report.read_text()
+    assert "failed" in page and "loss-curve" not in page
+    text = format_summary(run, report=report)
+    assert "[FAIL] download" in text and "data.dataset: x.jsonl: no such file" in text
+    assert "[skip] finetune" in text and "Pipeline failed" in text
+
+
+def test_when_nothing_ships_the_summary_says_what_the_endpoint_still_serves(
+    tmp_path: Path,
+) -> None:
+    run = _run(tmp_path)
+    steps = [step for step in run.steps if step.name != "deploy"]
+    gate = StepOutcome(
+        "should-deploy",
+        "succeeded",
+        {"Output": "False", "reason": "+0 is no improvement", "served_version": "demo@1"},
+    )
+    steps = [gate if step.name == "should-deploy" else step for step in steps]
+    text = format_summary(
+        LocalRun(run.run_dir, True, (*steps, StepOutcome("deploy", "not run"))),
+        endpoint="demo-endpoint",
+    )
+    assert "Gate: do not deploy: +0 is no improvement" in text
+    assert "The endpoint demo-endpoint still serves demo@1." in text
+    assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
+    assert "Deployed" not in text
