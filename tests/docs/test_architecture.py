@@ -132,3 +132,35 @@ def test_a_renamed_function_is_caught() -> None:
 
 def test_readme_links_the_page() -> None:
     assert "docs/architecture.md" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def layout_packages(text: str) -> set[str]:
+    """The packages the page's layout tree draws, as paths under src/llm_pipeline/."""
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    found: set[str] = set()
+    parents: list[str] = []
+    for line in block.splitlines():
+        match = re.match(r"^([│ ]*)[├└]── (\w+)/", line)
+        if not match:
+            continue
+        depth = len(match.group(1)) // 4
+        parents = [*parents[:depth], match.group(2)]
+        found.add("/".join(parents))
+    return found
+
+
+def source_packages() -> set[str]:
+    return {
+        str(init.parent.relative_to(SOURCE))
+        for init in SOURCE.rglob("__init__.py")
+        if init.parent != SOURCE and "__pycache__" not in init.parts
+    }
+
+
+def test_the_layout_tree_is_the_source_tree():
+    drawn = layout_packages(PAGE.read_text(encoding="utf-8"))
+    assert drawn, "no layout tree (a ```text block of ├── lines) in docs/architecture.md"
+    missing = sorted(source_packages() - drawn)
+    stale = sorted(drawn - source_packages())
+    assert not missing, f"packages the layout in {PAGE.name} does not draw: {missing}"
+    assert not stale, f"packages the layout in {PAGE.name} draws that do not exist: {stale}"
