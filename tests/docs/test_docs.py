@@ -21,6 +21,12 @@ def test_readme_names_the_two_commands() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
+def test_readme_points_newcomers_at_the_architecture_page_on_its_first_screen() -> None:
+    first_screen = "\n".join((REPO / "README.md").read_text().splitlines()[:25])
+    assert "(docs/architecture.md)" in first_screen
+    assert (REPO / "docs" / "architecture.md").is_file()
+
+
 def test_compiled_components_are_current(tmp_path: Path) -> None:
     from llm_pipeline.vertex.compile import compile_components
 
