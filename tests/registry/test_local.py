@@ -15,8 +15,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from llm_pipeline.registry import files
 from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError
+from llm_pipeline.registry.local import files
 from llm_pipeline.registry.local.registry import LocalRegistry
 
 WRITER = Path(__file__).with_name("local_writer.py")

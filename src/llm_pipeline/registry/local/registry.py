@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config.deploy import LOCAL_NAME_RULE
-from llm_pipeline.registry import files
 from llm_pipeline.registry.base import (
     DeployOutcome,
     EndpointState,
@@ -44,6 +43,7 @@ from llm_pipeline.registry.base import (
     VersionCheck,
     ensure_still_served,
 )
+from llm_pipeline.registry.local import files
 from llm_pipeline.registry.local import records as local_records
 from llm_pipeline.registry.local.endpoints import (
     EndpointStore,

@@ -28,7 +28,6 @@ from llm_pipeline.registry.base import (
     RollbackOutcome,
     ensure_still_served,
 )
-from llm_pipeline.registry.labels import encode_version_labels
 from llm_pipeline.registry.vertex.endpoints import (
     MANAGED,
     PREVIOUS_MODEL,
@@ -48,6 +47,7 @@ from llm_pipeline.registry.vertex.resources import (
     get_version,
     version_from_model,
 )
+from llm_pipeline.registry.vertex.version_labels import encode_version_labels
 
 #: What a rollback sends the restored version before it takes traffic again.
 ROLLBACK_PROBE = ("The endpoint rolls back to this version; this sentence checks it answers.",)

@@ -14,7 +14,7 @@ from typing import Any
 
 from llm_pipeline.errors import UserError
 from llm_pipeline.registry.base import Deployed, EndpointState, ModelVersion, RegistryError
-from llm_pipeline.registry.labels import decode_version_labels
+from llm_pipeline.registry.vertex.version_labels import decode_version_labels
 
 
 @contextlib.contextmanager

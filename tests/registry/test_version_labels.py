@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from llm_pipeline.registry.labels import (
+from llm_pipeline.registry.vertex.version_labels import (
     LabelError,
     decode_metric_name,
     decode_metric_value,
