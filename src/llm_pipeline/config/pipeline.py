@@ -1,6 +1,7 @@
 """The whole config: one model composed of the sections, plus cross-section rules."""
 
 import difflib
+from collections.abc import Callable
 
 from pydantic import Field, field_validator, model_validator
 
@@ -88,63 +89,10 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _model_fits_the_task(self) -> "PipelineConfig":
         kind = TASKS[self.task].model_kind
-        if kind == "causal_lm" and self.model.encoder_decoder is not None:
-            raise ValueError(
-                f"model.encoder_decoder builds a seq2seq model, but task {self.task!r} trains a "
-                "causal LM: use model.source, model.architecture or model.warm_start_decoder"
-            )
-        if kind == "causal_lm" and self.train.freeze_encoder:
-            raise ValueError(
-                f"train.freeze_encoder: task {self.task!r} trains a causal LM, which has no "
-                "encoder to freeze"
-            )
-        if kind == "classifier" and self.model.encoder_decoder is not None:
-            raise ValueError(
-                f"model.encoder_decoder builds a seq2seq model, but task {self.task!r} trains a "
-                "classifier: use model.source or model.architecture"
-            )
-        if kind == "classifier" and self.model.warm_start_decoder is not None:
-            raise ValueError(
-                f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "
-                "classifier: use model.source or model.architecture"
-            )
-        if kind == "classifier" and self.train.freeze_encoder:
-            raise ValueError(
-                f"train.freeze_encoder: task {self.task!r} trains the encoder under its head; "
-                "to train fewer weights use train.lora"
-            )
-        if kind != "classifier" and self.train.class_weights is not None:
-            raise ValueError(
-                f"train.class_weights: weighs the labels of a classifier; task {self.task!r} "
-                "has no labels"
-            )
-        if kind == "classifier":
-            given = [
-                name
-                for name in PROMPT_CONTINUATION_SETTINGS
-                if getattr(self.evaluate, name) is not None
-            ]
-            if given:
-                raise ValueError(
-                    f"evaluate.{given[0]}: applies to models that generate text; task "
-                    f"{self.task!r} trains a classifier, which scores labels"
-                )
-        if kind == "seq2seq" and self.model.warm_start_decoder is not None:
-            raise ValueError(
-                f"model.warm_start_decoder builds a causal LM, but task {self.task!r} trains a "
-                "seq2seq model: use model.encoder_decoder to warm-start one"
-            )
-        if kind == "seq2seq":
-            given = [
-                name
-                for name in PROMPT_CONTINUATION_SETTINGS
-                if getattr(self.evaluate, name) is not None
-            ]
-            if given:
-                raise ValueError(
-                    f"evaluate.{given[0]}: applies to models that continue a prompt (causal LMs); "
-                    f"task {self.task!r} trains a seq2seq model, whose search is deterministic"
-                )
+        for refused_kind, setting_given, why in _SETTINGS_A_MODEL_KIND_REFUSES:
+            setting = setting_given(self) if kind in refused_kind else None
+            if setting is not None:
+                raise ValueError(why.format(setting=setting, task=self.task))
         return self
 
     @model_validator(mode="after")
@@ -189,3 +137,75 @@ class PipelineConfig(Section):
                 "vertex.pipeline_root or cluster.base_output_directory"
             )
         return self
+
+
+#: A setting's name when the config gives it, else None.
+Setting = Callable[["PipelineConfig"], str | None]
+
+
+def _generation_setting(config: "PipelineConfig") -> str | None:
+    """The first setting given that only a model continuing a prompt reads."""
+    given = [n for n in PROMPT_CONTINUATION_SETTINGS if getattr(config.evaluate, n) is not None]
+    return f"evaluate.{given[0]}" if given else None
+
+
+def _named_if(setting: str, given: Callable[["PipelineConfig"], object]) -> Setting:
+    return lambda config: setting if given(config) else None
+
+
+#: What each model kind cannot take: (the kinds that refuse it, the setting's name if the
+#: config gives it, why). The first that applies is the error, naming the setting.
+_SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[frozenset[str], Setting, str], ...] = (
+    (
+        frozenset({"causal_lm"}),
+        _named_if("model.encoder_decoder", lambda c: c.model.encoder_decoder is not None),
+        "{setting} builds a seq2seq model, but task {task!r} trains a causal LM: use "
+        "model.source, model.architecture or model.warm_start_decoder",
+    ),
+    (
+        frozenset({"causal_lm"}),
+        _named_if("train.freeze_encoder", lambda c: c.train.freeze_encoder),
+        "{setting}: task {task!r} trains a causal LM, which has no encoder to freeze",
+    ),
+    (
+        frozenset({"classifier"}),
+        _named_if("model.encoder_decoder", lambda c: c.model.encoder_decoder is not None),
+        "{setting} builds a seq2seq model, but task {task!r} trains a classifier: use "
+        "model.source or model.architecture",
+    ),
+    (
+        frozenset({"classifier"}),
+        _named_if("model.warm_start_decoder", lambda c: c.model.warm_start_decoder is not None),
+        "{setting} builds a causal LM, but task {task!r} trains a classifier: use "
+        "model.source or model.architecture",
+    ),
+    (
+        frozenset({"classifier"}),
+        _named_if("train.freeze_encoder", lambda c: c.train.freeze_encoder),
+        "{setting}: task {task!r} trains the encoder under its head; to train fewer weights "
+        "use train.lora",
+    ),
+    (
+        frozenset({"seq2seq", "causal_lm"}),
+        _named_if("train.class_weights", lambda c: c.train.class_weights is not None),
+        "{setting}: weighs the labels of a classifier; task {task!r} has no labels",
+    ),
+    (
+        frozenset({"classifier"}),
+        _generation_setting,
+        "{setting}: applies to models that generate text; task {task!r} trains a "
+        "classifier, which scores labels",
+    ),
+    (
+        frozenset({"seq2seq"}),
+        _named_if("model.warm_start_decoder", lambda c: c.model.warm_start_decoder is not None),
+        "{setting} builds a causal LM, but task {task!r} trains a seq2seq model: use "
+        "model.encoder_decoder to warm-start one",
+    ),
+    (
+        frozenset({"seq2seq"}),
+        _generation_setting,
+        "{setting}: applies to models that continue a prompt (causal LMs); task {task!r} "
+        "trains a seq2seq model, whose search is deterministic",
+    ),
+)
