@@ -14,6 +14,12 @@ SFT: dict[str, Any] = {
     "data": {"dataset": "data.jsonl", "columns": {"prompt": "q", "response": "a"}},
     "model": {"source": "facebook/opt-125m"},
 }
+CLASSIFY: dict[str, Any] = {
+    "task": "text_classification",
+    "data": {"dataset": "data.jsonl", "columns": {"text": "t", "label": "l"}},
+    "model": {"source": "distilbert-base-uncased"},
+}
+PAIR = {"encoder_decoder": {"encoder": "bert-base-uncased", "decoder": "x"}}
 
 
 @pytest.mark.parametrize(
@@ -46,8 +52,54 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
             with_change("evaluate.stop", ["###"]),
             "evaluate.stop: applies to models that continue a prompt (causal LMs)",
         ),
+        (
+            {**SFT, "train": {"freeze_encoder": True}},
+            "train.freeze_encoder: task 'instruction_tuning' trains a causal LM, which has no "
+            "encoder to freeze",
+        ),
+        (
+            {**CLASSIFY, "model": PAIR},
+            "model.encoder_decoder builds a seq2seq model, but task 'text_classification' "
+            "trains a classifier: use model.source or model.architecture",
+        ),
+        (
+            {**CLASSIFY, "model": {"warm_start_decoder": "bert-base-uncased"}},
+            "model.warm_start_decoder builds a causal LM, but task 'text_classification' "
+            "trains a classifier: use model.source or model.architecture",
+        ),
+        (
+            {**CLASSIFY, "train": {"freeze_encoder": True}},
+            "train.freeze_encoder: task 'text_classification' trains the encoder under its "
+            "head; to train fewer weights use train.lora",
+        ),
+        (
+            {**SFT, "train": {"class_weights": "balanced"}},
+            "train.class_weights: weighs the labels of a classifier; task "
+            "'instruction_tuning' has no labels",
+        ),
+        (
+            with_change("train.class_weights", "balanced"),
+            "train.class_weights: weighs the labels of a classifier; task 'summarization' has "
+            "no labels",
+        ),
+        (
+            {**CLASSIFY, "evaluate": {"top_p": 0.9}},
+            "evaluate.top_p: applies to models that generate text; task "
+            "'text_classification' trains a classifier, which scores labels",
+        ),
     ],
-    ids=["encoder-decoder for a causal LM", "decoder for seq2seq", "stop for seq2seq"],
+    ids=[
+        "encoder-decoder for a causal LM",
+        "decoder for seq2seq",
+        "stop for seq2seq",
+        "frozen encoder for a causal LM",
+        "encoder-decoder for a classifier",
+        "decoder for a classifier",
+        "frozen encoder for a classifier",
+        "class weights for a causal LM",
+        "class weights for seq2seq",
+        "top_p for a classifier",
+    ],
 )
 def test_a_model_setting_of_the_other_kind_is_refused(raw: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
