@@ -38,6 +38,20 @@ def exception_chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def first_line(exc: BaseException, *, with_type: bool = False, most: int = 300) -> str:
+    """An exception's first line, for a one-line message (its type's name when it has none;
+    with `with_type`, `Type: line`). A longer line (transformers lists every model type it
+    knows after an unknown one) keeps its first sentence."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    if len(line) > most:
+        sentence = line.split(". ", 1)[0]
+        line = sentence + "." if len(sentence) <= most else line[: most - 1] + "…"
+    return f"{type(exc).__name__}: {line}" if with_type else line
+
+
 def json_path(loc: Iterable[str | int]) -> str:
     """Where in a JSON document a problem is: `("train", "epochs")` as `train.epochs`,
     `("instances", 3, "text")` as `instances[3].text` (pydantic's error locations)."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from llm_pipeline.config import LoraSettings, ModelConfig
+from llm_pipeline.errors import first_line
 from llm_pipeline.fit.adapters import Adapters, count_adapters
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
@@ -260,7 +261,7 @@ def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
                 model = AutoModelForSeq2SeqLM.from_config(config)
     except (ValueError, KeyError, TypeError) as exc:
         what = {"causal_lm": "causal LM", "classifier": "classifier"}.get(kind, "seq2seq model")
-        raise ShapeUnavailable(f"not a {what} transformers can build ({_first_line(exc)})") from exc
+        raise ShapeUnavailable(f"not a {what} transformers can build ({first_line(exc)})") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
     return model
@@ -384,7 +385,7 @@ def _config(model: ModelConfig) -> tuple[PretrainedConfig, str, str | None]:
         try:
             config = AutoConfig.for_model(model_type, **settings)
         except (ValueError, KeyError, TypeError) as exc:
-            raise ShapeUnavailable(f"model.architecture: {_first_line(exc)}") from exc
+            raise ShapeUnavailable(f"model.architecture: {first_line(exc)}") from exc
         return config, f"architecture ({model_type})", None
     if model.encoder_decoder is not None:
         pair = model.encoder_decoder
@@ -420,16 +421,16 @@ def _source_config(
                 local_copy(f"{source.rstrip('/')}/config.json", folder)
                 return AutoConfig.from_pretrained(folder, trust_remote_code=trust), None
             except Exception as exc:
-                raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+                raise ShapeUnavailable(f"{key} {source!r}: {first_line(exc)}") from exc
     try:
         path = resolve_model_path(source)
     except Exception as exc:
-        raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+        raise ShapeUnavailable(f"{key} {source!r}: {first_line(exc)}") from exc
     if not is_hub_id(source, path):
         try:
             return AutoConfig.from_pretrained(path, trust_remote_code=trust), None
         except Exception as exc:
-            raise ShapeUnavailable(f"{key} {source!r}: {_first_line(exc)}") from exc
+            raise ShapeUnavailable(f"{key} {source!r}: {first_line(exc)}") from exc
     online = hub_reachable()
     try:
         config = AutoConfig.from_pretrained(
@@ -441,7 +442,7 @@ def _source_config(
             settings = dict(KNOWN_MODELS[source])
             config = AutoConfig.for_model(settings.pop("model_type"), **settings)
             return config, f"{source}: the hub cannot be reached; used its published config"
-        why = "the hub cannot be reached and it is not cached" if not online else _first_line(exc)
+        why = "the hub cannot be reached and it is not cached" if not online else first_line(exc)
         raise ShapeUnavailable(f"{key} {source!r}: {why}") from exc
 
 
@@ -454,7 +455,7 @@ def _tokenizer_size(model: ModelConfig) -> int:
     except Exception as exc:
         raise ShapeUnavailable(
             f"model.architecture has no vocab_size and the tokenizer {model.tokenizer!r} "
-            f"could not be read ({_first_line(exc)})"
+            f"could not be read ({first_line(exc)})"
         ) from exc
 
 
@@ -476,11 +477,6 @@ def hub_reachable() -> bool:
             return True
     except OSError:
         return False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = [

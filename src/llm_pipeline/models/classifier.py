@@ -37,7 +37,7 @@ from llm_pipeline.models.generation import (
     pad_right,
     read_saved_config,
 )
-from llm_pipeline.models.loading import _first_line, _load_failure, _pretrained, _resolve
+from llm_pipeline.models.loading import checkpoint_config, from_architecture, pretrained
 from llm_pipeline.models.sources import ensure_pad_token
 
 if TYPE_CHECKING:
@@ -108,26 +108,14 @@ def head_modules(model: PreTrainedModel) -> list[str]:
 def _classifier_from_architecture(
     architecture: dict[str, Any], tokenizer: PreTrainedTokenizerBase, labels: Mapping[str, Any]
 ) -> PreTrainedModel:
-    """Random weights in the shape `architecture` gives; the caller seeds torch first."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    settings = dict(architecture)
-    model_type = settings.pop("model_type")
-    # The architecture's own values win, except the labels: they are the data's.
-    settings = {
-        "vocab_size": len(tokenizer),
-        "pad_token_id": int(tokenizer.pad_token_id),
-        **settings,
-        **labels,
-    }
-    try:
-        config = AutoConfig.for_model(model_type, **settings)
-        return AutoModelForSequenceClassification.from_config(config)
-    except (ValueError, KeyError, TypeError) as err:
-        raise ModelError(
-            f"model.architecture: cannot build a classifier of model_type {model_type!r}: "
-            f"{_first_line(err)}"
-        ) from err
+    """Random weights in the shape `architecture` gives; the caller seeds torch first. The
+    architecture's own values win, except the labels: they are the data's."""
+    return from_architecture(
+        architecture,
+        kind="classifier",
+        defaults={"vocab_size": len(tokenizer), "pad_token_id": int(tokenizer.pad_token_id)},
+        overrides=labels,
+    )
 
 
 def _pretrained_classifier(
@@ -135,26 +123,14 @@ def _pretrained_classifier(
 ) -> PreTrainedModel:
     """The checkpoint at `source` with a head for `labels`: its own head when it was trained
     on the same labels, else a fresh one."""
-    from transformers import AutoConfig
-
-    path, where = _resolve("model.source", source)
-    try:
-        config = AutoConfig.from_pretrained(
-            path,
-            revision=model.revision if where.startswith("hub") else None,
-            trust_remote_code=model.trust_remote_code,
-        )
-    except Exception as err:
-        raise ModelError(
-            _load_failure("model.source", source, where, err, kind="classifier")
-        ) from err
+    config = checkpoint_config("model.source", source, model=model, kind="classifier")
     had_head = _has_classification_head(config)
     theirs = _label_names(config)
     ours = [str(labels["id2label"][i]) for i in range(len(labels["id2label"]))]
     for key, value in labels.items():
         setattr(config, key, value)
     # A head of another size cannot load; transformers starts it afresh (and says so).
-    built = _pretrained(
+    built = pretrained(
         source, model=model, kind="classifier", config=config, ignore_mismatched_sizes=True
     )
     if not had_head:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
-from llm_pipeline.models.loading import _first_id, _first_line, _load_failure, _pretrained, _resolve
+from llm_pipeline.models.loading import checkpoint_config, first_id, from_architecture, pretrained
 from llm_pipeline.models.sources import ensure_pad_token
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["build_causal_lm", "causal_token_ids", "ensure_pad_token"]
 
@@ -30,8 +30,8 @@ def causal_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """
     ensure_pad_token(tokenizer)
     ids = {"pad_token_id": int(tokenizer.pad_token_id)}
-    eos = _first_id(tokenizer, "eos_token_id", "sep_token_id")
-    bos = _first_id(tokenizer, "bos_token_id", "cls_token_id")
+    eos = first_id(tokenizer, "eos_token_id", "sep_token_id")
+    bos = first_id(tokenizer, "bos_token_id", "cls_token_id")
     if eos is not None:
         ids["eos_token_id"] = eos
     if bos is not None:
@@ -53,7 +53,7 @@ def build_causal_lm(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> P
         built = _warm_started_decoder(model.warm_start_decoder, model=model)
     else:
         assert model.source is not None  # ModelConfig guarantees exactly one source
-        built = _pretrained(model.source, model=model, kind="causal_lm")
+        built = pretrained(model.source, model=model, kind="causal_lm")
     _fill_missing_token_ids(built, tokenizer)
     return built
 
@@ -62,22 +62,17 @@ def _causal_from_architecture(
     architecture: dict[str, Any], tokenizer: PreTrainedTokenizerBase
 ) -> PreTrainedModel:
     """Random weights in the shape `architecture` gives; the caller seeds torch first."""
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    settings = dict(architecture)
-    model_type = settings.pop("model_type")
-    # The architecture's own values win: a user who pins an id means it.
-    settings = {"vocab_size": len(tokenizer), **causal_token_ids(tokenizer), **settings}
-    try:
-        config = AutoConfig.for_model(model_type, **settings)
-        if "is_decoder" not in settings and hasattr(config, "is_decoder"):
+    def attend_backwards(config: PretrainedConfig) -> None:
+        if "is_decoder" not in architecture and hasattr(config, "is_decoder"):
             config.is_decoder = True  # BERT-style stacks attend only backwards as decoders
-        return AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError) as err:
-        raise ModelError(
-            f"model.architecture: cannot build a causal LM of model_type {model_type!r}: "
-            f"{_first_line(err)}"
-        ) from err
+
+    return from_architecture(
+        architecture,
+        kind="causal_lm",
+        defaults={"vocab_size": len(tokenizer), **causal_token_ids(tokenizer)},
+        adjust=attend_backwards,
+    )
 
 
 def _warm_started_decoder(source: str, *, model: ModelConfig) -> PreTrainedModel:
@@ -85,20 +80,9 @@ def _warm_started_decoder(source: str, *, model: ModelConfig) -> PreTrainedModel
     decoder: `is_decoder` makes its self-attention causal; no cross-attention is added. What
     the checkpoint lacks (BERT's LM-head transform, when it was saved without it) starts
     random; the output projection is tied to the word embeddings."""
-    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    path, where = _resolve("model.warm_start_decoder", source)
-    try:
-        config = AutoConfig.from_pretrained(
-            path,
-            revision=model.revision if where.startswith("hub") else None,
-            trust_remote_code=model.trust_remote_code,
-        )
-    except Exception as err:
-        raise ModelError(
-            _load_failure("model.warm_start_decoder", source, where, err, kind="causal_lm")
-        ) from err
+    config = checkpoint_config("model.warm_start_decoder", source, model=model, kind="causal_lm")
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ModelError(
             f"model.warm_start_decoder {source!r}: transformers has no causal-LM form of "
@@ -106,7 +90,7 @@ def _warm_started_decoder(source: str, *, model: ModelConfig) -> PreTrainedModel
         )
     config.is_decoder = True
     config.add_cross_attention = False
-    return _pretrained(source, model=model, kind="causal_lm", config=config)
+    return pretrained(source, model=model, kind="causal_lm", config=config)
 
 
 def _fill_missing_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:

@@ -14,16 +14,16 @@ which takes tensors and plain containers and refuses anything that would run cod
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.errors import ModelError
+from llm_pipeline.errors import ModelError, first_line
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.tasks import ModelKind
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 #: How every checkpoint's weights are read: safetensors first, else `.bin` through torch's
 #: `weights_only` unpickler (transformers' default, stated here so that no change of it
@@ -75,7 +75,7 @@ def load_model(
             pair.encoder, pair.decoder, tokenizer, tie=pair.tie_encoder_decoder, model=model
         )
     assert model.source is not None  # ModelConfig guarantees exactly one source
-    return _pretrained(model.source, model=model)
+    return pretrained(model.source, model=model)
 
 
 def freeze_encoder(model: PreTrainedModel) -> None:
@@ -128,8 +128,8 @@ def token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
             f"tokenizer {tokenizer.name_or_path!r} has no pad token; seq2seq batches are "
             "padded, so use a tokenizer that defines one"
         )
-    eos = _first_id(tokenizer, "eos_token_id", "sep_token_id")
-    start = _first_id(tokenizer, "bos_token_id", "cls_token_id")
+    eos = first_id(tokenizer, "eos_token_id", "sep_token_id")
+    start = first_id(tokenizer, "bos_token_id", "cls_token_id")
     return {
         "pad_token_id": pad,
         "eos_token_id": eos if eos is not None else pad,
@@ -137,7 +137,7 @@ def token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     }
 
 
-def _first_id(tokenizer: PreTrainedTokenizerBase, *names: str) -> int | None:
+def first_id(tokenizer: PreTrainedTokenizerBase, *names: str) -> int | None:
     for name in names:
         value = getattr(tokenizer, name, None)
         if value is not None:
@@ -149,42 +149,81 @@ def _from_architecture(
     architecture: dict[str, Any], tokenizer: PreTrainedTokenizerBase
 ) -> PreTrainedModel:
     """Random weights in the shape `architecture` gives; the caller seeds torch first."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+    ids = token_ids(tokenizer)
+    if architecture.get("model_type") == "t5":
+        # T5 starts decoding from its pad token; that is how its config and generate expect it.
+        ids["decoder_start_token_id"] = ids["pad_token_id"]
+    return from_architecture(
+        architecture, kind="seq2seq", defaults={"vocab_size": len(tokenizer), **ids}
+    )
+
+
+def from_architecture(
+    architecture: Mapping[str, Any],
+    *,
+    kind: ModelKind,
+    defaults: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    adjust: Callable[[PretrainedConfig], None] | None = None,
+) -> PreTrainedModel:
+    """A `kind` model with random weights in the shape `architecture` (`model.architecture`)
+    gives; the caller seeds torch first. `defaults` fill what the architecture leaves out (a
+    user who pins an id means it), `overrides` win over it, `adjust` edits the config last.
+    A failure names model.architecture and its model_type."""
+    from transformers import AutoConfig
 
     settings = dict(architecture)
     model_type = settings.pop("model_type")
-    ids = token_ids(tokenizer)
-    if model_type == "t5":
-        # T5 starts decoding from its pad token; that is how its config and generate expect it.
-        ids["decoder_start_token_id"] = ids["pad_token_id"]
-    # The architecture's own values win: a user who pins an id means it.
-    settings = {"vocab_size": len(tokenizer), **ids, **settings}
     try:
-        config = AutoConfig.for_model(model_type, **settings)
-        return AutoModelForSeq2SeqLM.from_config(config)
+        config = AutoConfig.for_model(model_type, **{**defaults, **settings, **(overrides or {})})
+        if adjust is not None:
+            adjust(config)
+        return _auto_class(kind).from_config(config)
     except (ValueError, KeyError, TypeError) as err:
         raise ModelError(
-            f"model.architecture: cannot build a seq2seq model of model_type {model_type!r}: "
-            f"{_first_line(err)}"
+            f"model.architecture: cannot build a {_KIND_WORDS[kind]} of model_type "
+            f"{model_type!r}: {first_line(err)}"
         ) from err
 
 
-def _pretrained(
-    source: str, *, model: ModelConfig, kind: ModelKind = "seq2seq", **options: Any
-) -> PreTrainedModel:
-    """`kind`'s Auto class from the checkpoint at `source` (`options` go to from_pretrained)."""
+def checkpoint_config(
+    key: str, source: str, *, model: ModelConfig, kind: ModelKind
+) -> PretrainedConfig:
+    """The config of the checkpoint `source` names (hub id, folder, gs://, package:), read
+    alone, before its weights; a failure names `key` and where it looked."""
+    from transformers import AutoConfig
+
+    path, where = _resolve(key, source)
+    try:
+        config: PretrainedConfig = AutoConfig.from_pretrained(
+            path,
+            revision=model.revision if where.startswith("hub") else None,
+            trust_remote_code=model.trust_remote_code,
+        )
+    except Exception as err:
+        raise ModelError(_load_failure(key, source, where, err, kind=kind)) from err
+    return config
+
+
+def _auto_class(kind: ModelKind) -> Any:
     import transformers
 
-    key = "model.warm_start_decoder" if source == model.warm_start_decoder else "model.source"
-    path, where = _resolve(key, source)
-    _no_conversion_requests()
-    auto = {
+    return {
         "seq2seq": transformers.AutoModelForSeq2SeqLM,
         "causal_lm": transformers.AutoModelForCausalLM,
         "classifier": transformers.AutoModelForSequenceClassification,
     }[kind]
+
+
+def pretrained(
+    source: str, *, model: ModelConfig, kind: ModelKind = "seq2seq", **options: Any
+) -> PreTrainedModel:
+    """`kind`'s Auto class from the checkpoint at `source` (`options` go to from_pretrained)."""
+    key = "model.warm_start_decoder" if source == model.warm_start_decoder else "model.source"
+    path, where = _resolve(key, source)
+    _no_conversion_requests()
     try:
-        return auto.from_pretrained(
+        return _auto_class(kind).from_pretrained(
             path,
             revision=model.revision if where.startswith("hub") else None,
             trust_remote_code=model.trust_remote_code,
@@ -226,7 +265,7 @@ def _warm_started_encoder_decoder(
         raise ModelError(
             "model.encoder_decoder: could not warm-start from "
             f"encoder {encoder!r} ({encoder_where}) and decoder {decoder!r} ({decoder_where}): "
-            f"{_first_line(err)}"
+            f"{first_line(err)}"
         ) from err
     ids = token_ids(tokenizer)
     # EncoderDecoderModel's own config carries no token ids; generate and the loss's
@@ -296,7 +335,7 @@ def _resolve(key: str, source: str) -> tuple[str, str]:
     try:
         path = resolve_model_path(source)
     except Exception as err:
-        raise ModelError(f"{key} {source!r}: {_first_line(err)}") from err
+        raise ModelError(f"{key} {source!r}: {first_line(err)}") from err
     if is_hub_id(source, path):
         return path, f"hub id {path!r}"
     return path, f"folder {path}"
@@ -305,7 +344,7 @@ def _resolve(key: str, source: str) -> tuple[str, str]:
 def _load_failure(
     key: str, source: str, where: str, err: BaseException, *, kind: ModelKind = "seq2seq"
 ) -> str:
-    reason = _first_line(err)
+    reason = first_line(err)
     hint = ""
     if where.startswith("hub") and ("offline" in reason.lower() or "connect" in reason.lower()):
         hint = (
@@ -320,14 +359,3 @@ def _load_failure(
         )
         hint = "; save it as safetensors with `model.save_pretrained(folder)` where you trust it"
     return f"{key} {source!r}: could not load a {_KIND_WORDS[kind]} from {where}: {reason}{hint}"
-
-
-def _first_line(err: BaseException, most: int = 300) -> str:
-    """An exception's first line for a one-line message; a longer one (transformers lists
-    every model type it knows after an unknown one) keeps its first sentence."""
-    text = str(err).strip()
-    line = text.splitlines()[0] if text else type(err).__name__
-    if len(line) > most:
-        sentence = line.split(". ", 1)[0]
-        line = sentence + "." if len(sentence) <= most else line[: most - 1] + "…"
-    return line

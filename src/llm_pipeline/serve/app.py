@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llm_pipeline.errors import UserError
+from llm_pipeline.errors import UserError, first_line
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import build_router
 from llm_pipeline.serve.schemas import GenerationParameters
@@ -32,7 +32,6 @@ from llm_pipeline.serve.served import (
     ModelInput,
     Prediction,
     ServedModel,
-    first_line,
     load_served_model,
 )
 from llm_pipeline.serve.settings import Settings
@@ -107,7 +106,9 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
     except UserError as exc:
         message = str(exc)
     except Exception as exc:  # anything else still ends the server with a reason
-        message = f"could not load the model from {settings.model_uri}: {first_line(exc)}"
+        message = (
+            f"could not load the model from {settings.model_uri}: {first_line(exc, with_type=True)}"
+        )
     else:
         batcher: Batcher[GenerationParameters, ModelInput, Prediction] = Batcher(
             model.predict,
@@ -147,5 +148,5 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("%s %s failed", request.method, request.url.path)
-    body: dict[str, Any] = {"error": f"internal error: {first_line(exc)}"}
+    body: dict[str, Any] = {"error": f"internal error: {first_line(exc, with_type=True)}"}
     return JSONResponse(body, status_code=500)

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llm_pipeline.errors import ModelLoadError, ServeError, UserError
+from llm_pipeline.errors import ModelLoadError, ServeError, UserError, first_line
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
 from llm_pipeline.storage import is_remote, local_copy, to_uri
 from llm_pipeline.tasks import Instance, TextPair, get_task
@@ -137,13 +137,9 @@ def fetch_model(uri: str | None, download_dir: Path) -> Path:
     except UserError:
         raise
     except Exception as exc:
-        raise ServeError(f"model {uri}: could not copy it down: {first_line(exc)}") from None
+        raise ServeError(
+            f"model {uri}: could not copy it down: {first_line(exc, with_type=True)}"
+        ) from None
     files = sum(1 for path in folder.rglob("*") if path.is_file())
     logger.info("copied %s (%d files) to %s", uri, files, folder)
     return folder
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, or its type's name when it has none."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
