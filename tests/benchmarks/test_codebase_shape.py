@@ -1,0 +1,155 @@
+"""benchmarks/codebase_shape.py: its import-cycle finder and its chain from pipeline.py to
+Trainer.train, rebuilt from recorded events, on small planted cases."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from textwrap import dedent
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "codebase_shape.py"
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("codebase_shape", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+shape = _script()
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    src = root / "src"
+    for name, text in files.items():
+        path = src / "llm_pipeline" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dedent(text))
+    return src
+
+
+def test_cycles_are_the_imports_run_at_import_time(tmp_path: Path) -> None:
+    src = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            # a planted cycle, one side inside a top-level try
+            "a.py": "from llm_pipeline import b\n",
+            "b.py": "try:\n    import llm_pipeline.a\nexcept ImportError:\n    pass\n",
+            # d imports c only when called: no cycle
+            "c.py": "from llm_pipeline.d import run\n",
+            "d.py": "def run():\n    from llm_pipeline import c\n",
+            # f imports e only for the type checker: no cycle
+            "e.py": "import llm_pipeline.f\n",
+            "f.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import e\n",
+            # a face re-exporting x, and x importing its sibling y: x imports the package too
+            "sub/__init__.py": "from .x import X\n",
+            "sub/x.py": "from llm_pipeline.sub.y import Y\nX = Y\n",
+            "sub/y.py": "Y = 1\n",
+        },
+    )
+    assert shape.import_cycles(src) == [
+        ["llm_pipeline.a", "llm_pipeline.b"],
+        ["llm_pipeline.sub", "llm_pipeline.sub.x"],
+    ]
+    assert shape.import_cycles(src, with_parents=False) == [["llm_pipeline.a", "llm_pipeline.b"]]
+
+
+def test_small_modules_leave_out_faces_and_step_modules(tmp_path: Path) -> None:
+    src = _package(tmp_path, {"__init__.py": "", "steps/train.py": "", "tiny.py": ""})
+    scattered = [p.name for p in shape.package_files(src) if not shape.is_face_or_step(p, src)]
+    assert scattered == ["tiny.py"]
+
+
+CHECKOUT = Path("/tmp/checkout")
+OWN = str(CHECKOUT / "src" / "llm_pipeline")
+
+
+def _event(event: str, pid: int, ancestors: list[int], files: list[str], **extra: Any) -> str:
+    record = {"event": event, "pid": pid, "ppid": ancestors[0], "ancestors": ancestors}
+    return json.dumps({"child": None, "argv": ["python"], "files": files, **record, **extra})
+
+
+def _run(train_llm_pipeline: str = OWN) -> list[str]:
+    """pipeline.py (100) → sh (200, not Python) → KFP executor (300) → torchrun (400) → rank
+    (500), with an unrelated Popen in 100 and a second process (600) that never trains."""
+    return [
+        _event("popen", 100, [1], [f"{CHECKOUT}/pipeline.py", "/venv/kfp/x.py"], child=999),
+        _event(
+            "popen",
+            100,
+            [1],
+            [
+                f"{CHECKOUT}/pipeline.py",
+                f"{OWN}/cli.py",
+                f"{OWN}/local/run_pipeline.py",
+                "/venv/kfp/local/subprocess_task_handler.py",
+            ],
+            child=200,
+        ),
+        _event(
+            "popen",
+            300,
+            [200, 100],
+            [
+                "<frozen runpy>",
+                "/venv/kfp/dsl/executor_main.py",
+                "/tmp/tmpab/ephemeral_component.py",
+                f"{OWN}/steps/finetune.py",
+                f"{OWN}/launch/supervisor.py",
+            ],
+            child=400,
+            llm_pipeline=f"{OWN}/__init__.py",
+        ),
+        _event("popen", 400, [300, 200, 100], ["/venv/torch/run.py"], child=500),
+        _event("popen", 600, [100], [f"{OWN}/cli.py"], child=601),
+        _event(
+            "train",
+            500,
+            [400, 300, 200, 100],
+            [
+                f"{train_llm_pipeline}/train/worker.py",
+                f"{OWN}/steps/finetune.py",
+                "/venv/transformers/trainer.py",
+                "/tmp/site/sitecustomize.py",
+            ],
+        ),
+    ]
+
+
+def test_the_chain_is_the_rank_stack_after_each_ancestor_popen() -> None:
+    records = shape.read_records(_run())
+    assert shape.longest_chain(records, 100, CHECKOUT) == [
+        "pipeline.py",
+        "llm_pipeline/cli.py",
+        "llm_pipeline/local/run_pipeline.py",
+        "component",
+        "llm_pipeline/steps/finetune.py",
+        "llm_pipeline/launch/supervisor.py",
+        "llm_pipeline/train/worker.py",
+    ]
+
+
+def test_a_chain_that_does_not_reach_the_pipeline_is_refused() -> None:
+    records = shape.read_records(_run())
+    with pytest.raises(shape.ChainError, match="does not descend from the pipeline"):
+        shape.longest_chain(records, 12345, CHECKOUT)
+
+
+def test_a_python_parent_that_did_not_popen_the_child_breaks_the_chain() -> None:
+    lines = [line for line in _run() if '"child": 400' not in line]
+    lines.append(_event("popen", 300, [200, 100], ["/x.py"], child=777))
+    with pytest.raises(shape.ChainError, match=r"started 400 without subprocess\.Popen"):
+        shape.longest_chain(shape.read_records(lines), 100, CHECKOUT)
+
+
+def test_frames_from_another_llm_pipeline_are_refused() -> None:
+    records = shape.read_records(_run(train_llm_pipeline="/work/main/src/llm_pipeline"))
+    with pytest.raises(shape.ChainError, match="not the checkout's copy"):
+        shape.longest_chain(records, 100, CHECKOUT)
