@@ -75,4 +75,4 @@ def summarization_rows(data: str, split: str, count: int | None = None) -> tuple
     the DialogSum split (the docstring pairs are read whole, in their seeded order)."""
     if data == DOCSTRINGS:
         return "standard-library docstring pairs", docstring_pairs(count)
-    return f"DialogSum {split}", dialogsum(split, count)
+    return f"DialogSum {split} dialogues", dialogsum(split, count)

@@ -144,7 +144,7 @@ def main() -> None:
     best_threads = max(plains, key=lambda t: plains[t]["train_tokens_per_second"])
     plain = plains[best_threads]
 
-    print(f"\nmodel: T5 d_model 256, 4+4 layers, {plain['parameters']:,} parameters (fp32)")
+    print(f"\nmodel: T5 d_model 256, 4+4 layers, {plain['total_parameters']:,} parameters (fp32)")
     print(f"data: {options.rows} rows of {what}, source <= 256, target <= 64 tokens")
     print(f"global batch {GLOBAL_BATCH}, {options.steps} steps per run, {os.cpu_count()} cores")
     print(f"CPU fp32 matmul peak (2048^2): {peak / 1e9:.1f} GFLOP/s with {peak_threads} thread(s)")
