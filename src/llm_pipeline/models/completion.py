@@ -42,6 +42,7 @@ from llm_pipeline.models.generation import (
     Generated,
     load_checked_folder,
     longest_first,
+    pad_left,
     read_saved_config,
 )
 
@@ -302,17 +303,3 @@ def _until_end(tokens: list[int], eos: set[int], pad_id: int) -> list[int]:
         if token == pad_id:
             return tokens[:index]
     return tokens
-
-
-def pad_left(
-    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids padded on the left to the longest row, and the matching attention mask."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.as_tensor(list(row), dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return ids.to(device), mask.to(device)

@@ -306,11 +306,30 @@ def longest_first(input_ids: Sequence[Sequence[int]]) -> list[int]:
 def pad_right(
     rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids padded on the right to the longest row, and the matching attention mask."""
+    """Token ids padded on the right to the longest row, and the matching attention mask
+    (how a model reads a batch it scores or encodes)."""
+    return _pad(rows, pad_id, device, left=False)
+
+
+def pad_left(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids padded on the left to the longest row, and the matching attention mask
+    (how a causal LM reads a batch of prompts it continues: every row ends in the last
+    column)."""
+    return _pad(rows, pad_id, device, left=True)
+
+
+def _pad(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device, *, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(row) for row in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
-        mask[i, : len(row)] = 1
+        if not row:
+            continue
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.as_tensor(list(row), dtype=torch.long)
+        mask[i, span] = 1
     return ids.to(device), mask.to(device)
