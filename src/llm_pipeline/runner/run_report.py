@@ -21,7 +21,7 @@ from llm_pipeline.output_files import TRAINING_LOG_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
 
-#: The page's file name in the run folder (evaluate's own report is output_files.REPORT_FILE).
+#: The page's file name in the run folder (evaluate's own page: EVALUATION_REPORT_FILE).
 RUN_REPORT_FILE = "report.html"
 
 _SVG_NS = "http://www.w3.org/2000/svg"

@@ -13,7 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
-from llm_pipeline.output_files import METRICS_FILE, REPORT_FILE
+from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE
 from llm_pipeline.progress import format_duration
 from llm_pipeline.runner.local import LocalRun, StepOutcome
 
@@ -106,7 +106,7 @@ def _places(
     if evaluate is not None and "predictions" in evaluate.outputs:
         folder = Path(evaluate.outputs["predictions"])
         places.append(("metrics", str(folder / METRICS_FILE)))
-        places.append(("predictions", str(folder / REPORT_FILE)))
+        places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
     if registry is not None:
         places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
     if run.log_file is not None:
