@@ -4,9 +4,9 @@ Also the step itself (`evaluate_model`), generation and the HTML report; the nam
 torch load on first use, so importing the ROUGE functions stays light.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from llm_pipeline import lazy_exports
 from llm_pipeline.evaluation.baselines import lead_k
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.report import render_report
@@ -28,15 +28,18 @@ if TYPE_CHECKING:
         load_seq2seq,
     )
 
-# Names whose modules import torch: loaded on first access (PEP 562).
-_LAZY = {
-    "EvaluationResult": "llm_pipeline.evaluation.evaluate",
-    "evaluate_model": "llm_pipeline.evaluation.evaluate",
-    "Generated": "llm_pipeline.evaluation.generate",
-    "generate_sharded": "llm_pipeline.evaluation.generate",
-    "generate_summaries": "llm_pipeline.evaluation.generate",
-    "load_seq2seq": "llm_pipeline.evaluation.generate",
-}
+# Names whose modules import torch: loaded on first access.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "EvaluationResult": "llm_pipeline.evaluation.evaluate",
+        "evaluate_model": "llm_pipeline.evaluation.evaluate",
+        "Generated": "llm_pipeline.evaluation.generate",
+        "generate_sharded": "llm_pipeline.evaluation.generate",
+        "generate_summaries": "llm_pipeline.evaluation.generate",
+        "load_seq2seq": "llm_pipeline.evaluation.generate",
+    },
+)
 
 __all__ = [
     "ROUGE_TYPES",
@@ -56,9 +59,3 @@ __all__ = [
     "rougelsum_text",
     "split_sentences",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

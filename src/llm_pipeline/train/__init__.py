@@ -6,24 +6,21 @@ used when compiling pipelines) should not pull in torch, DeepSpeed and transform
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from llm_pipeline import lazy_exports
 
 if TYPE_CHECKING:
     from llm_pipeline.train.errors import TrainError
     from llm_pipeline.train.finetune import FinetuneResult, run_finetune
 
-_EXPORTS = {
-    "FinetuneResult": "llm_pipeline.train.finetune",
-    "run_finetune": "llm_pipeline.train.finetune",
-    "TrainError": "llm_pipeline.train.errors",
-}
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "FinetuneResult": "llm_pipeline.train.finetune",
+        "run_finetune": "llm_pipeline.train.finetune",
+        "TrainError": "llm_pipeline.train.errors",
+    },
+)
 
 __all__ = ["FinetuneResult", "TrainError", "run_finetune"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'llm_pipeline.train' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
