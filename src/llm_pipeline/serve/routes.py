@@ -9,6 +9,8 @@ as Vertex AI's own prebuilt containers answer.
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -28,11 +30,29 @@ from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
 from llm_pipeline.tasks import InstanceError, get_task
 
 if TYPE_CHECKING:
-    from llm_pipeline.serve.app import ServerState
-    from llm_pipeline.serve.served import ModelInput, ServedModel
+    from llm_pipeline.serve.batching import Batcher
+    from llm_pipeline.serve.served import ModelInput, Prediction, ServedModel
 
 #: Problems listed in one refusal; the rest are counted.
 _SHOWN_PROBLEMS = 10
+
+
+@dataclass
+class ServerState:
+    """What the routes share: settings, the model once loaded, and request counts."""
+
+    settings: Settings
+    model: ServedModel | None = None
+    batcher: Batcher[GenerationParameters, ModelInput, Prediction] | None = None
+    error: str | None = None
+    in_flight: int = 0
+    answered: int = 0
+    loaded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ready(self) -> bool:
+        """Whether predictions can be served."""
+        return self.loaded.is_set() and self.batcher is not None
 
 
 class Refused(Exception):

@@ -8,13 +8,13 @@ summarization takes a text or `{"text": ...}`, instruction tuning a prompt or
 Validation is strict (no "3" for 3) and every problem is reported with
 where it is (`instances[1].messages[2].content: ...`): a client fixes its request from the
 message alone. The server's settings (its task and limits) reach the validators through
-pydantic's validation context (a `Settings`).
+pydantic's validation context (a `Settings`, read as `Limits`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self
 
 from pydantic import (
     BaseModel,
@@ -31,9 +31,6 @@ from pydantic_core import PydanticCustomError
 from llm_pipeline.errors import json_path, json_type
 from llm_pipeline.tasks import DEFAULT_TASK, Instance, InstanceError, Task, get_task
 
-if TYPE_CHECKING:
-    from llm_pipeline.serve.settings import Settings
-
 __all__ = ["GenerationParameters", "PredictRequest", "describe_errors", "json_type", "problem"]
 
 _PROBLEM = "serve_problem"
@@ -46,9 +43,34 @@ def problem(message: str, where: tuple[str | int, ...] = ()) -> PydanticCustomEr
     return PydanticCustomError(_PROBLEM, "{message}", {"message": message, "where": where})
 
 
-def _limits(info: ValidationInfo) -> Settings | None:
-    """The server's settings, which the predict route passes as the validation context."""
-    limits: Settings | None = info.context
+class Limits(Protocol):
+    """What the validators read of the server's settings (settings.py's `Settings`, which the
+    predict route passes as the validation context). Named here, not imported: `Settings`
+    holds this module's `GenerationParameters`, so settings.py sits above this module."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def parameters(self) -> GenerationParameters: ...
+    @property
+    def max_instances(self) -> int: ...
+    @property
+    def max_text_chars(self) -> int: ...
+    @property
+    def max_new_tokens_limit(self) -> int: ...
+    @property
+    def num_beams_limit(self) -> int: ...
+    @property
+    def temperature_limit(self) -> float: ...
+    @property
+    def stop_limit(self) -> int: ...
+    @property
+    def stop_chars_limit(self) -> int: ...
+
+
+def _limits(info: ValidationInfo) -> Limits | None:
+    """The server's limits, from the validation context."""
+    limits: Limits | None = info.context
     return limits
 
 
