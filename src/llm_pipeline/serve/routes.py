@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
+from llm_pipeline.config.errors import problems_from
 from llm_pipeline.errors import json_path, load_json
 from llm_pipeline.serve.errors import ParameterError
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import (
     GenerationParameters,
     PredictRequest,
-    describe_errors,
     json_type,
 )
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
@@ -173,7 +174,10 @@ def _validate(body: Any, settings: Settings) -> PredictRequest:
     try:
         return PredictRequest.model_validate(body, context=settings)
     except ValidationError as exc:
-        problems = describe_errors(exc, task=get_task(settings.task))
+        allowed: dict[tuple[int | str, ...], Sequence[str]] = {
+            ("parameters",): get_task(settings.task).serving_parameters
+        }
+        problems = problems_from(exc, PredictRequest, known_keys=allowed)
         more = len(problems) - _SHOWN_PROBLEMS
         shown = "; ".join(problems[:_SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
         raise Refused(400, shown) from None
