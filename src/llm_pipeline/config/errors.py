@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from llm_pipeline.config.annotations import submodel
+from llm_pipeline.config.base import submodel
 from llm_pipeline.errors import UserError, json_path
 
 #: Keys an older config may still hold, by path, and what replaces each: such a config is

@@ -7,7 +7,6 @@ torch load on first use, so importing the ROUGE functions stays light.
 from typing import TYPE_CHECKING
 
 from llm_pipeline import lazy_exports
-from llm_pipeline.evaluation.baselines import lead_k
 from llm_pipeline.evaluation.errors import EvaluationError
 from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import (
@@ -17,7 +16,7 @@ from llm_pipeline.evaluation.rouge import (
     compute_rouge,
     rougelsum_text,
 )
-from llm_pipeline.evaluation.sentences import iter_sentences, split_sentences
+from llm_pipeline.evaluation.sentences import iter_sentences, lead_k, split_sentences
 
 if TYPE_CHECKING:
     from llm_pipeline.evaluation.evaluate import EvaluationResult, evaluate_model

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.baselines import lead_k
 from llm_pipeline.evaluation.exact_match import ExactMatch, exact_match
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.perplexity import ResponseLoss, perplexity
 from llm_pipeline.evaluation.report import OtherScore, ReportWords, render_report
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
 from llm_pipeline.evaluation.runs import ModelOutputs
+from llm_pipeline.evaluation.sentences import lead_k
 from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, PREDICTIONS_FILE
 from llm_pipeline.progress import status
