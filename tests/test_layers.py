@@ -5,14 +5,11 @@ parsed (not imported) and each of its imports is checked, including those inside
 and `if TYPE_CHECKING:` blocks: a lazy import upwards is still a dependency upwards.
 """
 
-import ast
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-PACKAGE = "llm_pipeline"
-SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
+from .module_imports import PACKAGE, SOURCE, imports_of, module_name, modules
 
 #: From the top. Each set holds top-level names under llm_pipeline (subpackages and
 #: modules; "__init__" is the package's own __init__.py). A module may import from its
@@ -30,61 +27,10 @@ LAYERS: list[set[str]] = [
 ]
 
 
-@dataclass(frozen=True)
-class Import:
-    importer: str  # dotted module name, e.g. llm_pipeline.models.loading
-    imported: str  # dotted module name as written (resolved when relative)
-    line: int
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SOURCE.parent).with_suffix("").parts
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
 def top_name(module: str) -> str:
     """The name under llm_pipeline that places `module` in a layer."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
-
-
-def is_package(module: str) -> bool:
-    return (SOURCE.parent / module.replace(".", "/") / "__init__.py").is_file()
-
-
-def imports_of(path: Path) -> list[Import]:
-    """Every import of an llm_pipeline module in `path`, wherever in the file it sits."""
-    importer = module_name(path)
-    package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-    found: list[Import] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, *([base] if base else [])])
-            # `from llm_pipeline.x import y` imports submodule x.y when y is one.
-            names = [f"{base}.{alias.name}" if is_package(base) else base for alias in node.names]
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            names = [node.args[0].value]
-        else:
-            continue
-        found += [
-            Import(importer, name, node.lineno)
-            for name in names
-            if name == PACKAGE or name.startswith(f"{PACKAGE}.")
-        ]
-    return found
 
 
 def layer_of(module: str) -> int | None:
@@ -96,10 +42,6 @@ def layer_of(module: str) -> int | None:
 
 def layer_label(index: int) -> str:
     return f"layer {index + 1} of {len(LAYERS)} ({', '.join(sorted(LAYERS[index]))})"
-
-
-def modules() -> list[Path]:
-    return sorted(SOURCE.rglob("*.py"))
 
 
 def test_the_package_has_modules():
@@ -159,7 +101,7 @@ def test_imports_point_down():
         ("importlib.import_module('llm_pipeline.cli')", "llm_pipeline.cli"),
     ],
 )
-def test_the_parser_sees_every_kind_of_import(tmp_path, monkeypatch, source, expected):
+def test_the_parser_sees_every_kind_of_import(tmp_path, source, expected):
     # A module placed as llm_pipeline/models/probe.py, parsed like the real ones.
     fake = tmp_path / PACKAGE / "models" / "probe.py"
     for package in ("models", "train", "steps", "local"):
@@ -167,7 +109,6 @@ def test_the_parser_sees_every_kind_of_import(tmp_path, monkeypatch, source, exp
         (tmp_path / PACKAGE / package / "__init__.py").write_text("", encoding="utf-8")
     (tmp_path / PACKAGE / "cli.py").write_text("", encoding="utf-8")
     fake.write_text(source + "\n", encoding="utf-8")
-    monkeypatch.setitem(globals(), "SOURCE", tmp_path / PACKAGE)
-    (found,) = imports_of(fake)
+    (found,) = imports_of(fake, tmp_path / PACKAGE)
     assert (found.importer, found.imported) == ("llm_pipeline.models.probe", expected)
     assert layer_of(found.imported) < layer_of(found.importer)  # type: ignore[operator]

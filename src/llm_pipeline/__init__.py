@@ -4,4 +4,21 @@
 (`vertex.image_repository`), and `make images` passes it to cloudbuild.yaml.
 """
 
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's `__getattr__` (PEP 562) that imports the module `exports[name]` names on
+    the first use of `name`: the package's light modules stay light to import while its
+    face still offers the names that need torch, FastAPI or httpx."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(import_module(exports[name]), name)
+
+    return __getattr__

@@ -13,7 +13,10 @@ TRAINING_LOG_FILE = "training_log.json"
 #: In evaluate's predictions folder: one row per example, the flat metrics, the HTML report.
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
-REPORT_FILE = "report.html"
+EVALUATION_REPORT_FILE = "report.html"
+#: Beside preprocess's tokenized data: the resolved lengths, per-split statistics and, for a
+#: classifier, its label set (data/labels.py reads it back).
+PREPROCESS_REPORT_FILE = "preprocess.json"
 #: In evaluate's predictions folder, for a classifier: the confusion matrix and each label's
 #: precision, recall, F1 and rows.
 CONFUSION_MATRIX_FILE = "confusion_matrix.json"

@@ -16,10 +16,11 @@ import datasets
 import pytest
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.chat_preprocess import REPORT_FILE, fit_to_length
+from llm_pipeline.data.chat_preprocess import fit_to_length
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.chat import Segment, chat_problem
 
@@ -174,7 +175,7 @@ def test_a_long_prompt_loses_its_oldest_tokens_and_the_response_stays(tmp_path: 
     stats = report.splits["train"]
     assert (stats.rows_prompt_cut, stats.rows_response_cut) == (1, 0)
     assert stats.tokens_dropped == len(full_prompt) - 20
-    saved = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
+    saved = json.loads((tmp_path / "out" / PREPROCESS_REPORT_FILE).read_text())
     assert saved["splits"]["train"]["rows_prompt_cut"] == 1
     assert saved["splits"]["train"]["tokens_dropped"] == stats.tokens_dropped
     assert report.metrics()["train_rows_prompt_cut"] == 1.0

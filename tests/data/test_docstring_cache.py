@@ -17,8 +17,7 @@ import pytest
 
 from llm_pipeline.data import docstring_cache, docstrings
 from llm_pipeline.data.docstring_packages import build_package_splits
-from llm_pipeline.data.docstrings import DocstringPair
-from llm_pipeline.data.instructions import build_instruction_splits
+from llm_pipeline.data.docstrings import DocstringPair, build_instruction_splits
 
 REPO = Path(__file__).resolve().parents[2]
 PROSE = (

@@ -16,10 +16,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, T5Tokenizer
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import REPORT_FILE, preprocess_dataset
+from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.data.saved import MODEL_COLUMNS
 from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.tasks import get_task
 
 from ..docstring_data import DocstringData
@@ -163,7 +164,7 @@ def test_empty_and_missing_rows_are_dropped_and_counted(run: Any, clean: Any) ->
     assert out["train"]["document"] == [row["document"] for row in clean["train"]]
     assert out["validation"]["summary"] == [row["summary"] for row in clean["validation"]]
     assert set(out["train"].column_names) == {*TASK.role_sets[0], *MODEL_COLUMNS}
-    saved = json.loads((root / "out" / REPORT_FILE).read_text())
+    saved = json.loads((root / "out" / PREPROCESS_REPORT_FILE).read_text())
     assert saved["splits"]["train"]["rows_dropped"] == len(BAD_ROWS)
     assert saved["max_target_length"] == report.max_target_length
 

@@ -29,9 +29,9 @@ from llm_pipeline.evaluation.processes import evaluate_in_processes
 from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,
+    EVALUATION_REPORT_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
-    REPORT_FILE,
 )
 from llm_pipeline.steps.evaluate import run_evaluate
 from llm_pipeline.tasks import get_task
@@ -168,7 +168,7 @@ def test_the_report_shows_scores_baselines_labels_matrix_and_wrong_examples_firs
     evaluated: SimpleNamespace,
 ) -> None:
     page = evaluated.report.read_text(encoding="utf-8")
-    assert (evaluated.folder / REPORT_FILE).read_text(encoding="utf-8") == page
+    assert (evaluated.folder / EVALUATION_REPORT_FILE).read_text(encoding="utf-8") == page
     task = get_task(TASK)
     assert f"<h1>{task.report_title}</h1>" in page
     assert "majority class (sports)" in page and "before fine-tuning" in page
@@ -350,7 +350,7 @@ def test_multi_label_scores_are_subset_accuracy_and_f1s_over_the_indicator_matri
     rows = [json.loads(line) for line in (tmp_path / "out" / PREDICTIONS_FILE).open()]
     assert rows[0]["reference"] == ["urgent", "bug"] and rows[0]["prediction"] == ["urgent", "bug"]
     assert rows[1]["prediction"] == [] and rows[1]["correct"] is False
-    page = (tmp_path / "out" / REPORT_FILE).read_text()
+    page = (tmp_path / "out" / EVALUATION_REPORT_FILE).read_text()
     assert all(f'id="confusion-matrix-{i}"' in page for i in range(3))
 
 

@@ -14,9 +14,9 @@ from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation import ROUGE_TYPES, compute_rouge, lead_k
 from llm_pipeline.evaluation.evaluate_model import (
+    EVALUATION_REPORT_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
-    REPORT_FILE,
     EvaluationResult,
     evaluate_model,
     main,
@@ -103,7 +103,7 @@ def test_predictions_file_lists_each_example_in_dataset_order(
 
 def test_report_is_written_beside_the_predictions(evaluated: EvaluationResult) -> None:
     page = evaluated.report_path.read_text(encoding="utf-8")
-    assert evaluated.report_path.name == REPORT_FILE
+    assert evaluated.report_path.name == EVALUATION_REPORT_FILE
     assert '<table id="scores">' in page
     assert "lead-3" in page
 

@@ -16,8 +16,8 @@ import torch
 from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import inference_dtype, native_bf16
-from llm_pipeline.train.precision import training_precision
 from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.trainer import training_precision
 
 GPUS = {"T4": (7, 5), "V100": (7, 0), "P100": (6, 0), "A100": (8, 0), "L4": (8, 9), "H100": (9, 0)}
 NATIVE = {"A100", "L4", "H100"}

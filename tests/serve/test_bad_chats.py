@@ -88,7 +88,7 @@ BAD_PARAMETERS = [
     (
         "max_new_tokens 0",
         asking(max_new_tokens=0),
-        "parameters.max_new_tokens: input should be greater than or equal to 1",
+        "parameters.max_new_tokens: must be >= 1, got 0",
     ),
     (
         "max_new_tokens over the cap",
@@ -98,7 +98,7 @@ BAD_PARAMETERS = [
     (
         "temperature negative",
         asking(temperature=-0.5),
-        "parameters.temperature: input should be greater than or equal to 0",
+        "parameters.temperature: must be >= 0.0, got -0.5",
     ),
     (
         "temperature over the cap",
@@ -108,13 +108,13 @@ BAD_PARAMETERS = [
     (
         "temperature a string",
         asking(temperature="hot"),
-        "parameters.temperature: input should be a valid number",
+        "parameters.temperature: must be a number, got 'hot'",
     ),
-    ("top_p 0", asking(temperature=1, top_p=0), "parameters.top_p: input should be greater than 0"),
+    ("top_p 0", asking(temperature=1, top_p=0), "parameters.top_p: must be > 0.0, got 0"),
     (
         "top_p over 1",
         asking(temperature=1, top_p=1.5),
-        "parameters.top_p: input should be less than or equal to 1",
+        "parameters.top_p: must be <= 1.0, got 1.5",
     ),
     (
         "top_p without sampling",
@@ -140,13 +140,13 @@ BAD_PARAMETERS = [
     (
         "a summarization parameter",
         asking(num_beams=2),
-        "parameters.num_beams: unknown key; expected one of max_new_tokens, temperature, "
-        "top_p, stop",
+        "parameters.num_beams: not a parameter of task 'instruction_tuning' (it takes "
+        "max_new_tokens, temperature, top_p, stop)",
     ),
     (
         "unknown parameter",
         asking(beam=2),
-        "parameters.beam: unknown key; expected one of max_new_tokens",
+        "parameters.beam: unknown key (keys allowed in parameters: max_new_tokens, temperature",
     ),
 ]
 

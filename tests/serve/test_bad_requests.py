@@ -46,7 +46,15 @@ BAD_REQUESTS = [
         400,
         "request body is not valid JSON: nested deeper than 64 levels",
     ),
-    ("no instances", "POST", PREDICT, JSON, {"parameters": {}}, 400, "instances: required"),
+    (
+        "no instances",
+        "POST",
+        PREDICT,
+        JSON,
+        {"parameters": {}},
+        400,
+        "instances: required, but not given (a list of texts",
+    ),
     ("instances empty", "POST", PREDICT, JSON, {"instances": []}, 400, "instances: empty"),
     (
         "instances a string",
@@ -136,7 +144,7 @@ BAD_REQUESTS = [
         JSON,
         {**GOOD, "instance": ["a"]},
         400,
-        "instance: unknown key",
+        "instance: unknown key; did you mean 'instances'?",
     ),
     (
         "parameters a list",
@@ -145,7 +153,7 @@ BAD_REQUESTS = [
         JSON,
         {**GOOD, "parameters": [1]},
         400,
-        "parameters: expected an object, got array",
+        "parameters: must be an object, got [1]",
     ),
     (
         "unknown parameter",
@@ -154,7 +162,7 @@ BAD_REQUESTS = [
         JSON,
         {**GOOD, "parameters": {"temperature": 0.7}},
         400,
-        "parameters.temperature: unknown key; expected one of max_new_tokens",
+        "parameters.temperature: not a parameter of task 'summarization' (it takes max_new_tokens",
     ),
     (
         "num_beams over the cap",
@@ -172,7 +180,7 @@ BAD_REQUESTS = [
         JSON,
         {**GOOD, "parameters": {"max_new_tokens": 0}},
         400,
-        "parameters.max_new_tokens: input should be greater than or equal to 1",
+        "parameters.max_new_tokens: must be >= 1, got 0",
     ),
     (
         "max_new_tokens over the cap",
@@ -208,7 +216,7 @@ BAD_REQUESTS = [
         JSON,
         {**GOOD, "parameters": {"num_beams": "2"}},
         400,
-        "parameters.num_beams: input should be a valid integer, got string",
+        "parameters.num_beams: must be an integer, got '2'",
     ),
     (
         "num_beams a float",

@@ -10,9 +10,12 @@ import torch
 
 from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
-from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
 from llm_pipeline.train.spec import WorkerSpec
-from llm_pipeline.train.trainer import deepspeed_settings, token_mean_loss
+from llm_pipeline.train.trainer import (
+    EpochSeededLengthGroupedSampler,
+    deepspeed_settings,
+    token_mean_loss,
+)
 
 
 def test_no_deepspeed_config_when_deepspeed_is_off() -> None:

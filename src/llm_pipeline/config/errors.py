@@ -1,13 +1,18 @@
-"""Turn validation failures into one message per problem, each with its JSON path."""
+"""Turn validation failures into one message per problem, each with its JSON path.
+
+The one formatter of pydantic's errors: the config's, the registry's records', and the
+server's settings and request bodies (serve/ names the places its own way: environment
+variables, the served task's parameters).
+"""
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
-from llm_pipeline.config.annotations import submodel
+from llm_pipeline.config.base import submodel
 from llm_pipeline.errors import UserError, json_path
 
 #: Keys an older config may still hold, by path, and what replaces each: such a config is
@@ -20,6 +25,20 @@ RETIRED_KEYS = {
     "follow (`<repository>/train:<version>`, `<repository>/serve:<version>`); to name the "
     "serving image itself, set vertex.serve_image",
 }
+
+
+#: pydantic's error type for `problem`'s refusals.
+_PROBLEM = "problem"
+
+#: Names a location for the reader: `train.lora.r` by default.
+Namer = Callable[[tuple[int | str, ...]], str]
+
+
+def problem(message: str, where: tuple[str | int, ...] = ()) -> PydanticCustomError:
+    """A validator's refusal, given as is; `where` places it deeper than the value that
+    raised it (inside a request's instance: `("messages", 2, "content")`)."""
+    # The message goes in as a value: a template would read the braces of {"text"}.
+    return PydanticCustomError(_PROBLEM, "{message}", {"message": message, "where": where})
 
 
 class ConfigError(UserError):
@@ -74,28 +93,41 @@ _TYPES = {
 }
 
 
-def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
-    """One line for one pydantic error: `path: what is wrong, got X`."""
-    loc = error["loc"]
+def describe(
+    error: ErrorDetails,
+    root: type[BaseModel],
+    *,
+    name: Namer = json_path,
+    known_keys: Mapping[tuple[int | str, ...], Sequence[str]] | None = None,
+) -> str:
+    """One line for one pydantic error: `path: what is wrong, got X`.
+
+    `name` spells a location; `known_keys` gives the keys allowed at a location where they
+    are fewer than its model's fields (a served task's parameters)."""
+    loc = tuple(error["loc"])
     kind = error["type"]
     ctx = error.get("ctx", {})
-    path = json_path(loc)
+    if kind == _PROBLEM:
+        loc += tuple(ctx.get("where", ()))
+    path = name(loc) if loc else ""
+    if kind == _PROBLEM:
+        return f"{path}: {ctx['message']}" if path else str(ctx["message"])
     if kind == "extra_forbidden" and path in RETIRED_KEYS:
         return f"{path}: {RETIRED_KEYS[path]}"
     if kind == "extra_forbidden":
         key = str(loc[-1])
         owner = _model_at(root, loc[:-1])
-        known = list(owner.model_fields) if owner else []
+        known = (known_keys or {}).get(loc[:-1]) or (list(owner.model_fields) if owner else [])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         if close:
             return f"{path}: unknown key; did you mean {close[0]!r}?"
-        where = json_path(loc[:-1]) or "the top level"
+        where = name(loc[:-1]) if loc[:-1] else "the top level"
         return f"{path}: unknown key (keys allowed in {where}: {', '.join(known)})"
     if kind == "missing":
         return f"{path}: required, but not given"
     if kind in _BOUNDS:
-        symbol, name = _BOUNDS[kind]
-        return f"{path}: must be {symbol} {ctx[name]}, got {_got(error['input'])}"
+        symbol, bound = _BOUNDS[kind]
+        return f"{path}: must be {symbol} {ctx[bound]}, got {_got(error['input'])}"
     if kind in _TYPES:
         return f"{path}: must be {_TYPES[kind]}, got {_got(error['input'])}"
     if kind == "literal_error":
@@ -109,6 +141,15 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
     return f"{path}: {message}, got {_got(error['input'])}" if path else message
 
 
-def problems_from(exc: ValidationError, root: type[BaseModel]) -> list[str]:
-    """Every problem in a ValidationError, in a stable order."""
-    return [describe(error, root) for error in exc.errors()]
+def problems_from(
+    exc: ValidationError,
+    root: type[BaseModel],
+    *,
+    name: Namer = json_path,
+    known_keys: Mapping[tuple[int | str, ...], Sequence[str]] | None = None,
+) -> list[str]:
+    """Every problem in a ValidationError, in a stable order (`describe` says how)."""
+    return [
+        describe(error, root, name=name, known_keys=known_keys)
+        for error in exc.errors(include_url=False)
+    ]

@@ -42,6 +42,7 @@ from llm_pipeline.data.preprocess_report import (
     log_chat_report,
 )
 from llm_pipeline.errors import DataError
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.chat import (
@@ -56,7 +57,6 @@ from llm_pipeline.tasks.chat import (
 
 logger = logging.getLogger("llm_pipeline.data.preprocess")
 
-REPORT_FILE = "preprocess.json"
 #: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
 #: report a huge sentinel when the checkpoint sets none).
 LENGTH_LIMIT = 1024
@@ -119,7 +119,7 @@ def preprocess_chats(
         with atomic_output_dir(output_dir) as staging:
             datasets.DatasetDict(kept).save_to_disk(str(staging))
             payload = {"tokenizer": model.tokenizer_source, "chat_template": chat_format.template}
-            (staging / REPORT_FILE).write_text(
+            (staging / PREPROCESS_REPORT_FILE).write_text(
                 json.dumps(payload | report.to_dict(), indent=2) + "\n"
             )
     log_chat_report(report)

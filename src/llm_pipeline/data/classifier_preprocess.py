@@ -40,10 +40,10 @@ from llm_pipeline.data.preprocess_report import (
     log_classifier_report,
 )
 from llm_pipeline.errors import DataError
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 
-REPORT_FILE = "preprocess.json"
 #: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
 #: report a huge sentinel when the checkpoint sets none).
 LENGTH_LIMIT = 1024
@@ -114,7 +114,7 @@ def preprocess_classification(
         with atomic_output_dir(output_dir) as staging:
             datasets.DatasetDict(kept).save_to_disk(str(staging))
             payload = {"tokenizer": model.tokenizer_source} | report.to_dict()
-            (staging / REPORT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+            (staging / PREPROCESS_REPORT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
     log_classifier_report(report)
     return report
 

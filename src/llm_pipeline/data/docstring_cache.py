@@ -48,11 +48,39 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from llm_pipeline.data.docstring_pair import DocstringPair
-
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DocstringPair:
+    """One pair: the documented object's qualified name, the docstring's prose, its summary.
+
+    What the docstring datasets are built from (data/docstrings.py parses them) and what this
+    cache holds: defined here, so that the parser can use the cache without a cycle.
+    """
+
+    name: str
+    body: str
+    summary: str
+    #: The dotted module the object lives in (`json.decoder`); "" when unknown.
+    module: str = ""
+    #: True for the module's own docstring (then `name` is the module file's stem).
+    is_module: bool = False
+
+    @property
+    def qualified_name(self) -> str:
+        """`json.decoder.JSONDecoder.raw_decode`; the module itself for its own docstring."""
+        if self.is_module or not self.module:
+            return self.module or self.name
+        return f"{self.module}.{self.name}"
+
+    @property
+    def document(self) -> str:
+        return f"{self.name}: {self.body}"
+
 
 #: The environment variable naming the project's cache folder (the pairs go in its
 #: `docstrings/`).

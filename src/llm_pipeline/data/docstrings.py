@@ -12,6 +12,14 @@ summarization corpus: a docstring opens with a one-line summary of what follows.
 The name is part of the document because a docstring is written for a reader who knows what
 it documents, as an article's reader knows its headline.
 
+The instruction-tuning demo's dataset (`builtin:instructions`) is the same pairs asked the
+other way round, as a user asks an assistant, in the same splits:
+
+- `prompt`: ``What does `json.decoder.JSONDecoder.raw_decode` do?`` (the object's dotted
+  name, its module included, so that the question says which `load` it means);
+- `response`: the docstring's summary line, which PEP 257 makes exactly that answer. The
+  summary lines vary in length (3 to 30 words), which is what packing is for.
+
 How it is built, so the same installed packages always give the same dataset:
 
 - source files of the standard library and of site-packages are parsed, never imported
@@ -45,12 +53,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from llm_pipeline.data import docstring_cache
-from llm_pipeline.data.docstring_pair import DocstringPair
+from llm_pipeline.data.docstring_cache import DocstringPair
 
 logger = logging.getLogger(__name__)
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:docstrings"
+#: How `data.dataset` names the instruction-tuning dataset of the same pairs.
+INSTRUCTIONS_NAME = "builtin:instructions"
 #: The version of the rules below: bump it when a change alters what a file gives, so that
 #: the cached parses (data/docstring_cache.py) are rebuilt.
 PARSER_VERSION = 1
@@ -146,6 +156,20 @@ def build_docstring_splits(
         name: [{"document": pair.document, "summary": pair.summary} for pair in pairs]
         for name, pairs in splits.items()
     }
+
+
+def instruction(pair: DocstringPair) -> dict[str, str]:
+    """One row: the question about the documented object, and its summary line."""
+    return {"prompt": f"What does `{pair.qualified_name}` do?", "response": pair.summary}
+
+
+def build_instruction_splits(
+    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """`{split: [{"prompt", "response"}]}` for `roots` (default: this Python's standard
+    library and site-packages), in the docstring dataset's splits and order."""
+    splits = build_pair_splits(roots, seed=seed, workers=workers)
+    return {name: [instruction(pair) for pair in pairs] for name, pairs in splits.items()}
 
 
 def build_pair_splits(

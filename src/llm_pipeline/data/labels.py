@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from llm_pipeline.errors import DataError
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 
 #: preprocess.json's key for the label set.
 LABEL_SET_KEY = "label_set"
@@ -88,7 +89,7 @@ class LabelSet:
         )
 
 
-def read_label_set(dataset_dir: str | Path, report_file: str = "preprocess.json") -> LabelSet:
+def read_label_set(dataset_dir: str | Path, report_file: str = PREPROCESS_REPORT_FILE) -> LabelSet:
     """The label set preprocess wrote beside a tokenized classification dataset."""
     path = Path(dataset_dir) / report_file
     try:

@@ -45,13 +45,13 @@ from llm_pipeline.data.preprocess_report import (
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import DataError
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 
 logger = logging.getLogger(__name__)
 
 #: Written beside the dataset: resolved lengths and per-split statistics.
-REPORT_FILE = "preprocess.json"
 #: A null max_source_length uses the tokenizer's limit, but never more than this: many
 #: tokenizers report a huge sentinel (1e30) when the checkpoint sets no limit.
 SOURCE_LENGTH_LIMIT = 1024
@@ -137,7 +137,7 @@ def preprocess_dataset(
             tokenized.save_to_disk(str(staging))
             payload = {"tokenizer": model.tokenizer_source, "prefix": data.prefix}
             payload |= report.to_dict()
-            (staging / REPORT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+            (staging / PREPROCESS_REPORT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
     log_report(report)
     return report
 

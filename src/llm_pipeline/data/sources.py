@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstring_packages, docstrings, instructions
+from llm_pipeline.data import docstring_packages, docstrings
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.errors import DataError, exception_chain
 from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
@@ -89,7 +89,7 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
 #: The datasets the project builds offline, by the name `data.dataset` gives them.
 BUILTINS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {
     docstrings.NAME: docstrings.build_docstring_splits,
-    instructions.NAME: instructions.build_instruction_splits,
+    docstrings.INSTRUCTIONS_NAME: docstrings.build_instruction_splits,
     docstring_packages.NAME: docstring_packages.build_package_splits,
 }
 
@@ -100,7 +100,7 @@ def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
         raise DataError(
             f"data.dataset: unknown built-in dataset {name!r}; the built-in ones are "
             f"{docstrings.NAME!r} (document/summary pairs from the docstrings of the installed "
-            f"Python packages), {instructions.NAME!r} (the same docstrings as "
+            f"Python packages), {docstrings.INSTRUCTIONS_NAME!r} (the same docstrings as "
             f"prompt/response pairs) and {docstring_packages.NAME!r} (the same docstrings, "
             "text labelled with the package it comes from)"
         )

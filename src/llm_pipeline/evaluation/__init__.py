@@ -4,11 +4,10 @@ Also the step itself (`evaluate_model`), generation and the HTML report; the nam
 torch load on first use, so importing the ROUGE functions stays light.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from llm_pipeline import lazy_exports
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.baselines import lead_k
 from llm_pipeline.evaluation.report import render_report
 from llm_pipeline.evaluation.rouge import (
     ROUGE_TYPES,
@@ -17,7 +16,7 @@ from llm_pipeline.evaluation.rouge import (
     compute_rouge,
     rougelsum_text,
 )
-from llm_pipeline.evaluation.sentences import iter_sentences, split_sentences
+from llm_pipeline.evaluation.sentences import iter_sentences, lead_k, split_sentences
 
 if TYPE_CHECKING:
     from llm_pipeline.evaluation.evaluate_model import EvaluationResult, evaluate_model
@@ -28,15 +27,18 @@ if TYPE_CHECKING:
         load_seq2seq,
     )
 
-# Names whose modules import torch: loaded on first access (PEP 562).
-_LAZY = {
-    "EvaluationResult": "llm_pipeline.evaluation.evaluate_model",
-    "evaluate_model": "llm_pipeline.evaluation.evaluate_model",
-    "Generated": "llm_pipeline.evaluation.generate",
-    "generate_sharded": "llm_pipeline.evaluation.generate",
-    "generate_summaries": "llm_pipeline.evaluation.generate",
-    "load_seq2seq": "llm_pipeline.evaluation.generate",
-}
+# Names whose modules import torch: loaded on first access.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "EvaluationResult": "llm_pipeline.evaluation.evaluate_model",
+        "evaluate_model": "llm_pipeline.evaluation.evaluate_model",
+        "Generated": "llm_pipeline.evaluation.generate",
+        "generate_sharded": "llm_pipeline.evaluation.generate",
+        "generate_summaries": "llm_pipeline.evaluation.generate",
+        "load_seq2seq": "llm_pipeline.evaluation.generate",
+    },
+)
 
 __all__ = [
     "ROUGE_TYPES",
@@ -56,9 +58,3 @@ __all__ = [
     "rougelsum_text",
     "split_sentences",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

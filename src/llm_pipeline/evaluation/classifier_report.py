@@ -13,14 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llm_pipeline.evaluation.charts import confusion_matrix_chart, escape
 from llm_pipeline.evaluation.classification import HEADLINE_METRICS, ClassificationScores
 from llm_pipeline.evaluation.report import (
     EXAMPLES_EACH,
     PIPELINE_VIEW,
     ReportWords,
-    confusion_matrix_chart,
     delta_cell,
-    escape,
     facts_line,
     folded_text,
     report_page,

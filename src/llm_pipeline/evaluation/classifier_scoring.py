@@ -32,9 +32,9 @@ from llm_pipeline.evaluation.report import ReportWords
 from llm_pipeline.evaluation.scoring import BASE_MODEL
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,
+    EVALUATION_REPORT_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
-    REPORT_FILE,
 )
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir
@@ -115,7 +115,7 @@ def score_classifier_and_write(
                 prediction=task.prediction_label,
             ),
         )
-        (staging / REPORT_FILE).write_text(page, encoding="utf-8")
+        (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
     return metrics
 
 

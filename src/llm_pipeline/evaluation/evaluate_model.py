@@ -54,9 +54,9 @@ from llm_pipeline.models.classifier import build_classifier
 from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (
+    EVALUATION_REPORT_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
-    REPORT_FILE,
     RESOLVED_CONFIG_FILE,
 )
 from llm_pipeline.progress import status
@@ -65,9 +65,9 @@ from llm_pipeline.tasks import DEFAULT_TASK, TASKS, ModelKind, Task, get_task
 
 __all__ = [
     "BASE_MODEL",
+    "EVALUATION_REPORT_FILE",
     "METRICS_FILE",
     "PREDICTIONS_FILE",
-    "REPORT_FILE",
     "EvaluationResult",
     "distinct_share",
     "evaluate_model",
@@ -105,7 +105,7 @@ class EvaluationResult:
 
     @property
     def report_path(self) -> Path:
-        return self.output_dir / REPORT_FILE
+        return self.output_dir / EVALUATION_REPORT_FILE
 
 
 def evaluate_model(

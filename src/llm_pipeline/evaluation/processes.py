@@ -21,8 +21,8 @@ import torch
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.evaluate_model import (
+    EVALUATION_REPORT_FILE,
     METRICS_FILE,
-    REPORT_FILE,
     evaluate_model,
 )
 from llm_pipeline.evaluation.examples import evaluation_split
@@ -53,7 +53,7 @@ class EvaluationOutputs:
 
     @property
     def report_path(self) -> Path:
-        return self.output_dir / REPORT_FILE
+        return self.output_dir / EVALUATION_REPORT_FILE
 
 
 def evaluation_processes(config: EvaluateConfig, *, gpus: int | None = None) -> int:

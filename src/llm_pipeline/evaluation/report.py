@@ -1,35 +1,31 @@
 """The evaluate step's HTML report: one self-contained page a person can open anywhere.
 
 KFP and Vertex show an `HTML` artifact in a sandboxed frame, often offline, so the page has
-no external assets and no scripts: inline CSS, inline SVG, and `<details>` for long text.
+no external assets and no scripts: inline CSS, inline SVG (evaluation/charts.py), and
+`<details>` for long text.
 Every piece of dataset or model text is escaped, since documents and generated summaries
 can contain anything, markup included.
 """
 
 from __future__ import annotations
 
-import html
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from llm_pipeline.evaluation.charts import escape, length_histogram
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
 
 __all__ = [
     "PIPELINE_VIEW",
     "OtherScore",
     "ReportWords",
-    "confusion_matrix_chart",
     "delta_cell",
-    "escape",
     "facts_line",
     "folded_text",
-    "heat_colour",
     "render_report",
     "report_page",
-    "svg_open",
 ]
 
 #: Where the run report puts the pipeline's view (steps, loss curve, gate) into this page.
@@ -119,7 +115,7 @@ def render_report(
         "<h2>Scores</h2>",
         _scores_table(model, baselines or {}, rouge_types, others),
         f"<h2>{escape(words.output.capitalize())} lengths (words)</h2>",
-        _length_histogram(predictions, references, words.output),
+        length_histogram(predictions, references, words.output),
         f"<h2>Best {len(best)} examples by {rank_by}</h2>",
         *(cards.card(i) for i in best),
     ]
@@ -137,11 +133,6 @@ def report_page(title: str, body: str) -> str:
         f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"
     )
-
-
-def escape(text: object) -> str:
-    """`text` safe to put in the page's markup, attributes included."""
-    return html.escape(str(text), quote=True)
 
 
 def facts_line(facts: Mapping[str, str]) -> str:
@@ -215,57 +206,6 @@ def delta_cell(delta: float, higher_is_better: bool = True, digits: int = 2) -> 
     return f'<td class="{tone}">{delta:+.{digits}f}</td>'
 
 
-def _length_histogram(
-    predictions: Sequence[str], references: Sequence[str], output: str = "summary"
-) -> str:
-    """Side-by-side bars of generated and reference lengths in words, as inline SVG."""
-    generated = np.array([len(t.split()) for t in predictions])
-    wanted = np.array([len(t.split()) for t in references])
-    top = max(int(generated.max(initial=0)), int(wanted.max(initial=0)), 1)
-    step = math.ceil((top + 1) / 20)  # at most 20 bins, each a whole number of words
-    bins = math.ceil((top + 1) / step)
-    edges = np.arange(0, step * bins + 1, step)
-    series = [
-        ("generated", "#0969da", np.histogram(generated, edges)[0]),
-        ("reference", "#fb8f44", np.histogram(wanted, edges)[0]),
-    ]
-    peak = max(int(counts.max()) for _, _, counts in series) or 1
-    width, height, left, bottom, top_pad = 760, 260, 44, 36, 24
-    plot_w, plot_h = width - left - 12, height - bottom - top_pad
-    slot = plot_w / bins
-    bar = slot * 0.4
-    parts = [
-        svg_open(width, height, f"histogram of generated and reference {output} lengths"),
-        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
-        f'y2="{top_pad + plot_h}" stroke="#57606a"/>',
-        f'<text x="{left - 6}" y="{top_pad + 4}" text-anchor="end">{peak}</text>',
-        f'<text x="{left - 6}" y="{top_pad + plot_h}" text-anchor="end">0</text>',
-    ]
-    for s, (name, colour, counts) in enumerate(series):
-        for b, count in enumerate(counts):
-            h = plot_h * int(count) / peak
-            x = left + b * slot + slot * 0.1 + s * bar
-            label = f"{name}: {count} with {edges[b]}–{edges[b + 1] - 1} words"
-            parts.append(
-                f'<rect x="{x:.1f}" y="{top_pad + plot_h - h:.1f}" width="{bar:.1f}" '
-                f'height="{h:.1f}" fill="{colour}"><title>{escape(label)}</title></rect>'
-            )
-        parts.append(
-            f'<rect x="{left + plot_w - 170 + s * 90}" y="4" width="10" height="10" '
-            f'fill="{colour}"/><text x="{left + plot_w - 156 + s * 90}" y="13">{name}</text>'
-        )
-    for b in range(0, bins + 1, max(1, bins // 10)):
-        parts.append(
-            f'<text x="{left + b * slot:.1f}" y="{top_pad + plot_h + 14}" '
-            f'text-anchor="middle">{edges[b]}</text>'
-        )
-    parts.append(
-        f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
-        f"words per {escape(output)}</text></svg>"
-    )
-    return "".join(parts)
-
-
 @dataclass(frozen=True)
 class _Cards:
     """One example's card: its scores, its input, the reference and what the model wrote."""
@@ -291,85 +231,6 @@ class _Cards:
             f"<dt>reference</dt><dd>{escape(self.references[i])}</dd>"
             f"<dt>{escape(self.words.prediction)}</dt><dd>{escape(self.predictions[i])}</dd></dl></div>"
         )
-
-
-def svg_open(width: float, height: float, label: str, svg_id: str = "") -> str:
-    """The opening tag of one of the report's inline SVG charts (`label`: what it shows, for
-    screen readers)."""
-    ident = f' id="{escape(svg_id)}"' if svg_id else ""
-    return (
-        f'<svg{ident} xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
-        f'height="{height:.0f}" role="img" aria-label="{escape(label)}">'
-    )
-
-
-#: The confusion matrix's shading: white for no rows, this blue for the most.
-_HEAT = (9, 105, 218)
-#: Characters of a label name shown on the matrix's axes (the whole name is its tooltip).
-_AXIS_LABEL_CHARS = 18
-
-
-def heat_colour(share: float) -> str:
-    """The fill of a cell holding `share` (0..1) of the largest count: darker for more."""
-    share = min(max(share, 0.0), 1.0)
-    r, g, b = (round(255 + (c - 255) * share) for c in _HEAT)
-    return f"#{r:02x}{g:02x}{b:02x}"
-
-
-def confusion_matrix_chart(
-    matrix: np.ndarray | Sequence[Sequence[int]],
-    rows: Sequence[str],
-    columns: Sequence[str],
-    *,
-    row_title: str = "reference",
-    column_title: str = "predicted",
-    svg_id: str = "confusion-matrix",
-) -> str:
-    """Counts as a labelled grid of cells, inline SVG: each cell shaded by its count (the
-    largest the darkest) with the count written in it; `rows` and `columns` name the
-    labels along each axis."""
-    counts = np.asarray(matrix, dtype=np.int64)
-    n_rows, n_cols = counts.shape
-    peak = int(counts.max(initial=0)) or 1
-    cell = max(30.0, min(64.0, 640.0 / max(n_rows, n_cols)))
-    # Room for the row names, and for the column names slanted at 45°; ~6.5 px a character.
-    left = 16 + 6.5 * max((len(_short(name)) for name in rows), default=1)
-    top = 24 + 4.6 * max((len(_short(name)) for name in columns), default=1)
-    width, height = left + cell * n_cols + 90, top + cell * n_rows + 28
-    parts = [svg_open(width, height, f"confusion matrix: {row_title} by {column_title}", svg_id)]
-    for j, name in enumerate(columns):
-        x, y = left + (j + 0.5) * cell, top - 8
-        parts.append(
-            f'<text x="{x:.1f}" y="{y:.1f}" transform="rotate(-45 {x:.1f} {y:.1f})">'
-            f"<title>{escape(name)}</title>{escape(_short(name))}</text>"
-        )
-    for i, name in enumerate(rows):
-        y = top + (i + 0.5) * cell + 4
-        parts.append(
-            f'<text x="{left - 8}" y="{y:.1f}" text-anchor="end">'
-            f"<title>{escape(name)}</title>{escape(_short(name))}</text>"
-        )
-        for j, count in enumerate(counts[i]):
-            share = int(count) / peak
-            x, y0 = left + j * cell, top + i * cell
-            ink = "#ffffff" if share > 0.55 else "#1f2328"
-            tip = f"{rows[i]} → {columns[j]}: {int(count)}"
-            parts.append(
-                f'<g class="cell" data-count="{int(count)}"><rect x="{x:.1f}" y="{y0:.1f}" '
-                f'width="{cell:.1f}" height="{cell:.1f}" fill="{heat_colour(share)}" '
-                f'stroke="#d0d7de"><title>{escape(tip)}</title></rect>'
-                f'<text x="{x + cell / 2:.1f}" y="{y0 + cell / 2 + 4:.1f}" text-anchor="middle" '
-                f'style="fill:{ink}">{int(count)}</text></g>'
-            )
-    parts.append(
-        f'<text x="{left + cell * n_cols / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle">'
-        f"{escape(column_title)} (columns); {escape(row_title)} (rows)</text></svg>"
-    )
-    return "".join(parts)
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= _AXIS_LABEL_CHARS else name[: _AXIS_LABEL_CHARS - 1] + "…"
 
 
 def folded_text(text: str) -> str:

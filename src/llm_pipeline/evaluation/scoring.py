@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.baselines import lead_k
 from llm_pipeline.evaluation.exact_match import ExactMatch, exact_match
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.perplexity import ResponseLoss, perplexity
 from llm_pipeline.evaluation.report import OtherScore, ReportWords, render_report
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
 from llm_pipeline.evaluation.runs import ModelOutputs
+from llm_pipeline.evaluation.sentences import lead_k
 from llm_pipeline.models.generation import Generated
-from llm_pipeline.output_files import METRICS_FILE, PREDICTIONS_FILE, REPORT_FILE
+from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, PREDICTIONS_FILE
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
@@ -100,7 +100,7 @@ def score_and_write(
         _write_predictions(staging / PREDICTIONS_FILE, task, examples, generated, scores)
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
         page = _report(task, examples, generated.texts, scores, baselines, metrics)
-        (staging / REPORT_FILE).write_text(page, encoding="utf-8")
+        (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
     lead = baselines.get(lead_name)
     return metrics, scores.rouge, lead.rouge if lead is not None else None
 

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
-from llm_pipeline.output_files import METRICS_FILE, REPORT_FILE
+from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE
 from llm_pipeline.progress import format_duration
 
 #: The score the summary leads with unless told (the gate's metric): what summarization
@@ -106,7 +106,7 @@ def _places(
     if evaluate is not None and "predictions" in evaluate.outputs:
         folder = Path(evaluate.outputs["predictions"])
         places.append(("metrics", str(folder / METRICS_FILE)))
-        places.append(("predictions", str(folder / REPORT_FILE)))
+        places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
     if registry is not None:
         places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
     if run.log_file is not None:

@@ -16,7 +16,6 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llm_pipeline.errors import UserError, first_line
 from llm_pipeline.serve.batching import Batcher
-from llm_pipeline.serve.routes import build_router
+from llm_pipeline.serve.routes import ServerState, build_router
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,
     Prediction,
-    ServedModel,
     load_served_model,
 )
 from llm_pipeline.serve.settings import Settings
@@ -40,24 +38,6 @@ logger = logging.getLogger("llm_pipeline.serve")
 
 #: Longest a shutdown waits for queued inputs after the last request (they normally are done).
 _DRAIN_TIMEOUT_S = 600.0
-
-
-@dataclass
-class ServerState:
-    """What the routes share: settings, the model once loaded, and request counts."""
-
-    settings: Settings
-    model: ServedModel | None = None
-    batcher: Batcher[GenerationParameters, ModelInput, Prediction] | None = None
-    error: str | None = None
-    in_flight: int = 0
-    answered: int = 0
-    loaded: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def ready(self) -> bool:
-        """Whether predictions can be served."""
-        return self.loaded.is_set() and self.batcher is not None
 
 
 def create_app(
@@ -106,9 +86,8 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
     except UserError as exc:
         message = str(exc)
     except Exception as exc:  # anything else still ends the server with a reason
-        message = (
-            f"could not load the model from {settings.model_uri}: {first_line(exc, with_type=True)}"
-        )
+        reason = first_line(exc, with_type=True)
+        message = f"could not load the model from {settings.model_uri}: {reason}"
     else:
         batcher: Batcher[GenerationParameters, ModelInput, Prediction] = Batcher(
             model.predict,

@@ -9,29 +9,50 @@ as Vertex AI's own prebuilt containers answer.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
+from llm_pipeline.config.errors import problems_from
 from llm_pipeline.errors import ParameterError, json_path, load_json
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import (
     GenerationParameters,
     PredictRequest,
-    describe_errors,
     json_type,
 )
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
 from llm_pipeline.tasks import InstanceError, get_task
 
 if TYPE_CHECKING:
-    from llm_pipeline.serve.app import ServerState
-    from llm_pipeline.serve.served import ModelInput, ServedModel
+    from llm_pipeline.serve.batching import Batcher
+    from llm_pipeline.serve.served import ModelInput, Prediction, ServedModel
 
 #: Problems listed in one refusal; the rest are counted.
 _SHOWN_PROBLEMS = 10
+
+
+@dataclass
+class ServerState:
+    """What the routes share: settings, the model once loaded, and request counts."""
+
+    settings: Settings
+    model: ServedModel | None = None
+    batcher: Batcher[GenerationParameters, ModelInput, Prediction] | None = None
+    error: str | None = None
+    in_flight: int = 0
+    answered: int = 0
+    loaded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ready(self) -> bool:
+        """Whether predictions can be served."""
+        return self.loaded.is_set() and self.batcher is not None
 
 
 class Refused(Exception):
@@ -152,7 +173,10 @@ def _validate(body: Any, settings: Settings) -> PredictRequest:
     try:
         return PredictRequest.model_validate(body, context=settings)
     except ValidationError as exc:
-        problems = describe_errors(exc, task=get_task(settings.task))
+        allowed: dict[tuple[int | str, ...], Sequence[str]] = {
+            ("parameters",): get_task(settings.task).serving_parameters
+        }
+        problems = problems_from(exc, PredictRequest, known_keys=allowed)
         more = len(problems) - _SHOWN_PROBLEMS
         shown = "; ".join(problems[:_SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
         raise Refused(400, shown) from None

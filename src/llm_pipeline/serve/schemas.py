@@ -8,47 +8,58 @@ summarization takes a text or `{"text": ...}`, instruction tuning a prompt or
 Validation is strict (no "3" for 3) and every problem is reported with
 where it is (`instances[1].messages[2].content: ...`): a client fixes its request from the
 message alone. The server's settings (its task and limits) reach the validators through
-pydantic's validation context (a `Settings`).
+pydantic's validation context (a `Settings`, read as `Limits`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PlainValidator,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from llm_pipeline.errors import json_path, json_type
+from llm_pipeline.config.errors import problem
+from llm_pipeline.errors import json_type
 from llm_pipeline.tasks import DEFAULT_TASK, Instance, InstanceError, Task, get_task
 
-if TYPE_CHECKING:
-    from llm_pipeline.serve.settings import Settings
-
-__all__ = ["GenerationParameters", "PredictRequest", "describe_errors", "json_type", "problem"]
-
-_PROBLEM = "serve_problem"
+__all__ = ["GenerationParameters", "Limits", "PredictRequest", "json_type"]
 
 
-def problem(message: str, where: tuple[str | int, ...] = ()) -> PydanticCustomError:
-    """A refusal; `where` places it deeper than the value that raised it (inside an
-    instance: `("messages", 2, "content")`)."""
-    # The message goes in as a value: a template would read the braces of {"text"}.
-    return PydanticCustomError(_PROBLEM, "{message}", {"message": message, "where": where})
+class Limits(Protocol):
+    """What the validators read of the server's settings (settings.py's `Settings`, which the
+    predict route passes as the validation context). Named here, not imported: `Settings`
+    holds this module's `GenerationParameters`, so settings.py sits above this module."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def parameters(self) -> GenerationParameters: ...
+    @property
+    def max_instances(self) -> int: ...
+    @property
+    def max_text_chars(self) -> int: ...
+    @property
+    def max_new_tokens_limit(self) -> int: ...
+    @property
+    def num_beams_limit(self) -> int: ...
+    @property
+    def temperature_limit(self) -> float: ...
+    @property
+    def stop_limit(self) -> int: ...
+    @property
+    def stop_chars_limit(self) -> int: ...
 
 
-def _limits(info: ValidationInfo) -> Settings | None:
-    """The server's settings, which the predict route passes as the validation context."""
-    limits: Settings | None = info.context
+def _limits(info: ValidationInfo) -> Limits | None:
+    """The server's limits, from the validation context."""
+    limits: Limits | None = info.context
     return limits
 
 
@@ -107,7 +118,9 @@ class GenerationParameters(BaseModel):
         if limits is not None and value is not None:
             allowed = get_task(limits.task).serving_parameters
             if info.field_name not in allowed:
-                raise problem(f"unknown key; expected one of {', '.join(allowed)}")
+                raise problem(
+                    f"not a parameter of task {limits.task!r} (it takes {', '.join(allowed)})"
+                )
         return value
 
     @field_validator("stop", mode="before")
@@ -196,6 +209,14 @@ class PredictRequest(BaseModel):
         default_factory=GenerationParameters, description="Generation settings for all of them."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _instances_given(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, dict) and "instances" not in value:
+            shape = _task(info).serving_instance_shape
+            raise problem(f"required, but not given ({shape})", ("instances",))
+        return value
+
     @field_validator("instances", mode="before")
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> Any:
@@ -209,37 +230,3 @@ class PredictRequest(BaseModel):
                 f"{len(value)} instances; the limit is {limits.max_instances} per request"
             )
         return value
-
-
-def describe_errors(
-    exc: ValidationError,
-    *,
-    name: Callable[[tuple[str | int, ...]], str] = json_path,
-    task: Task | None = None,
-) -> list[str]:
-    """One `where: what` line per problem pydantic found (`task`: the served one, whose
-    instances and parameters the messages describe)."""
-    parameters = task.serving_parameters if task else tuple(GenerationParameters.model_fields)
-    problems = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        kind, message = error["type"], error["msg"]
-        if kind == _PROBLEM:
-            loc += tuple(error.get("ctx", {}).get("where", ()))
-        where = name(loc) if loc else "request body"
-        if kind == _PROBLEM:
-            what = message
-        elif kind == "missing":
-            shape = f" ({task.serving_instance_shape})" if task else ""
-            what = f"required{shape}" if loc == ("instances",) else "required"
-        elif kind == "extra_forbidden":
-            known = parameters if loc[:1] == ("parameters",) else PredictRequest.model_fields
-            what = f"unknown key; expected one of {', '.join(known)}"
-        elif kind in {"model_type", "dict_type", "model_attributes_type"}:
-            what = f"expected an object, got {json_type(error['input'])}"
-        else:
-            value = error.get("input")
-            shown = f"{value!r}"[:40]
-            what = f"{message[:1].lower()}{message[1:]}, got {json_type(value)} {shown}"
-        problems.append(f"{where}: {what}")
-    return problems

@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from llm_pipeline.config.errors import problem, problems_from
 from llm_pipeline.errors import ServeError, load_json
-from llm_pipeline.serve.schemas import GenerationParameters, describe_errors, problem
+from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS
 
 #: Prefix of the server's own variables.
@@ -180,7 +181,7 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
-        problems = describe_errors(exc, name=lambda loc: _loc_name(loc, overrides))
+        problems = problems_from(exc, Settings, name=lambda loc: _loc_name(loc, overrides))
         raise ServeError("bad server settings: " + "; ".join(problems)) from None
 
 

@@ -1,8 +1,9 @@
 """The Hugging Face pieces of the finetune step: DeepSpeed config, arguments, the Trainer.
 
 `Seq2SeqTrainer` owns the loop of a seq2seq model, the plain `Trainer` that of a causal LM
-and of a classifier (the model kind comes from the task). What this adds: DeepSpeed settings
-from `TrainConfig` (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it
+and of a classifier (the model kind comes from the task). What this adds: the precision a run
+trains in (the config's choice checked against this machine), DeepSpeed settings from
+`TrainConfig` (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it
 knows which checkpoints are complete, the Trainer does not), a reproducible length-grouped
 order, a token-mean loss (a classifier's is `classifier_loss`'s), and counts of the samples
 and tokens each rank trained on, for throughput figures that hold for resumed runs.
@@ -10,7 +11,7 @@ and tokens each rank trained on, for throughput figures that hold for resumed ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -25,18 +26,62 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import TrainError
+from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.tasks import ModelKind
 from llm_pipeline.train.classifier_loss import classifier_loss
 from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
-from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
-from llm_pipeline.train.sampling import EpochSeededLengthGroupedSampler
+from llm_pipeline.train.deepspeed_config import (
+    build_deepspeed_config,
+    load_user_deepspeed_config,
+    resolve_precision,
+)
+from llm_pipeline.train.spec import WorkerSpec
 
 Sampling = Literal["group_by_length", "random", "sequential"]
 _BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """Length-grouped order that depends only on `seed` and the epoch number.
+
+    Hugging Face's LengthGroupedSampler draws from the global RNG when an epoch starts. A resumed
+    run restores the RNG as it was at the checkpoint, mid-epoch, so it would draw another order
+    and then skip the wrong batches: some examples twice, others never. Seeding each epoch from
+    (seed, epoch) makes the order a function of the epoch alone, so skipping the batches already
+    trained lands exactly where the killed run stopped.
+    """
+
+    def __init__(self, *, lengths: Sequence[int], batch_size: int, seed: int) -> None:
+        super().__init__(batch_size, lengths=list(lengths))
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the Trainer at the start of every epoch, resumed ones included."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
+def training_precision(spec: WorkerSpec) -> str:
+    """ "bf16", "fp16" or "fp32": `train.precision` ("auto" picks) on the devices present."""
+    cuda = torch.cuda.is_available()
+    try:
+        return resolve_precision(
+            spec.train.precision,
+            cuda_available=cuda,
+            bf16_supported=native_bf16(),
+        )
+    except ValueError as err:
+        raise TrainError(f"train.{err}") from err
 
 
 def deepspeed_settings(

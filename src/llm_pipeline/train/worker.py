@@ -40,7 +40,6 @@ from llm_pipeline.train import (
     checkpoints,
     counts,
     op_builds,
-    precision,
     process_group,
     safe_load,
     training_data,
@@ -60,7 +59,12 @@ from llm_pipeline.train.preemption import Preempted, SaveOnSignal
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.startup import StartupWatchdog
 from llm_pipeline.train.status import TrainingStatus
-from llm_pipeline.train.trainer import FinetuneTrainer, Sampling, build_trainer
+from llm_pipeline.train.trainer import (
+    FinetuneTrainer,
+    Sampling,
+    build_trainer,
+    training_precision,
+)
 
 
 def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
@@ -72,7 +76,7 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     process_group.join(spec)
     layout = _plan_checkpoints(spec)
     resume_from = prepare_resume(layout)
-    train_precision = precision.training_precision(spec)
+    train_precision = training_precision(spec)
     kind = get_task(spec.task).model_kind
     tokenizer = load_tokenizer(spec.model, kind=kind)
     train_set, eval_set = training_data.load_splits(spec)
