@@ -32,7 +32,9 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def classify_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
+def classify_run(
+    tmp_path_factory: pytest.TempPathFactory, registry_dir: Path, installed_docstrings: Path
+) -> LocalRun:
     config = load_config(CONFIG, [*SMALL, f"deploy.registry_dir={registry_dir}"]).config
     assert config.data.dataset == "builtin:docstring_packages"  # the demo's own data
     # A run parameter set as in the Vertex "Create run" form (the config's gate compares

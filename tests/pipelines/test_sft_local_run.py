@@ -33,7 +33,9 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sft_run(tmp_path_factory: pytest.TempPathFactory, registry_dir: Path) -> LocalRun:
+def sft_run(
+    tmp_path_factory: pytest.TempPathFactory, registry_dir: Path, installed_docstrings: Path
+) -> LocalRun:
     config = load_config(CONFIG, [*SMALL, f"deploy.registry_dir={registry_dir}"]).config
     assert config.data.dataset == "builtin:instructions"  # the demo's own data
     return run_local(build_pipeline(config), pipeline_root=tmp_path_factory.mktemp("sft-runs"))

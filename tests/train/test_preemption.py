@@ -199,30 +199,35 @@ def _leave_a_stale_build_lock() -> None:
     holder.wait()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_run_killed_during_startup_does_not_block_the_next(
-    signum: signal.Signals, step_args: dict[str, Any], train_settings: Callable[..., TrainConfig]
+    step_args: dict[str, Any], train_settings: Callable[..., TrainConfig]
 ) -> None:
+    """Killed inside start-up twice on one folder, by SIGTERM (a preemption, which the step
+    reports as one) and then by SIGKILL (which also leaves torch's build lock behind, as a
+    loader killed inside the op load does): the second attempt starts its ranks, and the run
+    after both trains, with the stale lock gone. One run at the end serves both signals:
+    whatever either left that blocks would stop it."""
     step_args["train"] = train_settings(max_steps=2, save_steps=100, startup_timeout_s=120)
     lock = _build_lock()
     try:
-        first = Attempt(step_args)
-        workers = _wait_for(
-            lambda: len(_workers()) == 2 and _workers(),
-            timeout=60,
-            what="the training processes",
-        )
-        time.sleep(4)  # inside start-up: imports done, joining the group, loading the op
-        for worker in workers:
-            os.kill(worker.pid, signum)
-        first.join(90)
-        assert isinstance(first.error, TrainError), first.error
-        assert first.result is None
-        if signum == signal.SIGTERM:
-            assert isinstance(first.error, TrainingPreempted), first.error
-        else:
-            _leave_a_stale_build_lock()
-            assert lock.exists()
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            attempt = Attempt(step_args)
+            workers = _wait_for(
+                lambda: len(_workers()) == 2 and _workers(),
+                timeout=60,
+                what=f"the training processes of the attempt killed by {signum.name}",
+            )
+            time.sleep(4)  # inside start-up: imports done, joining the group, loading the op
+            for worker in workers:
+                os.kill(worker.pid, signum)
+            attempt.join(90)
+            assert isinstance(attempt.error, TrainError), attempt.error
+            assert attempt.result is None
+            if signum == signal.SIGTERM:
+                assert isinstance(attempt.error, TrainingPreempted), attempt.error
+            else:
+                _leave_a_stale_build_lock()
+                assert lock.exists()
 
         second = run_finetune(**step_args)
 
