@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from llm_pipeline.docs import with_generated
+from llm_pipeline.cli.docs import with_generated
 
 REPO = Path(__file__).resolve().parents[2]
 
