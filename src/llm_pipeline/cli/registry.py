@@ -21,7 +21,7 @@ from llm_pipeline.tasks import TASKS
 LISTED_METRICS = tuple(dict.fromkeys(name for task in TASKS.values() for name in task.metric_names))
 
 #: The endpoint that `make demo` (configs/local.json) deploys to, for the examples.
-ENDPOINT = "docstrings-minilm-endpoint"
+EXAMPLE_ENDPOINT = "docstrings-minilm-endpoint"
 REGISTRY_EXAMPLES = """\
 examples:
   python pipeline.py registry
@@ -33,16 +33,16 @@ examples:
 """
 ROLLBACK_EXAMPLES = f"""\
 examples:
-  python pipeline.py rollback --config configs/local.json --endpoint {ENDPOINT}
+  python pipeline.py rollback --config configs/local.json --endpoint {EXAMPLE_ENDPOINT}
       serve again the version the endpoint served before its last deploy
-  python pipeline.py rollback --registry-dir runs/registry --endpoint {ENDPOINT}
+  python pipeline.py rollback --registry-dir runs/registry --endpoint {EXAMPLE_ENDPOINT}
       the same, the registry folder named
 """
 SERVE_EXAMPLES = f"""\
 examples:
-  python pipeline.py serve --config configs/local.json --endpoint {ENDPOINT}
+  python pipeline.py serve --config configs/local.json --endpoint {EXAMPLE_ENDPOINT}
       serve, on http://127.0.0.1:8080 (page at /), what `make demo` deployed
-  python pipeline.py serve --endpoint {ENDPOINT} --host 0.0.0.0 --port 9000
+  python pipeline.py serve --endpoint {EXAMPLE_ENDPOINT} --host 0.0.0.0 --port 9000
       on another address and port
 (`python -m llm_pipeline.cli.serve --model FOLDER` serves a model folder, as the image does)
 """
