@@ -64,7 +64,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 docs: $(STAMP)
-	$(PY) -m llm_pipeline.docs README.md
+	$(PY) -m llm_pipeline.cli.docs README.md
 
 # Build the three images with Cloud Build and push them to Artifact Registry as
 # $(REGION)-docker.pkg.dev/$(PROJECT)/$(IMAGE_REPOSITORY)/{train,serve,serve-cuda}:<version>,

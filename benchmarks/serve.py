@@ -1,6 +1,6 @@
 """Prediction server throughput and latency: dynamic batching on versus off, in one run.
 
-The same server (`python -m llm_pipeline.serve`, the real command, on loopback) runs twice on
+The same server (`python -m llm_pipeline.cli.serve`, the real command, on loopback) runs twice on
 the same model: once with batching (concurrent requests share generate calls, at most
 `--max-batch-size`, the oldest waiting at most `--max-wait-ms`), once with
 LLM_PIPELINE_SERVE_BATCHING=false (every request gets its own generate call, the way a

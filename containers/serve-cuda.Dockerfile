@@ -31,12 +31,12 @@ RUN pip install --require-hashes --no-deps -r requirements.lock
 
 # The package from this checkout; the build fails unless `python3` is this environment's,
 # torch is the CUDA build, and every package is at its locked version with every requirement
-# met (llm_pipeline.image_check). Then the user it runs as, as in serve.Dockerfile.
+# met (llm_pipeline.cli.image_check). Then the user it runs as, as in serve.Dockerfile.
 COPY setup.py pyproject.toml README.md ./
 COPY src ./src
 # hadolint ignore=DL3013
 RUN pip install --no-deps --no-build-isolation . \
-    && python3 -m llm_pipeline.image_check serve-cuda --lock requirements.lock \
+    && python3 -m llm_pipeline.cli.image_check serve-cuda --lock requirements.lock \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin serve
 USER 10001
 WORKDIR /home/serve
@@ -45,4 +45,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=900s --retries=3 \
     CMD ["/opt/venv/bin/python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AIP_HTTP_PORT', '8080') + os.environ.get('AIP_HEALTH_ROUTE', '/health'), timeout=4)"]
 
-ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.serve"]
+ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.cli.serve"]

@@ -30,14 +30,14 @@ RUN pip install --require-hashes --no-deps -r requirements.lock \
 
 # The package from this checkout; the build fails unless `python3` is this environment's,
 # torch is the CPU build, and every package is at its locked version with every requirement
-# met (llm_pipeline.image_check). Then the user it runs as: not root, since the server only
+# met (llm_pipeline.cli.image_check). Then the user it runs as: not root, since the server only
 # reads its settings and copies the model into a temporary folder; numeric, so Kubernetes'
 # runAsNonRoot can check it, and above the distributions' own users (Ubuntu's has 1000).
 COPY setup.py pyproject.toml README.md ./
 COPY src ./src
 # hadolint ignore=DL3013
 RUN pip install --no-deps --no-build-isolation . \
-    && python3 -m llm_pipeline.image_check serve --lock requirements.lock \
+    && python3 -m llm_pipeline.cli.image_check serve --lock requirements.lock \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin serve
 USER 10001
 WORKDIR /home/serve
@@ -49,4 +49,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
 
 # Reads AIP_STORAGE_URI, AIP_HTTP_PORT, AIP_HEALTH_ROUTE and AIP_PREDICT_ROUTE, which Vertex
 # sets; `docker run IMAGE --model gs://...` works too.
-ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.serve"]
+ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.cli.serve"]

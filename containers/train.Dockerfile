@@ -69,7 +69,7 @@ RUN lock-select requirements.lock setuptools ninja py-cpuinfo > /tmp/deepspeed-b
     && pip install --require-hashes --no-deps -r requirements.lock
 
 # The package itself, from this checkout; its requirements are all in place above. Then the
-# build fails unless the image is what it claims (llm_pipeline.image_check): `python3`, what
+# build fails unless the image is what it claims (llm_pipeline.cli.image_check): `python3`, what
 # KFP's commands run, is this environment's; torch is the CUDA build; every package is at its
 # locked version and every requirement is met; DeepSpeed recorded the cuda accelerator and
 # exactly the ops above; fused Adam holds GPU code; CPU Adam and async I/O are compiled for
@@ -78,11 +78,11 @@ COPY setup.py pyproject.toml README.md ./
 COPY src ./src
 # hadolint ignore=DL3013
 RUN pip install --no-deps --no-build-isolation . \
-    && python3 -m llm_pipeline.image_check train --lock requirements.lock \
+    && python3 -m llm_pipeline.cli.image_check train --lock requirements.lock \
         --ops async_io,cpu_adam,fused_adam,pin_memory
 
 # `train --config ...` runs a Vertex custom job's replica; any other command (KFP's
 # `python3 -m kfp.dsl.executor_main ...`, `sh -c ...`) is run unchanged. Vertex and KFP
 # replace the entrypoint with their own command anyway; `docker run IMAGE CMD` lands here.
-ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.entrypoint"]
+ENTRYPOINT ["/opt/venv/bin/python", "-m", "llm_pipeline.cli.container"]
 CMD ["--help"]

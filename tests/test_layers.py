@@ -15,7 +15,7 @@ from .module_imports import PACKAGE, SOURCE, imports_of, module_name, modules
 #: modules; "__init__" is the package's own __init__.py). A module may import from its
 #: own layer or any layer below it. pipeline.py, outside the package, is above them all.
 LAYERS: list[set[str]] = [
-    {"cli", "vertex_cli", "registry_cli", "entrypoint", "docs", "image_check"},
+    {"cli"},
     {"local", "vertex", "pipelines"},
     {"components"},
     {"steps"},
@@ -107,7 +107,8 @@ def test_the_parser_sees_every_kind_of_import(tmp_path, source, expected):
     for package in ("models", "train", "steps", "local"):
         (tmp_path / PACKAGE / package).mkdir(parents=True)
         (tmp_path / PACKAGE / package / "__init__.py").write_text("", encoding="utf-8")
-    (tmp_path / PACKAGE / "cli.py").write_text("", encoding="utf-8")
+    (tmp_path / PACKAGE / "cli").mkdir()
+    (tmp_path / PACKAGE / "cli" / "__init__.py").write_text("", encoding="utf-8")
     fake.write_text(source + "\n", encoding="utf-8")
     (found,) = imports_of(fake, tmp_path / PACKAGE)
     assert (found.importer, found.imported) == ("llm_pipeline.models.probe", expected)

@@ -21,7 +21,7 @@ TASK_FREE = [
     *sorted((PACKAGE / "pipelines").glob("*.py")),
     *sorted((PACKAGE / "components").glob("*.py")),
     *sorted((PACKAGE / "steps").glob("*.py")),
-    *(PACKAGE / f"{name}.py" for name in ("cli", "vertex_cli", "registry_cli", "entrypoint")),
+    *sorted((PACKAGE / "cli").glob("*.py")),
     ROOT / "pipeline.py",
 ]
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from llm_pipeline.image_check import TRAIN_OPS
+from llm_pipeline.cli.image_check import TRAIN_OPS
 from llm_pipeline.lockfile import TORCH_VERSION, read_lock
 
 from .dockerfile import CONTAINERS, REPO, VENV_PYTHON, env_values, exec_form, instructions, run_args
@@ -24,7 +24,7 @@ DOCKERFILES = sorted(CONTAINERS.glob("*.Dockerfile"))
 TRAIN = CONTAINERS / "train.Dockerfile"
 SERVE = CONTAINERS / "serve.Dockerfile"
 SERVE_CUDA = CONTAINERS / "serve-cuda.Dockerfile"
-#: The image each Dockerfile builds, as llm_pipeline.image_check names it.
+#: The image each Dockerfile builds, as llm_pipeline.cli.image_check names it.
 IMAGE_OF = {TRAIN: "train", SERVE: "serve", SERVE_CUDA: "serve-cuda"}
 #: Images on PyTorch's CUDA base, whose interpreter with torch is the base's.
 GPU_IMAGES = (TRAIN, SERVE_CUDA)
@@ -160,11 +160,13 @@ def test_every_package_comes_from_the_lock_with_its_hash(dockerfile: Path) -> No
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
 def test_the_build_ends_by_checking_the_image(dockerfile: Path) -> None:
-    """llm_pipeline.image_check runs with `python3` after the package is installed: a wrong
+    """llm_pipeline.cli.image_check runs with `python3` after the package is installed: a wrong
     interpreter, torch build, version or DeepSpeed build fails the build."""
     runs = run_args(dockerfile)
     installed = max(i for i, run in enumerate(runs) if re.search(r"pip install .*\s\.(\s|$)", run))
-    check = f"python3 -m llm_pipeline.image_check {IMAGE_OF[dockerfile]} --lock requirements.lock"
+    check = (
+        f"python3 -m llm_pipeline.cli.image_check {IMAGE_OF[dockerfile]} --lock requirements.lock"
+    )
     assert any(check in run for run in runs[installed:]), runs[installed:]
 
 
@@ -192,7 +194,7 @@ def test_train_image_builds_deepspeeds_ops_for_the_cuda_accelerator() -> None:
     built = set(re.findall(r"DS_BUILD_(\w+)=1", command))
     names = {"CPU_ADAM": "cpu_adam", "AIO": "async_io", "FUSED_ADAM": "fused_adam"}
     assert {names[variable] for variable in built} | {"pin_memory"} == set(TRAIN_OPS)
-    (check,) = [run for run in run_args(TRAIN) if "llm_pipeline.image_check train" in run]
+    (check,) = [run for run in run_args(TRAIN) if "llm_pipeline.cli.image_check train" in run]
     assert f"--ops {','.join(TRAIN_OPS)}" in check
 
 

@@ -1,4 +1,4 @@
-"""llm_pipeline.image_check, each image's last build step, on real parts where they exist here:
+"""llm_pipeline.cli.image_check, each image's last build step, on real parts where they exist here:
 the installed DeepSpeed's build record, g++ through containers/portable-g++, readelf on the
 libraries it builds, this environment's interpreter and lock."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_pipeline import image_check
+from llm_pipeline.cli import image_check
 from llm_pipeline.lockfile import parse_lock
 
 from .dockerfile import CONTAINERS, REPO
@@ -145,7 +145,7 @@ def test_the_serve_image_check_passes_in_an_environment_installed_from_the_lock(
     PATH) on this environment, which `make install` built from the lock as the image does."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     done = subprocess.run(
-        ["python3", "-m", "llm_pipeline.image_check", "serve", "--lock", "requirements.lock"],
+        ["python3", "-m", "llm_pipeline.cli.image_check", "serve", "--lock", "requirements.lock"],
         cwd=REPO,
         env=env,
         capture_output=True,

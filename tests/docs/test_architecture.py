@@ -125,7 +125,7 @@ def test_a_renamed_function_is_caught() -> None:
     assert problem("train/spec.py", "WorkerSpec.write") is None
     assert problem("train/spec.py", "WorkerSpec.missing") is not None
     assert problem("train/nowhere.py", "run") is not None
-    assert problem("pipeline.py", "main") is not None  # imported there, defined in cli.py
+    assert problem("pipeline.py", "main") is not None  # imported there, defined in cli/
     assert module_problem("llm_pipeline.train.worker") is None
     assert module_problem("llm_pipeline.train.nowhere") is not None
 

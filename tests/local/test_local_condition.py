@@ -8,7 +8,8 @@ import pytest
 from kfp import dsl
 from kfp.dsl import Dataset, Metrics, Model, Output
 
-from llm_pipeline import cli, components
+from llm_pipeline import components
+from llm_pipeline.cli.run import print_summary
 from llm_pipeline.config import (
     DataConfig,
     DeployConfig,
@@ -77,7 +78,7 @@ def test_a_gate_that_says_no_skips_deploy_and_the_run_succeeds(
     assert gate.metrics["deploy"] == 0
     assert not (tmp_path / "registry" / "models").exists()  # nothing was registered
     capsys.readouterr()
-    cli.print_summary(run)
+    print_summary(run)
     summary = capsys.readouterr().out
     assert (
         "Gate: do not deploy: rougeLsum 21.5, the endpoint serves nothing yet: "

@@ -240,7 +240,7 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
 def test_the_run_report_shows_the_run_in_a_browser(local_run: LocalRun, tmp_path: Path) -> None:
     """One page per run, in its folder: steps and times, the loss curves, the scores beside
     the baselines (the un-fine-tuned model among them), the gate, the resolved config."""
-    from llm_pipeline.cli import print_summary
+    from llm_pipeline.cli.run import print_summary
 
     assert local_run.run_dir is not None
     print_summary(local_run, load_config(REPO / "configs" / "local.json", SMALL).config)

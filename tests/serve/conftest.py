@@ -1,6 +1,6 @@
 """Fixtures for the prediction server's tests: a tiny trained model and server processes.
 
-Every server here is the real command (`python -m llm_pipeline.serve`) on loopback.
+Every server here is the real command (`python -m llm_pipeline.cli.serve`) on loopback.
 """
 
 from __future__ import annotations

@@ -71,10 +71,10 @@ class Spawned:
 
 
 def spawn(args: Sequence[str], *, env: Mapping[str, str] | None, log_path: Path) -> Spawned:
-    """`python -m llm_pipeline.serve ARGS` with `env` over this process's environment."""
+    """`python -m llm_pipeline.cli.serve ARGS` with `env` over this process's environment."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llm_pipeline.serve", *args],
+            [sys.executable, "-m", "llm_pipeline.cli.serve", *args],
             env={**os.environ, **(env or {})},
             cwd=REPO,
             stdin=subprocess.DEVNULL,

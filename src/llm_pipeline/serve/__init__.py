@@ -1,6 +1,6 @@
 """The prediction server: Vertex AI's custom container contract over FastAPI and uvicorn.
 
-`python -m llm_pipeline.serve --model PATH` runs it; `start_server` runs it as a child
+`python -m llm_pipeline.cli.serve --model PATH` runs it; `start_server` runs it as a child
 process for a `with` block (the deploy step's check); `create_app` builds the ASGI app.
 Settings come from the environment (`settings.py` lists every variable).
 """

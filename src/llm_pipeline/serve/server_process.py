@@ -2,7 +2,7 @@
 
 The deploy step checks a new model version this way before traffic moves to it, and tests
 and benchmarks use it to talk to the real server. The child is the real command
-(`python -m llm_pipeline.serve`), so what is checked is what the container runs.
+(`python -m llm_pipeline.cli.serve`), so what is checked is what the container runs.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def start_server(
     grace_s: float = 30.0,
     extra_args: Sequence[str] = (),
 ) -> Iterator[RunningServer]:
-    """Start `python -m llm_pipeline.serve --model model_dir` on 127.0.0.1; yield it healthy.
+    """Start `python -m llm_pipeline.cli.serve --model model_dir` on 127.0.0.1; yield it healthy.
 
     `env` is laid over this process's environment (routes and limits, as the deploy step
     stores them with a version). Waits up to `timeout_s` for the health route to answer 200
@@ -96,7 +96,7 @@ def start_server(
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable,
-        *("-m", "llm_pipeline.serve", "--model", os.fspath(model_dir)),
+        *("-m", "llm_pipeline.cli.serve", "--model", os.fspath(model_dir)),
         *("--host", "127.0.0.1", "--port", str(port), *extra_args),
     ]
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-serve-log-") as logs:

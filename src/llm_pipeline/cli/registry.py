@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
@@ -17,18 +16,40 @@ from llm_pipeline.errors import UserError
 from llm_pipeline.registry import ModelVersion, Registry, open_registry
 from llm_pipeline.tasks import TASKS
 
-COMMANDS = ("registry", "rollback", "serve")
 #: Metrics shown per version in `registry`: every task's, its gate default first (a version
 #: holds its own task's); every metric is kept in the registry.
 LISTED_METRICS = tuple(dict.fromkeys(name for task in TASKS.values() for name in task.metric_names))
 
+#: The endpoint that `make demo` (configs/local.json) deploys to, for the examples.
+EXAMPLE_ENDPOINT = "docstrings-minilm-endpoint"
+REGISTRY_EXAMPLES = """\
+examples:
+  python pipeline.py registry
+      the local registry the shipped local configs use (runs/registry)
+  python pipeline.py registry --config configs/local.json
+      the registry a config deploys to (Vertex AI's for a config whose deploy.target is vertex)
+  python pipeline.py registry --registry-dir runs/registry
+      a local registry folder, named
+"""
+ROLLBACK_EXAMPLES = f"""\
+examples:
+  python pipeline.py rollback --config configs/local.json --endpoint {EXAMPLE_ENDPOINT}
+      serve again the version the endpoint served before its last deploy
+  python pipeline.py rollback --registry-dir runs/registry --endpoint {EXAMPLE_ENDPOINT}
+      the same, the registry folder named
+"""
+SERVE_EXAMPLES = f"""\
+examples:
+  python pipeline.py serve --config configs/local.json --endpoint {EXAMPLE_ENDPOINT}
+      serve, on http://127.0.0.1:8080 (page at /), what `make demo` deployed
+  python pipeline.py serve --endpoint {EXAMPLE_ENDPOINT} --host 0.0.0.0 --port 9000
+      on another address and port
+(`python -m llm_pipeline.cli.serve --model FOLDER` serves a model folder, as the image does)
+"""
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pipeline.py",
-        description="Model registry commands: list versions and endpoints, roll an endpoint "
-        "back, serve what an endpoint points at.",
-    )
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`registry`, `rollback` and `serve`, each with where the registry is."""
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument(
         "--config", type=Path, help="Config whose deploy section names the registry."
@@ -44,21 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--registry-dir", type=Path, help="Local registry folder (default: deploy.registry_dir)."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
-        "registry", parents=[where], help="List models, versions, metrics and endpoints."
+
+    def add(name: str, summary: str, description: str, examples: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(
+            name,
+            parents=[where],
+            help=summary,
+            description=description,
+            epilog=examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.set_defaults(handler=registry_command)
+        return parser
+
+    add(
+        "registry",
+        "List models, versions, metrics and endpoints.",
+        "List every registered model's versions with their metrics, and what each endpoint serves.",
+        REGISTRY_EXAMPLES,
     )
-    rollback = commands.add_parser(
-        "rollback", parents=[where], help="Serve again the version an endpoint served before."
+    rollback = add(
+        "rollback",
+        "Serve again the version an endpoint served before.",
+        "Move all of an endpoint's traffic back to the version it served before its last deploy.",
+        ROLLBACK_EXAMPLES,
     )
     rollback.add_argument("--endpoint", required=True, help="Endpoint name.")
-    serve = commands.add_parser(
-        "serve", parents=[where], help="Serve, on this machine, what a local endpoint serves."
+    serve = add(
+        "serve",
+        "Serve, on this machine, what a local endpoint serves.",
+        "Run the prediction server, on this machine, for the version a local endpoint serves, "
+        "with the settings it was registered with.",
+        SERVE_EXAMPLES,
     )
     serve.add_argument("--endpoint", required=True, help="Endpoint name.")
     serve.add_argument("--host", default="127.0.0.1", help="Address to listen on.")
     serve.add_argument("--port", type=int, default=8080, help="Port (default 8080).")
-    return parser
 
 
 def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig]:
@@ -108,7 +150,7 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     if served is None:
         names = ", ".join(e.name for e in registry.endpoints()) or "none"
         raise UserError(f"endpoint {args.endpoint!r} serves nothing (endpoints: {names})")
-    from llm_pipeline.serve.__main__ import main as serve_main
+    from llm_pipeline.cli.serve import main as serve_main
 
     print(f"Serving {served.ref} ({served.uri}) for endpoint {args.endpoint}", flush=True)
     for key, value in served.serving_env.items():
@@ -117,9 +159,8 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     return serve_main(argv)
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run one registry command; returns the exit code (2 for a user's mistake)."""
-    args = build_parser().parse_args(argv)
+def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run `registry`, `rollback` or `serve`; returns the exit code (2 for a user's mistake)."""
     try:
         registry, deploy = _registry(args)
         if args.command == "registry":

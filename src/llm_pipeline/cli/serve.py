@@ -1,6 +1,7 @@
-"""`python -m llm_pipeline.serve --model PATH [--port P] [--host H]`: run the prediction server.
+"""`python -m llm_pipeline.cli.serve --model PATH [--port P] [--host H]`: run the prediction
+server (`pipeline.py serve --endpoint NAME` runs it for what a local endpoint serves).
 
-This is also the serving container's command: with no flags it reads Vertex AI's `AIP_*`
+This is also the serving images' command: with no flags it reads Vertex AI's `AIP_*`
 variables. Exit codes: 0 after a shutdown that was asked for, 1 when the model cannot be
 loaded or the port cannot be opened (one line on stderr says why), 2 for bad settings.
 SIGTERM stops accepting connections, finishes the requests in flight, then exits.
@@ -18,15 +19,26 @@ from typing import Any
 from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.settings import Settings, env_name, load_settings
 
+EXAMPLES = """\
+examples:
+  python -m llm_pipeline.cli.serve --model my-model --port 8080
+      serve a fine-tuned model folder (a run's finetune output, a registered version's)
+  python -m llm_pipeline.cli.serve --model gs://my-bucket/runs/model --host 127.0.0.1
+      a folder in Cloud Storage, on loopback only
+  python -m llm_pipeline.cli.serve
+      as the serving image runs it: everything from Vertex AI's AIP_* variables
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line; the environment (see settings.py) sets everything else."""
     parser = argparse.ArgumentParser(
-        prog="python -m llm_pipeline.serve",
+        prog="python -m llm_pipeline.cli.serve",
         description="Serve a fine-tuned model folder over HTTP, following Vertex AI's custom "
-        "container contract (POST {instances, parameters} -> {predictions}): a seq2seq model "
-        "that summarizes, or a causal LM that completes prompts and chats, as "
-        f"{env_name('task')} says. A page at / summarizes pasted text or chats with the model.",
+        "container contract (POST {instances, parameters} -> {predictions}), for the task "
+        f"{env_name('task')} names. A page at / tries the model on what you type.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--model",

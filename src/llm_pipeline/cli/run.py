@@ -1,15 +1,17 @@
-"""`pipeline.py`: parse arguments, load the config, build the pipeline, run or compile it.
+"""`pipeline.py run` (the default command): load the config, build the pipeline, then run it
+here, compile it, or hand it to cli/vertex.py for Vertex AI.
 
 Exit codes: 0 success, 1 a step failed, 2 the config or the command line is wrong.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from llm_pipeline import registry_cli, vertex_cli
+from llm_pipeline.cli import vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.fit import SKIP_FLAG, Target, check_fit, enforce, format_table
@@ -46,30 +48,26 @@ examples:
   python pipeline.py --config configs/small1vm1gpu.json --project my-project \\
       --pipeline-root gs://my-bucket/runs --schedule "TZ=Europe/Paris 0 3 * * 1"
       retrain every Monday at 03:00 Paris time (runs never overlap)
-  python pipeline.py schedules list --project my-project --region us-central1
-      list schedules (also: pause|resume|delete NAME)
   python pipeline.py --config configs/small1vm1gpu.json \\
       --upload-template https://us-central1-kfp.pkg.dev/my-project/pipelines
       push the compiled pipeline to Artifact Registry for the template gallery
-  python pipeline.py registry
-      list registered models, their versions and metrics, and what each endpoint serves
-  python pipeline.py rollback --endpoint dialogsum-minilm-endpoint
-      serve again the version the endpoint served before its last deploy
-  python pipeline.py serve --endpoint dialogsum-minilm-endpoint [--port 8080]
-      run the prediction server for what a local endpoint serves (page at /)
+  python pipeline.py --help-config
+      every config key with its type, default and description
+(`run` may be left out: `pipeline.py --config C` is `pipeline.py run --config C`)
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line; every flag says what it does."""
-    parser = argparse.ArgumentParser(
-        prog="pipeline.py",
-        description="Fine-tune and ship a language model with a Kubeflow pipeline built from "
-        "one JSON config: download → preprocess → finetune → evaluate → should-deploy → "
-        "deploy. Runs locally with KFP's local runner, or compiles for Vertex AI Pipelines.",
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`run`'s flags; every flag says what it does."""
+    parser = commands.add_parser(
+        "run",
+        help="Run the pipeline here, compile it, or submit it to Vertex AI (the default).",
+        description="Build the pipeline from one JSON config and run it locally with KFP's "
+        "local runner, write its spec for Vertex AI Pipelines, or submit it there.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.set_defaults(handler=run_or_submit)
     parser.add_argument("--config", type=Path, help="JSON config file (see configs/README.md).")
     parser.add_argument(
         "--set",
@@ -121,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Print every config key with its type, default and description, then exit.",
     )
-    vertex_cli.add_vertex_arguments(parser)
-    return parser
+    vertex.add_vertex_arguments(parser)
 
 
 def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
@@ -177,7 +174,7 @@ def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedCo
 def _fit_target(args: argparse.Namespace, config: PipelineConfig) -> Target:
     """Where the command runs the config: Vertex AI when it compiles or submits; for
     `--check-fit` alone, where the config is written to run (deploy.target)."""
-    if args.compile is not None or args.upload_template or vertex_cli.wants_vertex(args):
+    if args.compile is not None or args.upload_template or vertex.wants_vertex(args):
         return "vertex"
     if args.check_fit and config.deploy.target == "vertex":
         return "vertex"
@@ -199,15 +196,8 @@ def _check_fit(config: PipelineConfig, target: Target, *, show: bool, refuse: bo
         enforce(report)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in registry_cli.COMMANDS:
-        return registry_cli.main(argv)
-    if argv and argv[0] == "schedules":
-        return vertex_cli.schedules_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run, compile or submit as the flags say; returns the exit code."""
     if args.help_config:
         print(config_reference_markdown())
         return 0
@@ -228,8 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.check_fit:
             return 0
-    if args.upload_template or vertex_cli.wants_vertex(args):
-        return vertex_cli.run_vertex(args, config)
+    if args.upload_template or vertex.wants_vertex(args):
+        return vertex.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
     if args.compile is not None:
         if problems := config.vertex.unresolved_image_problems():

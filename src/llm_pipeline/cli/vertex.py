@@ -1,9 +1,11 @@
-"""`pipeline.py` on Vertex AI: submit (and watch), preflight, schedule, upload a template,
+"""`pipeline.py run` on Vertex AI: submit (and watch), preflight, schedule, upload a template;
 and `pipeline.py schedules list|pause|resume|delete`.
 
 Every value is checked before the first call (exit 2 with the problem); a refusal from
 Vertex AI is one line (exit 1); `--wait` exits 0 only when the run succeeded.
 """
+
+from __future__ import annotations
 
 import argparse
 import sys
@@ -286,18 +288,39 @@ def _describe(config: PipelineConfig, spec: Path) -> None:
         print(f"  {line}")
 
 
-def schedules_main(argv: Sequence[str]) -> int:
+SCHEDULES_EXAMPLES = """\
+examples:
+  python pipeline.py schedules list --config configs/small1vm1gpu.json --project my-project
+      list the schedules in the project, in the config's region
+  python pipeline.py schedules list --project my-project --region us-central1
+      the same without a config
+  python pipeline.py schedules pause t5-small-cnndm --project my-project --region us-central1
+      pause a schedule (by display name, id or resource name); `resume` starts it again
+  python pipeline.py schedules delete t5-small-cnndm --project my-project --region us-central1
+      delete it; the runs it made stay
+(`pipeline.py run --help`: --schedule creates one)
+"""
+
+
+def add_schedules_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`pipeline.py schedules ACTION [NAME] (--config C | --project P --region R)`."""
-    parser = argparse.ArgumentParser(
-        prog="pipeline.py schedules",
+    parser = commands.add_parser(
+        "schedules",
+        help="List, pause, resume or delete Vertex AI pipeline schedules.",
         description="Manage Vertex AI pipeline schedules: list, pause, resume, delete.",
+        epilog=SCHEDULES_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.set_defaults(handler=manage_schedules)
     parser.add_argument("action", choices=SCHEDULE_ACTIONS)
     parser.add_argument("name", nargs="?", help="Schedule id, resource name or display name.")
     parser.add_argument("--config", type=Path, help="Config whose vertex section says where.")
     parser.add_argument("--project", help="Google Cloud project id (default: vertex.project).")
     parser.add_argument("--region", help="Vertex AI region (default: vertex.region).")
-    args = parser.parse_args(argv)
+
+
+def manage_schedules(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """List schedules, or pause, resume or delete one; returns the exit code."""
     if args.action != "list" and not args.name:
         parser.error(f"schedules {args.action} needs the schedule's name or id")
     try:

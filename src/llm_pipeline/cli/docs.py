@@ -1,4 +1,5 @@
-"""Regenerate what is generated from the code: `python -m llm_pipeline.docs README.md`.
+"""Regenerate what is generated from the code: `python -m llm_pipeline.cli.docs README.md`
+(what `make docs` runs).
 
 The README's config reference and the prediction server's settings each sit between two
 markers and come from the pydantic models' field descriptions; `components/*.yaml` are the
@@ -6,8 +7,9 @@ compiled component specs and `pipelines/*.yaml` the compiled specs of the shippe
 configs. Tests fail when any of them is out of date.
 """
 
+import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llm_pipeline.config.reference import config_reference_markdown
@@ -44,10 +46,34 @@ CONFIGS_DIR = Path("configs")
 PIPELINES_DIR = Path("pipelines")
 
 
-def main(argv: list[str]) -> int:
-    """Rewrite each named file in place, and the compiled components."""
-    for name in argv or ["README.md"]:
-        path = Path(name)
+EXAMPLES = """\
+examples:
+  python -m llm_pipeline.cli.docs
+      what `make docs` runs: README.md, components/*.yaml and pipelines/*.yaml, from the code
+  python -m llm_pipeline.cli.docs README.md
+      the same, the markdown file named
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The markdown files to rewrite; the YAML is always rewritten."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_pipeline.cli.docs",
+        description="Regenerate, from the code, the tables between markers in the named "
+        "markdown files, the component specs in components/ and the shipped Vertex pipeline "
+        "specs in pipelines/. Run it from the repository's root.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "files", nargs="*", type=Path, default=[Path("README.md")], help="Default: README.md."
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite each named file in place, and the compiled components and pipelines."""
+    for path in build_parser().parse_args(argv).files:
         path.write_text(with_generated(path.read_text()))
         print(f"updated {path}")
     for path in compile_components(COMPONENTS_DIR):
@@ -58,4 +84,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,11 +1,11 @@
 """The train image's ENTRYPOINT: run a given command unchanged, or train as a Vertex custom job.
 
-    python -m llm_pipeline.entrypoint COMMAND [ARGS...]
+    python -m llm_pipeline.cli.container COMMAND [ARGS...]
         Replaces itself with COMMAND (exec), so its exit code and signals are COMMAND's own.
         This keeps KFP's commands working (`python -m kfp.dsl.executor_main ...`,
         `sh -c ...`): Vertex and Kubernetes replace an image's ENTRYPOINT with them anyway,
         while Docker, and so KFP's local DockerRunner, pass them to it as arguments.
-    python -m llm_pipeline.entrypoint train --config CONFIG [--set KEY=VALUE ...]
+    python -m llm_pipeline.cli.container train --config CONFIG [--set KEY=VALUE ...]
         A standalone Vertex custom job, every replica running the same command: prepare the
         config's data (or take a tokenized `--dataset`), then fine-tune this replica's share
         of the cluster (`CLUSTER_SPEC`), checkpointing to `AIP_CHECKPOINT_DIR` and logging to
@@ -36,10 +36,19 @@ TRAIN = "train"
 _HELP = ("-h", "--help")
 
 
+TRAIN_EXAMPLES = """\
+examples:
+  python -m llm_pipeline.cli.container train --config gs://my-bucket/small1vm1gpu.json
+      the custom job's command: the config's data, then fine-tuning; the model to AIP_MODEL_DIR
+  python -m llm_pipeline.cli.container train --config configs/local.json --model-dir model
+      the same on this machine, the model to ./model
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `train` mode's command line; anything else is a command to run."""
     parser = argparse.ArgumentParser(
-        prog="python -m llm_pipeline.entrypoint",
+        prog="python -m llm_pipeline.cli.container",
         description="The train image's entrypoint. `train` fine-tunes as a Vertex AI custom "
         "job; any other arguments are a command, run unchanged (KFP's, a shell, deepspeed).",
     )
@@ -51,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(which node this is), AIP_CHECKPOINT_DIR (checkpoints; resumes from the newest), "
         "AIP_TENSORBOARD_LOG_DIR (event files) and AIP_MODEL_DIR (where the primary writes "
         "the model).",
+        epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
         "--config", required=True, help="JSON config: a local path or gs://bucket/config.json."

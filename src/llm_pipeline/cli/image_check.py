@@ -1,6 +1,6 @@
 """The last build step of every image: fail the build unless the image is what it claims.
 
-    python3 -m llm_pipeline.image_check {train,serve,serve-cuda} --lock requirements.lock
+    python3 -m llm_pipeline.cli.image_check {train,serve,serve-cuda} --lock requirements.lock
 
 Run with the `python3` that KFP's compiled commands call (`python3 -m kfp.dsl.executor_main`),
 so that interpreter is checked too. What is checked, each a line of its own when it fails:
@@ -228,15 +228,35 @@ def image_problems(image: str, lock: Path, ops: Sequence[str] = TRAIN_OPS) -> li
     return problems
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Check the image named on the command line; print each problem."""
-    parser = argparse.ArgumentParser(prog="python3 -m llm_pipeline.image_check")
+EXAMPLES = """\
+examples:
+  python3 -m llm_pipeline.cli.image_check train --lock requirements.lock
+      the train image's last build step
+  python3 -m llm_pipeline.cli.image_check serve --lock requirements.lock
+      the CPU serving image's
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The image to check and the lock it must hold."""
+    parser = argparse.ArgumentParser(
+        prog="python3 -m llm_pipeline.cli.image_check",
+        description="Fail an image's build unless the image is what it claims (each "
+        "Dockerfile's last step runs this).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("image", choices=sorted(IMAGE_EXTRAS))
     parser.add_argument("--lock", type=Path, required=True, help="requirements.lock")
     parser.add_argument(
         "--ops", default=",".join(TRAIN_OPS), help="DeepSpeed ops the train image prebuilds"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the image named on the command line; print each problem."""
+    args = build_parser().parse_args(argv)
     problems = image_problems(args.image, args.lock, tuple(filter(None, args.ops.split(","))))
     for problem in problems:
         print(f"image check ({args.image}): {problem}", file=sys.stderr)
