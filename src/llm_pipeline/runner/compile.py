@@ -36,8 +36,8 @@ def compile_components(folder: str | Path) -> list[Path]:
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in components.STEPS:
-        path = target / f"{name}.yaml"
-        compiler.Compiler().compile(getattr(components, name), package_path=str(path))
+    for step in components.STEPS:
+        path = target / f"{step.function}.yaml"
+        compiler.Compiler().compile(getattr(components, step.function), package_path=str(path))
         written.append(path)
     return written
