@@ -9,13 +9,14 @@ KFP reads the interface from it and the Vertex UI shows its docstring, so it has
 there. The component's body names none of them again: its first statement is
 `arguments = dict(locals())` (the parameters, in the signature's order), and it hands that
 mapping to `steps/X.py::run_X`. The step reads each argument where it uses it, through
-`artifacts.Arguments`, whose methods say what the argument is (`text`, `artifact`,
-`metrics`): mypy then knows every value's type as if it were a typed parameter, and a
-missing or mistyped argument fails at once, naming it. A second list of the names (keyword
-parameters, a TypedDict, a dataclass) would be checked against nothing but itself; the
-step tests call the components' functions (`components.X.python_func`) instead, so a name
-the step reads that its component lacks fails there.
+`steps/artifacts.py::Arguments`, whose methods say what the argument is (`text`, `artifact`,
+`metrics`): mypy knows the type of every value the step uses, and at run time a missing
+argument, or one of another kind than the step expects, fails at once, naming it. A
+second list of the names (keyword parameters, a TypedDict, a dataclass) would be checked
+against nothing but itself; the step tests call the components' functions
+(`components.X.python_func`) instead, so a name the step reads that its component lacks
+fails there.
 
-`errors.reports_user_errors(Step.X)` wraps every `run_X`: it turns the mapping into
+`steps/errors.py::reports_user_errors` wraps every `run_X`: it turns the mapping into
 `Arguments`, and a user's mistake into one line naming the step.
 """
