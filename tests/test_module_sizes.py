@@ -17,9 +17,6 @@ PER_STEP = {"components", "steps"}
 #: Small modules kept on purpose, each with its reason. Each must still exist and still be
 #: small, so that the list cannot outlive its entries.
 KEPT = {
-    # The names of the files steps leave behind: constants only, so that the CLI and the run
-    # report can learn a file name without importing the modules (and torch) that write it.
-    "output_files.py": "file names importable without the modules that write them",
     # Status lines and durations: a step prints them, the runner reads them; not file names.
     "progress.py": "one idea (status lines), not output_files.py's",
 }

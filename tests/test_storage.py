@@ -13,6 +13,7 @@ import fsspec
 import pytest
 
 from llm_pipeline import storage
+from llm_pipeline.output_files import Step
 from llm_pipeline.storage import (
     GCS_MOUNT,
     OUTPUT_MARKER,
@@ -271,13 +272,13 @@ def test_a_step_output_killed_before_its_marker_is_refused(gcs_mount):
     assert (final / "dataset_dict.json").is_file(), "every file written, the marker not"
 
     with pytest.raises(DataError, match=f"unfinished: it has no {OUTPUT_MARKER}"):
-        load_saved_dataset(final, made_by="download", error=DataError)
+        load_saved_dataset(final, made_by=Step.DOWNLOAD, error=DataError)
 
     with atomic_output_dir(final) as folder:
         datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": [3]})}).save_to_disk(
             str(folder)
         )
-    assert load_saved_dataset(final, made_by="download", error=DataError)["train"]["x"] == [3]
+    assert load_saved_dataset(final, made_by=Step.DOWNLOAD, error=DataError)["train"]["x"] == [3]
 
 
 def test_evaluate_refuses_a_model_folder_its_finetune_step_did_not_finish(gcs_mount, tmp_path):

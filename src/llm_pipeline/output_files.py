@@ -1,8 +1,45 @@
-"""Names of the files steps write into their output folders, for every layer that reads them.
+"""Names of the pipeline's steps and of the files they write into their output folders, for
+every layer that reads them.
 
 A module of constants only: the CLI and the run report read these files, and importing the
-modules that write them would load torch just to learn a file name.
+modules that write them would load torch just to learn a file name. The steps' names are
+here, at the bottom, because every layer spells them: the graph and its Vertex settings, the
+console and the summary of a local run, and the library's messages about which step wrote
+a folder.
 """
+
+from enum import Enum
+
+
+class Step(Enum):
+    """The pipeline's steps, in the order they run; the one table of their names.
+
+    The value is the component's function name, which is also its module's name under
+    `components/` and `steps/` and its compiled spec's under `components/`.
+    """
+
+    CONFIGURE = "configure"
+    DOWNLOAD = "download"
+    PREPROCESS = "preprocess"
+    FINETUNE = "finetune"
+    EVALUATE = "evaluate"
+    SHOULD_DEPLOY = "should_deploy"
+    DEPLOY = "deploy"
+    #: A preflight's exit task: it runs once the others have ended, however they ended.
+    UNDEPLOY_PREFLIGHT = "undeploy_preflight"
+
+    @property
+    def function(self) -> str:
+        """The component's function name (`should_deploy`)."""
+        return self.value
+
+    @property
+    def display_name(self) -> str:
+        """The name the run shows (`should-deploy`): KFP's task name for the component (its
+        function name with dashes), which the graph also sets as the display name; the local
+        run's folder for the step, the console's and the summary's line."""
+        return self.value.replace("_", "-")
+
 
 #: Written into every output folder: the settings it was made with (STYLE #6).
 RESOLVED_CONFIG_FILE = "llm_pipeline_config.json"

@@ -25,6 +25,8 @@ from pathlib import Path, PurePosixPath
 from fsspec.core import url_to_fs
 from fsspec.utils import get_protocol
 
+from llm_pipeline.output_files import Step
+
 #: Vertex AI mounts Cloud Storage here with gcsfuse: `/gcs/BUCKET/KEY` is `gs://BUCKET/KEY`.
 GCS_MOUNT = Path("/gcs")
 
@@ -183,7 +185,7 @@ def _empty_output(folder: Path, *, missing_ok: bool = False) -> None:
 
 
 def check_output_complete(
-    folder: str | os.PathLike[str], *, made_by: str, error: Callable[[str], Exception]
+    folder: str | os.PathLike[str], *, made_by: Step, error: Callable[[str], Exception]
 ) -> None:
     """Raise `error(message)` if the step output `folder` was written through the `/gcs/`
     mount and is unfinished (no `OUTPUT_MARKER`).
@@ -200,9 +202,9 @@ def check_output_complete(
     path = path.rstrip("/")
     if fs.isdir(path) and not fs.exists(f"{path}/{OUTPUT_MARKER}"):
         raise error(
-            f"{folder}: the {made_by} step's output is unfinished: it has no {OUTPUT_MARKER}, "
-            f"which that step writes last (it was stopped while writing?); run the {made_by} "
-            "step again"
+            f"{folder}: the {made_by.display_name} step's output is unfinished: it has no "
+            f"{OUTPUT_MARKER}, which that step writes last (it was stopped while writing?); "
+            f"run the {made_by.display_name} step again"
         )
 
 

@@ -11,12 +11,12 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
+from llm_pipeline import components
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data import DataError
 from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models.sources import resolve_model_path
-from llm_pipeline.steps.preprocess import run_preprocess
 from llm_pipeline.tasks import get_task
 
 from ..offline_models import MINILM
@@ -286,7 +286,7 @@ def test_the_preprocess_step_logs_the_classification_figures(tmp_path) -> None:
     ).save_to_disk(str(source))
     metrics = Metrics()
     data = DataConfig(dataset="unused", columns={"text": "text", "label": "label"})
-    run_preprocess(
+    components.preprocess.python_func(
         task="text_classification",
         data=data.model_dump_json(),
         model=MODEL.model_dump_json(),

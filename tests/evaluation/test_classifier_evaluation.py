@@ -19,6 +19,7 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
+from llm_pipeline import components
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.errors import EvaluationError
@@ -33,7 +34,6 @@ from llm_pipeline.output_files import (
     METRICS_FILE,
     PREDICTIONS_FILE,
 )
-from llm_pipeline.steps.evaluate import run_evaluate
 from llm_pipeline.tasks import get_task
 
 from ..chromium import devtools, png_pixels
@@ -68,7 +68,7 @@ def evaluated(
     """The evaluate step run as the evaluate component runs it (batches of 4 of 26 rows)."""
     out = tmp_path_factory.mktemp("evaluated")
     sink = Sink(path=str(out / "metrics"), values={})
-    run_evaluate(
+    components.evaluate.python_func(
         task=TASK,
         evaluate=EvaluateConfig(batch_size=4, bootstrap_samples=200, seed=1).model_dump_json(),
         model=SimpleNamespace(path=str(model_dir)),

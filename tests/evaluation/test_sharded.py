@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from llm_pipeline import components
 from llm_pipeline.config.errors import ConfigError
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
@@ -22,7 +23,6 @@ from llm_pipeline.evaluation.processes import (
     evaluate_in_processes,
     evaluation_processes,
 )
-from llm_pipeline.steps.evaluate import run_evaluate
 
 from ..serve.tiny_model import MAX_SOURCE_TOKENS, MAX_TARGET_TOKENS, docstring_documents
 
@@ -76,7 +76,7 @@ def evaluate_step(
     out = tmp_path / f"processes-{processes}"
     section = EvaluateConfig(batch_size=4, bootstrap_samples=100, seed=1, processes=processes)
     metrics = Sink(path=str(out / "metrics"), values={})
-    run_evaluate(
+    components.evaluate.python_func(
         task="summarization",
         evaluate=section.model_dump_json(),
         model=SimpleNamespace(path=str(model)),

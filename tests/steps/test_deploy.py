@@ -15,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 from kfp.dsl import Markdown, Metrics
 
+from llm_pipeline import components
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
-from llm_pipeline.registry.local.registry import LocalRegistry
-from llm_pipeline.steps.deploy import generation_defaults, run_deploy
+from llm_pipeline.registry.local import LocalRegistry
+from llm_pipeline.steps.deploy import generation_defaults
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ def deploy_step(
     task = tmp_path / f"deploy-{len(list(tmp_path.glob('deploy-*')))}"
     metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
     metrics.log_metric("rougeLsum", 31.5)
-    run_deploy(
+    components.deploy.python_func(
         task="summarization",
         deploy=DeployConfig(
             registry_dir=str(registry_dir), model_display_name="summarizer", health_timeout_s=120

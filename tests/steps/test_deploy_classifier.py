@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 from kfp.dsl import Markdown, Metrics
 
+from llm_pipeline import components
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.registry import prediction_text
-from llm_pipeline.registry.local.registry import LocalRegistry
-from llm_pipeline.steps.deploy import run_deploy
+from llm_pipeline.registry.local import LocalRegistry
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_a_classifier_is_probed_with_texts_and_its_labels_are_answers(
     metrics = Metrics(uri=str(tmp_path / "evaluate-metrics"))
     metrics.log_metric("macro_f1", 0.5)
     task = tmp_path / "deploy"
-    run_deploy(
+    components.deploy.python_func(
         task="text_classification",
         deploy=DeployConfig(
             registry_dir=str(registry_dir),

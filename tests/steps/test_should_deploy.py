@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from kfp.dsl import Markdown, Metrics
 
+from llm_pipeline import components
 from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
-from llm_pipeline.registry.local.registry import LocalRegistry
-from llm_pipeline.steps.should_deploy import run_should_deploy
+from llm_pipeline.registry.local import LocalRegistry
 
 
 def model_folder(root: Path, name: str) -> Path:
@@ -27,7 +27,7 @@ def run_gate(
     metrics.log_metric("rougeLsum", rouge)
     metrics.log_metric("rouge1", rouge + 5)
     task = tmp_path / "should-deploy"
-    decided = run_should_deploy(
+    decided = components.should_deploy.python_func(
         deploy=deploy.model_dump_json(),
         policy=DeployPolicyConfig(**{"metric": "rougeLsum", **policy}).model_dump_json(),  # type: ignore[arg-type]
         vertex=VertexConfig().model_dump_json(),

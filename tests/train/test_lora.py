@@ -173,7 +173,7 @@ def test_summarization_with_lora_through_the_finetune_step(
     """The component's body, under DeepSpeed ZeRO-2 with a checkpoint on the way: the step's
     model artifact is the merged model, loadable as evaluation and the server load any
     other, with the adapter in `adapter/`; the metrics count what trained."""
-    from llm_pipeline.steps.finetune import run_finetune_step
+    from llm_pipeline import components
 
     train = train_settings(
         max_steps=4, save_steps=2, learning_rate=1e-2, zero_stage=2, lora=LoraSettings(r=8)
@@ -181,7 +181,7 @@ def test_summarization_with_lora_through_the_finetune_step(
     trained_model = Model(uri=str(tmp_path / "trained_model"))
     metrics = Metrics(uri=str(tmp_path / "metrics"))
 
-    run_finetune_step(
+    components.finetune.python_func(
         task="summarization",
         model=ModelConfig(source=str(tiny_t5_folder)).model_dump_json(),
         train=train.model_dump_json(),

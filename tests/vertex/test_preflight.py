@@ -60,10 +60,13 @@ def sections_the_steps_get(job: dict[str, Any], tmp_path: Path) -> dict[str, Any
     }
     configure = every_task(job["pipelineSpec"])["configure"]
     sections = run_configure(
-        config=constant(configure, "config"),
-        parameters=values,
-        resolved=SimpleNamespace(path=str(tmp_path / "resolved.json")),
-        runtime={"project": PROJECT, "region": REGION},
+        {
+            "config": constant(configure, "config"),
+            "resolved": SimpleNamespace(path=str(tmp_path / "resolved.json")),
+            **values,
+            "project": PROJECT,
+            "region": REGION,
+        }
     )
     return {name: json.loads(text) for name, text in sections.items()}
 
@@ -261,18 +264,18 @@ def test_the_last_step_empties_the_preflight_endpoint_and_no_other(api: VertexSt
         registry.deploy(version, config.deploy.endpoint_name(), probe=["An article."])
     runtime = {"project": PROJECT, "region": REGION}
 
-    retired = run_undeploy_preflight(config=tiny.model_dump_json(), runtime=runtime)
+    retired = run_undeploy_preflight({"config": tiny.model_dump_json(), **runtime})
 
     assert retired == ["t5-small-cnndm-2x16-preflight@1"]
     served = {e["displayName"]: e.get("deployedModels", []) for e in api.endpoints.values()}
     assert served["t5-small-cnndm-2x16-endpoint-preflight"] == []
     assert len(served["t5-small-cnndm-2x16-endpoint"]) == 1
-    assert run_undeploy_preflight(config=tiny.model_dump_json(), runtime=runtime) == []
+    assert run_undeploy_preflight({"config": tiny.model_dump_json(), **runtime}) == []
     # A run that failed before deploy: no endpoint yet, nothing to do.
     other = preflight_config(config_of(CONFIG, "deploy.model_display_name=never-deployed"))
-    assert run_undeploy_preflight(config=other.model_dump_json(), runtime=runtime) == []
+    assert run_undeploy_preflight({"config": other.model_dump_json(), **runtime}) == []
     # Never a real endpoint.
     with pytest.raises(SystemExit) as refused:
-        run_undeploy_preflight(config=real.model_dump_json(), runtime=runtime)
+        run_undeploy_preflight({"config": real.model_dump_json(), **runtime})
     assert refused.value.code == 1
     assert len(served["t5-small-cnndm-2x16-endpoint"]) == 1

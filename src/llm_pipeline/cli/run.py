@@ -17,7 +17,7 @@ from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.fit import SKIP_FLAG, Target, check_fit, enforce, format_table
 from llm_pipeline.local import LocalRun, run_local, step_order
 from llm_pipeline.local.summary import format_summary
-from llm_pipeline.output_files import PREDICTIONS_FILE
+from llm_pipeline.output_files import PREDICTIONS_FILE, Step
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
 from llm_pipeline.vertex import compile_pipeline
@@ -149,7 +149,7 @@ def _example_instance(run: LocalRun, config: PipelineConfig | None) -> str | Non
     Only where the server takes that input as evaluation read it (a task whose served
     instance is built otherwise, a chat from a rendered prompt, gets none)."""
     task = get_task(config.task if config else DEFAULT_TASK)
-    evaluate = next((step for step in run.steps if step.name == "evaluate"), None)
+    evaluate = run.outcome(Step.EVALUATE)
     if evaluate is None or "predictions" not in evaluate.outputs:
         return None
     if task.serving_column != task.source_column:

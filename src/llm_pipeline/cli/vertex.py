@@ -24,6 +24,7 @@ from llm_pipeline.config.preflight import (
 )
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
+from llm_pipeline.output_files import Step
 from llm_pipeline.vertex import submit as vs
 from llm_pipeline.vertex.schedules import validate_cron
 from llm_pipeline.vertex.spec_summary import describe_spec
@@ -268,8 +269,8 @@ def _preflight_verdict(real: PipelineConfig, preflight: PipelineConfig, succeede
         emptied = f" (its endpoint {endpoint} serves nothing again)" if deploys else ""
         return f"Preflight passed{emptied}: submit {real.name} without --preflight."
     cleanup = (
-        f" Its last step, undeploy-preflight, empties {endpoint} however the others went; if "
-        "that step is the one that failed, undeploy by hand (README: Clean up)."
+        f" Its last step, {Step.UNDEPLOY_PREFLIGHT.display_name}, empties {endpoint} however the "
+        "others went; if that step is the one that failed, undeploy by hand (README: Clean up)."
     )
     return (
         "Preflight failed: the console shows the step that failed and its log; fix it before "

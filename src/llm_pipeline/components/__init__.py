@@ -11,21 +11,16 @@ from llm_pipeline.components.finetune import finetune
 from llm_pipeline.components.image import DEFAULT_IMAGE, with_image
 from llm_pipeline.components.preprocess import preprocess
 from llm_pipeline.components.should_deploy import should_deploy
+from llm_pipeline.output_files import Step
 
-#: The pipeline's steps, in the order they run.
-STEPS = (
-    "configure",
-    "download",
-    "preprocess",
-    "finetune",
-    "evaluate",
-    "should_deploy",
-    "deploy",
-)
+#: The steps whose components are exported here, in the order they run: all but a
+#: preflight's exit task (`pipelines/build.py` adds it to a preflight's run).
+STEPS = tuple(step for step in Step if step is not Step.UNDEPLOY_PREFLIGHT)
 
 __all__ = [
     "DEFAULT_IMAGE",
     "STEPS",
+    "Step",
     "configure",
     "deploy",
     "download",

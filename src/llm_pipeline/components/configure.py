@@ -1,37 +1,34 @@
-"""KFP component: the run's parameters applied to the config, validated, split by step."""
+"""KFP component: the run's parameters applied to the config, validated, split by step.
 
-from typing import NamedTuple
+Its signature is made from the table of run parameters (`config.run_parameters`) and its
+outputs from the sections the step hands on (`steps.configure.SECTIONS`), so that a new run
+parameter is written in one place. KFP reads a lightweight component's interface from the
+function's signature and ships the function's source text (`inspect.getsource`) to the
+container, where the executor runs it; so the function is written here as source text and
+compiled under a file name registered in `linecache`, where `inspect` reads it back.
+"""
+
+import linecache
+import textwrap
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from kfp.dsl import Artifact, Output
 
 from llm_pipeline.components.image import component
+from llm_pipeline.config.run_parameters import RUN_PARAMETERS
+from llm_pipeline.steps.configure import SECTIONS
 
-
-@component
-def configure(
+_SOURCE = '''def configure(
     config: str,
     resolved: Output[Artifact],
-    dataset: str,
-    model_source: str,
-    epochs: float,
-    learning_rate: float,
-    per_device_batch_size: int,
-    gate_metric: str,
-    min_improvement: float,
-    deploy_override: str,
+{parameters}
     project: str = "",
     region: str = "",
-) -> NamedTuple(  # type: ignore[valid-type]
+) -> NamedTuple(
     "Sections",
     [
-        ("data", str),
-        ("model", str),
-        ("train", str),
-        ("cluster", str),
-        ("evaluate", str),
-        ("deploy_policy", str),
-        ("deploy", str),
-        ("vertex", str),
+{sections}
     ],
 ):
     """Apply the pipeline's parameters to the config and validate it, as `--set` would.
@@ -41,8 +38,7 @@ def configure(
 
     Args:
         config: The whole config as JSON (`llm_pipeline.config.PipelineConfig`).
-        dataset, model_source, epochs, learning_rate, per_device_batch_size, gate_metric,
-        min_improvement, deploy_override: the run's parameters
+{parameter_names}
             (`llm_pipeline.config.run_parameters`); an empty `model_source` keeps the
             config's model.
         project, region: Where the run runs (on Vertex AI the pipeline passes the
@@ -52,39 +48,51 @@ def configure(
 
     Outputs:
         resolved: The validated config this run uses, as JSON.
-        data, model, train, cluster, evaluate, deploy_policy, deploy, vertex: each section
+{section_names}
             as JSON text, for the steps.
     """
+    arguments = dict(locals())
     from collections import namedtuple
 
     from llm_pipeline.steps.configure import run_configure
 
-    sections = run_configure(
-        config=config,
-        parameters={
-            "dataset": dataset,
-            "model_source": model_source,
-            "epochs": epochs,
-            "learning_rate": learning_rate,
-            "per_device_batch_size": per_device_batch_size,
-            "gate_metric": gate_metric,
-            "min_improvement": min_improvement,
-            "deploy_override": deploy_override,
-        },
-        resolved=resolved,
-        runtime={"project": project, "region": region},
+    sections = run_configure(arguments)
+    return namedtuple("Sections", sections)(**sections)
+'''
+
+
+def _listed(names: list[str], then: str) -> str:
+    """`names` and `then` as a docstring's `Args:` entry, wrapped as the code is."""
+    indent = " " * 8
+    return textwrap.fill(
+        f"{', '.join(names)}{then}", width=100, initial_indent=indent, subsequent_indent=indent
     )
-    Sections = namedtuple(
-        "Sections",
-        [
-            "data",
-            "model",
-            "train",
-            "cluster",
-            "evaluate",
-            "deploy_policy",
-            "deploy",
-            "vertex",
-        ],
+
+
+def _source() -> str:
+    return _SOURCE.format(
+        parameters="\n".join(
+            f"    {name}: {parameter.kind.__name__}," for name, parameter in RUN_PARAMETERS.items()
+        ),
+        sections="\n".join(f'        ("{name}", str),' for name in SECTIONS),
+        parameter_names=_listed(list(RUN_PARAMETERS), ": the run's parameters"),
+        section_names=_listed(list(SECTIONS), ": each section"),
     )
-    return Sections(**sections)
+
+
+def _compiled(source: str, name: str) -> Callable[..., Any]:
+    """The function `name` defined by `source`, its source text where `inspect` finds it."""
+    filename = f"<{__name__}, made from llm_pipeline.config.run_parameters>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace: dict[str, Any] = {
+        "__name__": __name__,
+        "Artifact": Artifact,
+        "NamedTuple": NamedTuple,
+        "Output": Output,
+    }
+    exec(compile(source, filename, "exec"), namespace)
+    function: Callable[..., Any] = namespace[name]
+    return function
+
+
+configure = component(_compiled(_source(), "configure"))

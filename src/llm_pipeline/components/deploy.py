@@ -57,21 +57,7 @@ def deploy(
         version: `model@version` registered.
         endpoint: The endpoint's name.
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.deploy import run_deploy
 
-    run_deploy(
-        task=task,
-        deploy=deploy,
-        vertex=vertex,
-        data=data,
-        evaluate=evaluate,
-        run=run,
-        gate_served=gate_served,
-        model=model,
-        metrics=metrics,
-        dataset=dataset,
-        report=report,
-        deployment=deployment,
-        version=version,
-        endpoint=endpoint,
-    )
+    run_deploy(arguments)

@@ -23,6 +23,7 @@ def download(task: str, data: str, dataset: Output[Dataset], metrics: Output[Met
             `validation` and, when present, `test`; columns named by the task's roles.
         metrics: `rows_<split>` for every split.
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.download import run_download
 
-    run_download(task=task, data=data, dataset=dataset, metrics=metrics)
+    run_download(arguments)

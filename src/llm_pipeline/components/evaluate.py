@@ -51,14 +51,7 @@ def evaluate(
             per-example scores), metrics.json, report.html and, for a model with a label
             head, confusion_matrix.json.
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.evaluate import run_evaluate
 
-    run_evaluate(
-        task=task,
-        evaluate=evaluate,
-        model=model,
-        dataset=dataset,
-        metrics=metrics,
-        report=report,
-        predictions=predictions,
-    )
+    run_evaluate(arguments)

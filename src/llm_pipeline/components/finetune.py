@@ -46,15 +46,7 @@ def finetune(
             trainable and total parameters.
         logs: TensorBoard event files (on Vertex also sent to `AIP_TENSORBOARD_LOG_DIR`).
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.finetune import run_finetune_step
 
-    run_finetune_step(
-        task=task,
-        model=model,
-        train=train,
-        cluster=cluster,
-        dataset=dataset,
-        trained_model=trained_model,
-        metrics=metrics,
-        logs=logs,
-    )
+    run_finetune_step(arguments)

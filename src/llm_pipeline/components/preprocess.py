@@ -32,8 +32,7 @@ def preprocess(
         metrics: Rows kept and dropped (empty text), token-length percentiles and truncation
             rates per split.
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.preprocess import run_preprocess
 
-    run_preprocess(
-        task=task, data=data, model=model, dataset=dataset, tokenized=tokenized, metrics=metrics
-    )
+    run_preprocess(arguments)

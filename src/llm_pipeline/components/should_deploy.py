@@ -39,15 +39,7 @@ def should_deploy(
             docstrings@3: +0.4 < min_improvement 0.5, not deploying`.
         served_version: `model@version` the endpoint served (empty: nothing).
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.should_deploy import run_should_deploy
 
-    return run_should_deploy(
-        deploy=deploy,
-        policy=policy,
-        vertex=vertex,
-        metrics=metrics,
-        decision=decision,
-        report=report,
-        reason=reason,
-        served_version=served_version,
-    )
+    return run_should_deploy(arguments)

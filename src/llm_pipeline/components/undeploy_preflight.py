@@ -19,6 +19,7 @@ def undeploy_preflight(config: str, project: str = "", region: str = "") -> None
         project, region: Where the run runs (the placeholders Vertex fills in), for a
             config that names no `vertex.project`.
     """
+    arguments = dict(locals())
     from llm_pipeline.steps.undeploy_preflight import run_undeploy_preflight
 
-    run_undeploy_preflight(config=config, runtime={"project": project, "region": region})
+    run_undeploy_preflight(arguments)

@@ -45,7 +45,7 @@ from llm_pipeline.data.preprocess_report import (
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import DataError
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 
@@ -144,7 +144,7 @@ def preprocess_dataset(
 
 def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:
     """The download step's DatasetDict, checked for the task's columns."""
-    loaded = load_saved_dataset(dataset_dir, made_by="download", error=DataError)
+    loaded = load_saved_dataset(dataset_dir, made_by=Step.DOWNLOAD, error=DataError)
     for split, table in loaded.items():
         if task.role_set_among(table.column_names) is None:
             have = set(table.column_names)

@@ -7,6 +7,7 @@ from pathlib import Path
 import datasets
 
 from llm_pipeline.errors import UserError
+from llm_pipeline.output_files import Step
 from llm_pipeline.storage import check_output_complete, to_uri
 
 #: The columns of preprocess's output that a model consumes, and all that training reads;
@@ -23,7 +24,7 @@ def model_columns(column_names: list[str]) -> tuple[str, ...]:
 
 
 def load_saved_dataset(
-    dataset_dir: str | os.PathLike[str], *, made_by: str, error: type[UserError]
+    dataset_dir: str | os.PathLike[str], *, made_by: Step, error: type[UserError]
 ) -> datasets.DatasetDict:
     """The DatasetDict in `dataset_dir`, or `error` saying why it cannot be used.
 
@@ -35,7 +36,9 @@ def load_saved_dataset(
     try:
         loaded = datasets.load_from_disk(folder)
     except FileNotFoundError as exc:
-        raise error(f"{dataset_dir}: not a dataset saved by the {made_by} step ({exc})") from None
+        raise error(
+            f"{dataset_dir}: not a dataset saved by the {made_by.display_name} step ({exc})"
+        ) from None
     except IndexError:
         # `datasets` saves a split without rows as zero data files, then cannot load it.
         empty = _saved_without_rows(Path(folder))
@@ -44,7 +47,7 @@ def load_saved_dataset(
         raise error(f"split {empty[0]!r} of {dataset_dir} is empty") from None
     if not isinstance(loaded, datasets.DatasetDict):
         raise error(
-            f"{dataset_dir}: holds a single Dataset; expected the {made_by} step's "
+            f"{dataset_dir}: holds a single Dataset; expected the {made_by.display_name} step's "
             "DatasetDict (splits train, validation and optionally test)"
         )
     return loaded

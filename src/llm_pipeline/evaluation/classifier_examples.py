@@ -18,6 +18,7 @@ import numpy as np
 from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.errors import DataError, EvaluationError
 from llm_pipeline.evaluation.examples import evaluation_split
+from llm_pipeline.output_files import Step
 
 __all__ = ["ClassifierExamples", "load_classifier_examples"]
 
@@ -46,7 +47,7 @@ def load_classifier_examples(
     """The evaluation rows of the preprocess step's output and the label set beside them."""
     from llm_pipeline.data.saved import load_saved_dataset
 
-    loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
+    loaded = load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError)
     try:
         labels = read_label_set(os.fspath(dataset_dir))
     except DataError as exc:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_pipeline.errors import EvaluationError
+from llm_pipeline.output_files import Step
 from llm_pipeline.tasks import DEFAULT_TASK, Task, get_task
 
 __all__ = ["EvaluationExamples", "evaluation_split", "load_examples"]
@@ -42,7 +43,7 @@ def load_serving_examples(dataset_dir: str | os.PathLike[str], count: int, task:
     (`Task.serving_column`, `Task.serving_example`): what the deploy step probes with."""
     from llm_pipeline.data.saved import load_saved_dataset
 
-    loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
+    loaded = load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError)
     table = loaded[evaluation_split(list(loaded), None)]
     if task.serving_column not in table.column_names:
         raise EvaluationError(
@@ -67,7 +68,7 @@ def load_examples(
     source, reference = task.source_column, task.reference_column
     wants_labels = "perplexity" in task.metric_names
 
-    loaded = load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError)
+    loaded = load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError)
     name = evaluation_split(list(loaded), split)
     if name not in loaded:
         raise EvaluationError(

@@ -30,6 +30,7 @@ from llm_pipeline.launch.cluster import detect_cluster
 from llm_pipeline.launch.commands import torchrun_command
 from llm_pipeline.launch.failures import first_failure, is_out_of_memory, tail_lines
 from llm_pipeline.launch.supervisor import run_launcher
+from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
 from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.tasks import DEFAULT_TASK
@@ -90,7 +91,7 @@ def evaluate_in_processes(
     Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
     rank that failed and its last output.
     """
-    check_output_complete(model_dir, made_by="finetune", error=EvaluationError)
+    check_output_complete(model_dir, made_by=Step.FINETUNE, error=EvaluationError)
     processes = evaluation_processes(config)
     if processes == 1:
         result = evaluate_model(
@@ -103,7 +104,7 @@ def evaluate_in_processes(
         return EvaluationOutputs(result.split, result.metrics, result.output_dir, processes)
     from llm_pipeline.data.saved import load_saved_dataset
 
-    splits = list(load_saved_dataset(dataset_dir, made_by="preprocess", error=EvaluationError))
+    splits = list(load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError))
     # One machine, whatever the environment says about a training cluster: evaluation runs
     # on a single node (`--standalone`, a free port).
     command = torchrun_command(
@@ -132,7 +133,7 @@ def evaluate_in_processes(
                 f"evaluation in {processes} processes failed (launcher exit code {ended.code}): "
                 + reason
             )
-    check_output_complete(output_dir, made_by="evaluate", error=EvaluationError)
+    check_output_complete(output_dir, made_by=Step.EVALUATE, error=EvaluationError)
     folder = Path(to_uri(str(output_dir)))
     metrics = json.loads((folder / METRICS_FILE).read_text())
     return EvaluationOutputs(evaluation_split(splits, None), metrics, folder, processes)

@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO
 from kfp import local
 
 from llm_pipeline.local.console import REUSED, StepConsole, open_log
-from llm_pipeline.output_files import ERROR_FILE
+from llm_pipeline.output_files import ERROR_FILE, Step
 from llm_pipeline.progress import format_duration
 
 #: The run's full output (KFP's and every step's), kept in the run's folder.
@@ -63,6 +63,10 @@ class LocalRun:
     def seconds(self) -> float:
         """Time spent in steps (reused ones count nothing)."""
         return sum(step.seconds for step in self.steps)
+
+    def outcome(self, step: Step) -> StepOutcome | None:
+        """How `step` ended; None when the run never reached it."""
+        return next((s for s in self.steps if s.name == step.display_name), None)
 
 
 def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:

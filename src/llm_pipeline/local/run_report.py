@@ -16,7 +16,7 @@ from pathlib import Path
 from llm_pipeline.evaluation.charts import escape, loss_chart
 from llm_pipeline.evaluation.report import PIPELINE_VIEW, report_page
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
-from llm_pipeline.output_files import TRAINING_LOG_FILE
+from llm_pipeline.output_files import TRAINING_LOG_FILE, Step
 from llm_pipeline.progress import format_duration
 
 #: The page's file name in the run folder (evaluate's own page: EVALUATION_REPORT_FILE).
@@ -27,17 +27,16 @@ def write_run_report(run: LocalRun, *, title: str) -> Path | None:
     """Write the page into the run folder; its path, or None when the run made no folder."""
     if run.run_dir is None:
         return None
-    steps = {step.name: step for step in run.steps}
     view = "\n".join(
         [
             "<h2>Pipeline</h2>",
             _steps_table(run),
-            *_gate(steps),
-            *_loss_section(steps.get("finetune")),
-            *_config_section(steps.get("configure")),
+            *_gate(run),
+            *_loss_section(run.outcome(Step.FINETUNE)),
+            *_config_section(run.outcome(Step.CONFIGURE)),
         ]
     )
-    evaluation = _evaluation_page(steps.get("evaluate"))
+    evaluation = _evaluation_page(run.outcome(Step.EVALUATE))
     if evaluation is not None and PIPELINE_VIEW in evaluation:
         # The evaluation page's own heading (the task's report title) gives way to the run's.
         page = re.sub(
@@ -72,8 +71,8 @@ def _steps_table(run: LocalRun) -> str:
     )
 
 
-def _gate(steps: dict[str, StepOutcome]) -> list[str]:
-    gate, shipped = steps.get("should-deploy"), steps.get("deploy")
+def _gate(run: LocalRun) -> list[str]:
+    gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     if gate is None or gate.status != "succeeded":
         return []
     decision = "deploy" if gate.outputs.get("Output") == "True" else "do not deploy"

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
-from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE
+from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, Step
 from llm_pipeline.progress import format_duration
 
 #: The score the summary leads with unless told (the gate's metric): what summarization
@@ -38,13 +38,13 @@ def format_summary(
     to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
     run deployed nothing but the endpoint serves an earlier version; `headline` the score
     shown for the model and its baselines (the config's gate metric)."""
-    steps = {step.name: step for step in run.steps}
+    gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
-    lines += _scores(steps.get("evaluate"), headline)
-    lines += _gate(steps.get("should-deploy"), steps.get("deploy"))
-    lines += _places(run, steps, report=report, registry=registry)
-    lines += _serving(steps.get("should-deploy"), steps.get("deploy"), example, endpoint)
+    lines += _scores(run.outcome(Step.EVALUATE), headline)
+    lines += _gate(gate, shipped)
+    lines += _places(run, report=report, registry=registry)
+    lines += _serving(gate, shipped, example, endpoint)
     took = format_duration(run.seconds)
     lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
     return "\n".join(lines)
@@ -92,7 +92,6 @@ def _gate(gate: StepOutcome | None, shipped: StepOutcome | None) -> list[str]:
 
 def _places(
     run: LocalRun,
-    steps: dict[str, StepOutcome],
     *,
     report: Path | None,
     registry: Path | None,
@@ -100,7 +99,7 @@ def _places(
     places = []
     if report is not None:
         places.append(("report", f"{report.resolve()}"))
-    finetune, evaluate = steps.get("finetune"), steps.get("evaluate")
+    finetune, evaluate = run.outcome(Step.FINETUNE), run.outcome(Step.EVALUATE)
     if finetune is not None and "trained_model" in finetune.outputs:
         places.append(("model", finetune.outputs["trained_model"]))
     if evaluate is not None and "predictions" in evaluate.outputs:

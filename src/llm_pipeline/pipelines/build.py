@@ -22,6 +22,7 @@ from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
+from llm_pipeline.output_files import Step
 from llm_pipeline.pipelines.custom_jobs import evaluate_job, finetune_job, step_options
 from llm_pipeline.pipelines.signature import with_parameters
 from llm_pipeline.storage import is_remote
@@ -43,13 +44,13 @@ def _config_for_steps(config: PipelineConfig, *, target: Target) -> str:
     return config.model_copy(update={"deploy": deploy}).model_dump_json()
 
 
-def local_input_digests(config: PipelineConfig) -> dict[str, str]:
+def local_input_digests(config: PipelineConfig) -> dict[Step, str]:
     """For download and preprocess, a digest of the content each reads beyond its arguments
     (the data source; the tokenizer), where it can be known: such a step is cached locally."""
     digests = {}
     data = content_digest(config.data.dataset)
     if data is not None:
-        digests["download"] = data
+        digests[Step.DOWNLOAD] = data
     source = config.model.tokenizer_source
     try:
         # A remote tokenizer would be copied here just to be hashed: leave it uncached.
@@ -58,7 +59,7 @@ def local_input_digests(config: PipelineConfig) -> dict[str, str]:
         tokenizer = None  # preprocess will say what is wrong with it
     tokenizer_digest = content_digest(tokenizer) if tokenizer and Path(tokenizer).is_dir() else None
     if tokenizer_digest is not None:
-        digests["preprocess"] = tokenizer_digest
+        digests[Step.PREPROCESS] = tokenizer_digest
     return digests
 
 
@@ -99,17 +100,17 @@ def build_pipeline(
 
     def steps(parameters: dict[str, Any]) -> None:
         cfg = op(components.configure)(config=config_json, **location, **parameters)
-        options["configure"](cfg)
+        options[Step.CONFIGURE](cfg)
         sections = cfg.outputs
         fetched = op(components.download)(task=config.task, data=sections["data"])
-        options["download"](fetched)
+        options[Step.DOWNLOAD](fetched)
         tokenized = op(components.preprocess)(
             task=config.task,
             data=sections["data"],
             model=sections["model"],
             dataset=fetched.outputs["dataset"],
         )
-        options["preprocess"](tokenized)
+        options[Step.PREPROCESS](tokenized)
         trained = finetune(
             task=config.task,
             model=sections["model"],
@@ -117,14 +118,14 @@ def build_pipeline(
             cluster=sections["cluster"],
             dataset=tokenized.outputs["tokenized"],
         )
-        options["finetune"](trained)
+        options[Step.FINETUNE](trained)
         scored = evaluate(
             task=config.task,
             evaluate=sections["evaluate"],
             model=trained.outputs["trained_model"],
             dataset=tokenized.outputs["tokenized"],
         )
-        options["evaluate"](scored)
+        options[Step.EVALUATE](scored)
         # The answer depends on what the endpoint serves now: never from the cache.
         gate = op(components.should_deploy)(
             deploy=sections["deploy"],
@@ -132,7 +133,7 @@ def build_pipeline(
             vertex=sections["vertex"],
             metrics=scored.outputs["metrics"],
         )
-        options["should-deploy"](gate)
+        options[Step.SHOULD_DEPLOY](gate)
         # The gate's bool is its single return value, `Output`: kfp.local resolves only
         # that name for a condition on a task output.
         with dsl.If(gate.outputs["Output"] == True, name="deploy-if-better"):  # noqa: E712
@@ -148,14 +149,14 @@ def build_pipeline(
                 metrics=scored.outputs["metrics"],
                 dataset=tokenized.outputs["tokenized"],
             )
-            options["deploy"](shipped)
+            options[Step.DEPLOY](shipped)
 
     def pipeline(**parameters: Any) -> None:
         if not (preflight and empties_its_endpoint(config)):
             steps(parameters)
             return
         cleanup = op(undeploy_preflight)(config=config_json, **location)
-        options["undeploy-preflight"](cleanup)
+        options[Step.UNDEPLOY_PREFLIGHT](cleanup)
         with dsl.ExitHandler(cleanup, name="preflight"):
             steps(parameters)
 

@@ -21,17 +21,18 @@ from typing import Any, Literal
 from kfp.dsl.python_component import PythonComponent
 
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.output_files import Step
 
 #: Label every Vertex resource a step creates carries, so billing and logs split by step.
 STEP_LABEL = "llm-pipeline-step"
 #: Steps whose outputs depend only on their inputs: served from the cache when those match.
 #: Holds a digest of a cached local step's input content (read by nothing but the cache key).
 INPUT_DIGEST_ENV = "LLM_PIPELINE_INPUT_DIGEST"
-CACHED_STEPS = ("download", "preprocess")
+CACHED_STEPS = (Step.DOWNLOAD, Step.PREPROCESS)
 #: Steps that reach the network (hubs, GCS, the Vertex API) and are safe to run again.
 #: Not finetune (it resumes from its checkpoints inside its custom job) and not deploy (a
 #: second attempt would register a second version).
-RETRIED_STEPS = ("download", "preprocess", "should-deploy", "undeploy-preflight")
+RETRIED_STEPS = (Step.DOWNLOAD, Step.PREPROCESS, Step.SHOULD_DEPLOY, Step.UNDEPLOY_PREFLIGHT)
 RETRIES = 3
 
 
@@ -44,13 +45,13 @@ def base_output_directory(config: PipelineConfig) -> str:
     return ""
 
 
-def step_labels(config: PipelineConfig, step: str) -> dict[str, str]:
+def step_labels(config: PipelineConfig, step: Step) -> dict[str, str]:
     """The config's labels plus the step's name (Vertex label values: [a-z0-9_-])."""
-    return {**config.vertex.labels, STEP_LABEL: step}
+    return {**config.vertex.labels, STEP_LABEL: step.display_name}
 
 
 def custom_job_settings(
-    config: PipelineConfig, *, step: str = "finetune", single_node: bool = False
+    config: PipelineConfig, *, step: Step = Step.FINETUNE, single_node: bool = False
 ) -> dict[str, Any]:
     """Keyword arguments for GCPC's `create_custom_training_job_from_component`.
 
@@ -61,7 +62,7 @@ def custom_job_settings(
     cluster, vertex = config.cluster, config.vertex
     return {
         "display_name": f"{cluster.name_prefix}-{config.name}"
-        + ("" if step == "finetune" else f"-{step}"),
+        + ("" if step is Step.FINETUNE else f"-{step.display_name}"),
         "replica_count": 1 if single_node else cluster.node_count,
         "machine_type": cluster.machine_type,
         "accelerator_type": cluster.accelerator_type or "",
@@ -71,11 +72,11 @@ def custom_job_settings(
         "timeout": cluster.timeout,
         "restart_job_on_worker_restart": cluster.restart_job_on_worker_restart,
         # Evaluation cannot resume: a preempted Spot VM would start it over.
-        "strategy": "SPOT" if cluster.spot and step == "finetune" else "STANDARD",
+        "strategy": "SPOT" if cluster.spot and step is Step.FINETUNE else "STANDARD",
         "service_account": vertex.service_account or "",
         "network": vertex.network or "",
-        "tensorboard": (vertex.tensorboard or "") if step == "finetune" else "",
-        "base_output_directory": base_output_directory(config) if step == "finetune" else "",
+        "tensorboard": (vertex.tensorboard or "") if step is Step.FINETUNE else "",
+        "base_output_directory": base_output_directory(config) if step is Step.FINETUNE else "",
         "labels": step_labels(config, step),
     }
 
@@ -99,7 +100,7 @@ def evaluate_job(step: PythonComponent, config: PipelineConfig) -> Any:
     or None when the cluster has no accelerator and a plain pipeline task will do."""
     if not config.cluster.accelerator_type:
         return None
-    return _custom_job(step, custom_job_settings(config, step="evaluate", single_node=True))
+    return _custom_job(step, custom_job_settings(config, step=Step.EVALUATE, single_node=True))
 
 
 # How KFP's lightweight-component script starts the step, in its last line.
@@ -132,9 +133,9 @@ def step_options(
     *,
     target: Literal["local", "vertex"],
     scheduled: bool = False,
-    input_digests: dict[str, str] | None = None,
-) -> dict[str, Callable[[Any], None]]:
-    """For each step name, a function that sets its display name, caching and retries.
+    input_digests: dict[Step, str] | None = None,
+) -> dict[Step, Callable[[Any], None]]:
+    """For each step, a function that sets its display name, caching and retries.
 
     Caching is for download and preprocess only; a scheduled run downloads afresh, so that
     each retraining sees the newest data. Locally a step is cached only where
@@ -146,19 +147,16 @@ def step_options(
     else:
         cached = set(CACHED_STEPS) & set(input_digests or {})
     if scheduled:
-        cached.discard("download")
+        cached.discard(Step.DOWNLOAD)
 
-    def options(name: str) -> Callable[[Any], None]:
+    def options(step: Step) -> Callable[[Any], None]:
         def apply(task: Any) -> None:
-            task.set_display_name(name).set_caching_options(name in cached)
-            if target == "local" and name in cached:
-                task.set_env_variable(INPUT_DIGEST_ENV, (input_digests or {})[name])
-            if target == "vertex" and name in RETRIED_STEPS:
+            task.set_display_name(step.display_name).set_caching_options(step in cached)
+            if target == "local" and step in cached:
+                task.set_env_variable(INPUT_DIGEST_ENV, (input_digests or {})[step])
+            if target == "vertex" and step in RETRIED_STEPS:
                 task.set_retry(num_retries=RETRIES, backoff_duration="60s", backoff_factor=2)
 
         return apply
 
-    names = ("configure", "download", "preprocess", "finetune", "evaluate")
-    return {
-        name: options(name) for name in (*names, "should-deploy", "deploy", "undeploy-preflight")
-    }
+    return {step: options(step) for step in Step}

@@ -6,11 +6,12 @@ form fails here, at once, with the message `--set` would give, before any GPU st
 """
 
 from pathlib import Path
-from typing import Any
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.config.run_parameters import apply_run_parameters
+from llm_pipeline.config.run_parameters import RUN_PARAMETERS, apply_run_parameters
+from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
+from llm_pipeline.steps.artifacts import Arguments
 from llm_pipeline.steps.reporting import reports_user_errors
 
 #: The sections each step receives, as JSON text (see `Section.from_component`).
@@ -30,18 +31,25 @@ def with_runtime_location(config: PipelineConfig, runtime: dict[str, str]) -> Pi
     return config.model_copy(update={"vertex": config.vertex.model_copy(update=update)})
 
 
-@reports_user_errors
-def run_configure(
-    *,
-    config: str,
-    parameters: dict[str, Any],
-    resolved: Any,
-    runtime: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """The validated sections; the full config to `resolved`."""
-    validated = with_runtime_location(apply_run_parameters(config, parameters), runtime or {})
-    Path(resolved.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(resolved.path).write_text(validated.model_dump_json(indent=2) + "\n")
+def runtime_location(arguments: Arguments) -> dict[str, str]:
+    """The `project` and `region` arguments: where the run runs (see `with_runtime_location`)."""
+    return {name: arguments.text(name) for name in ("project", "region")}
+
+
+@reports_user_errors(Step.CONFIGURE)
+def run_configure(arguments: Arguments) -> dict[str, str]:
+    """The validated sections, in `SECTIONS` order; the full config to `resolved`.
+
+    The arguments: `config` (the whole config as JSON), the run's parameters
+    (`RUN_PARAMETERS`), `project` and `region`, and the `resolved` artifact.
+    """
+    parameters = arguments.subset(RUN_PARAMETERS)
+    validated = with_runtime_location(
+        apply_run_parameters(arguments.text("config"), parameters), runtime_location(arguments)
+    )
+    resolved = Path(arguments.artifact("resolved").path)
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    resolved.write_text(validated.model_dump_json(indent=2) + "\n")
     sections = {name: getattr(validated, name).model_dump_json() for name in SECTIONS}
     for name, value in parameters.items():
         status(f"{name} = {value!r}")

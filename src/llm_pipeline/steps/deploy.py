@@ -15,6 +15,7 @@ from typing import Any
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.errors import ServeError
 from llm_pipeline.evaluation.examples import load_serving_examples
+from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
 from llm_pipeline.registry import (
     DeployError,
@@ -28,60 +29,51 @@ from llm_pipeline.registry import (
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
-from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
+from llm_pipeline.steps.artifacts import Arguments, log_metrics
 from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.tasks import get_task
 
 
-@reports_user_errors
-def run_deploy(
-    *,
-    task: str,
-    deploy: str,
-    vertex: str,
-    data: str,
-    evaluate: str,
-    run: str,
-    gate_served: str,
-    model: Any,
-    metrics: Any,
-    dataset: Any,
-    report: Any,
-    deployment: MetricsSink,
-    version: str,
-    endpoint: str,
-) -> None:
+@reports_user_errors(Step.DEPLOY)
+def run_deploy(arguments: Arguments) -> None:
     """Ship the `model` artifact; `version` and `endpoint` are paths of the text outputs."""
     # The server's health polls would each log a line at INFO.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    deploy_config = DeployConfig.from_component(deploy)
-    data_config = DataConfig.from_component(data)
+    task, gate_served = arguments.text("task"), arguments.text("gate_served")
+    model, dataset = arguments.artifact("model"), arguments.artifact("dataset")
+    deploy_config = DeployConfig.from_component(arguments.text("deploy"))
+    data_config = DataConfig.from_component(arguments.text("data"))
+    evaluate = EvaluateConfig.from_component(arguments.text("evaluate"))
     env = serving_env(
         task=task,
         prefix=data_config.prefix,
         # Each task reads its own input limit; the config refuses the other task's.
         max_input_tokens=data_config.max_source_length or data_config.max_length,
         chat_template=data_config.chat_template,
-        parameters=generation_defaults(EvaluateConfig.from_component(evaluate), task=task),
+        parameters=generation_defaults(evaluate, task=task),
     )
     registry = open_registry(
         deploy_config,
-        VertexConfig.from_component(vertex),
+        VertexConfig.from_component(arguments.text("vertex")),
         check=local_server_check(env, timeout_s=deploy_config.health_timeout_s),
     )
     endpoint_name = deploy_config.endpoint_name()
     # Checked now, before a version is registered for nothing, and again by the registry
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
-    check_output_complete(model.path, made_by="finetune", error=DeployError)
+    check_output_complete(model.path, made_by=Step.FINETUNE, error=DeployError)
     # Held-out inputs as a client sends them (a chat task's turns, not its rendered prompt).
     probe = load_serving_examples(dataset.path, deploy_config.probe_instances, get_task(task))
     registered = registry.register(
         model=deploy_config.model_display_name,
         model_dir=model.path if deploy_config.target == "local" else model.uri,
-        metrics={k: float(v) for k, v in dict(metrics.metadata).items() if _is_number(v)},
-        run=run,
+        metrics={
+            k: float(v)
+            for k, v in dict(arguments.artifact("metrics").metadata).items()
+            if _is_number(v)
+        },
+        run=arguments.text("run"),
         config={
             "data": data_config.model_dump(mode="json"),
             "deploy": deploy_config.model_dump(mode="json"),
@@ -99,11 +91,12 @@ def run_deploy(
     summary = _summary(outcome, endpoint_name)
     status(summary)
     log_metrics(
-        deployment, {"version": _as_number(registered.version), "traffic": _traffic(outcome)}
+        arguments.metrics("deployment"),
+        {"version": _as_number(registered.version), "traffic": _traffic(outcome)},
     )
-    _write(report.path, _markdown(outcome, endpoint_name, probe))
-    _write(version, registered.ref)
-    _write(endpoint, endpoint_name)
+    _write(arguments.artifact("report").path, _markdown(outcome, endpoint_name, probe))
+    _write(arguments.text("version"), registered.ref)
+    _write(arguments.text("endpoint"), endpoint_name)
 
 
 def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any]:

@@ -2,45 +2,47 @@
 
 import functools
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from llm_pipeline.errors import UserError
-from llm_pipeline.output_files import ERROR_FILE
+from llm_pipeline.output_files import ERROR_FILE, Step
+from llm_pipeline.steps.artifacts import Arguments
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _task_dir(kwargs: dict[str, Any]) -> Path | None:
-    """The step's own folder: that of its last artifact argument. Steps take their inputs
-    first and their outputs last, and an input's folder belongs to the step that made it."""
-    for value in reversed(kwargs.values()):
-        path = getattr(value, "path", None)
-        if isinstance(path, str) and path:
-            return Path(path).parent
-    return None
+def reports_user_errors(
+    step: Step,
+) -> Callable[[Callable[[Arguments], R]], Callable[[Mapping[str, Any]], R]]:
+    """Make `body(arguments)` the step's body: it takes the component's arguments as they
+    come (`dict(locals())`), and on a UserError exits the step with the error's status (1;
+    75 for a preemption) and one line naming `step`, not a traceback; the line also goes to
+    `error.txt` in the step's folder, which the run summary repeats."""
+
+    def decorate(body: Callable[[Arguments], R]) -> Callable[[Mapping[str, Any]], R]:
+        @functools.wraps(body)
+        def run(values: Mapping[str, Any]) -> R:
+            arguments = Arguments(values)
+            try:
+                return body(arguments)
+            except UserError as exc:
+                message = f"{step.display_name} failed: {exc}"
+                print(f"ERROR: {message}", file=sys.stderr, flush=True)
+                _keep(message, arguments)
+                raise SystemExit(exc.exit_code) from None
+
+        return run
+
+    return decorate
 
 
-def reports_user_errors(step: Callable[P, R]) -> Callable[P, R]:
-    """Exit the step with the error's status (1; 75 for a preemption) and the message, not a
-    traceback, on a UserError."""
-
-    @functools.wraps(step)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return step(*args, **kwargs)
-        except UserError as exc:
-            message = f"{step.__name__.removeprefix('run_')} failed: {exc}"
-            print(f"ERROR: {message}", file=sys.stderr, flush=True)
-            folder = _task_dir(kwargs)
-            if folder is not None:
-                try:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    (folder / ERROR_FILE).write_text(message + "\n")
-                except OSError:
-                    pass  # the message is already on stderr; a read-only folder loses nothing
-            raise SystemExit(exc.exit_code) from None
-
-    return wrapper
+def _keep(message: str, arguments: Arguments) -> None:
+    folder = arguments.folder()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ERROR_FILE).write_text(message + "\n")
+    except OSError:
+        pass  # the message is already on stderr; a read-only folder loses nothing

@@ -4,41 +4,34 @@ from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
+from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
 from llm_pipeline.registry import Decision, open_registry
 from llm_pipeline.registry.gate import decide
-from llm_pipeline.steps.artifacts import MetricsSink, log_metrics
+from llm_pipeline.steps.artifacts import Arguments, log_metrics
 from llm_pipeline.steps.reporting import reports_user_errors
 
 
-@reports_user_errors
-def run_should_deploy(
-    *,
-    deploy: str,
-    policy: str,
-    vertex: str,
-    metrics: Any,
-    decision: MetricsSink,
-    report: Any,
-    reason: str,
-    served_version: str,
-) -> bool:
+@reports_user_errors(Step.SHOULD_DEPLOY)
+def run_should_deploy(arguments: Arguments) -> bool:
     """Decide, record the decision as Metrics and Markdown, and return it.
 
     `reason` and `served_version` are the paths of the step's text outputs: the sentence
     that says why, and `model@version` of what the endpoint served (empty: nothing), which
     the deploy step re-checks before it moves traffic.
     """
-    deploy_config = DeployConfig.from_component(deploy)
-    policy_config = DeployPolicyConfig.from_component(policy)
-    registry = open_registry(deploy_config, VertexConfig.from_component(vertex))
+    deploy_config = DeployConfig.from_component(arguments.text("deploy"))
+    policy_config = DeployPolicyConfig.from_component(arguments.text("policy"))
+    vertex = VertexConfig.from_component(arguments.text("vertex"))
+    registry = open_registry(deploy_config, vertex)
     endpoint = deploy_config.endpoint_name()
     served = registry.served_version(endpoint)
-    new_metrics = {k: float(v) for k, v in dict(metrics.metadata).items() if _is_number(v)}
+    metrics = arguments.artifact("metrics").metadata
+    new_metrics = {k: float(v) for k, v in dict(metrics).items() if _is_number(v)}
     result = decide(new_metrics, served, policy_config)
     status(result.reason)
     log_metrics(
-        decision,
+        arguments.metrics("decision"),
         {
             "deploy": int(result.deploy),
             f"new_{result.metric}": result.value,
@@ -46,10 +39,9 @@ def run_should_deploy(
             "improvement": result.improvement,
         },
     )
-    Path(report.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report.path).write_text(_markdown(result, endpoint), encoding="utf-8")
-    _write_text(reason, result.reason)
-    _write_text(served_version, served.ref if served else "")
+    _write_text(arguments.artifact("report").path, _markdown(result, endpoint))
+    _write_text(arguments.text("reason"), result.reason)
+    _write_text(arguments.text("served_version"), served.ref if served else "")
     return result.deploy
 
 

@@ -13,6 +13,7 @@ from datasets import Dataset
 from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.errors import TrainError, UserError
+from llm_pipeline.output_files import Step
 from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.train.spec import WorkerSpec
 
@@ -28,7 +29,7 @@ TOKEN_TYPES = "token_type_ids"
 def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
     """The tokenized train and validation splits, reduced to the model's columns (with
     token type ids where preprocess made them)."""
-    data = load_saved_dataset(_local_dataset(spec), made_by="preprocess", error=TrainError)
+    data = load_saved_dataset(_local_dataset(spec), made_by=Step.PREPROCESS, error=TrainError)
     if "train" not in data:
         raise TrainError(f"dataset {spec.dataset_dir!r}: needs a 'train' split, found {list(data)}")
     splits = {name: data[name] for name in ("train", "validation") if name in data}
@@ -72,7 +73,7 @@ def _local_dataset(spec: WorkerSpec) -> Path:
     node, by its first process, so the ranks do not each read it from Cloud Storage."""
     note = Path(spec.work_dir) / _NOTE
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        check_output_complete(spec.dataset_dir, made_by="preprocess", error=TrainError)
+        check_output_complete(spec.dataset_dir, made_by=Step.PREPROCESS, error=TrainError)
         try:
             folder = local_copy(spec.dataset_dir, Path(spec.work_dir) / "dataset")
         except FileNotFoundError as err:

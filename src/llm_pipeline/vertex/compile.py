@@ -57,9 +57,9 @@ def compile_components(folder: str | Path) -> list[Path]:
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in components.STEPS:
-        path = target / f"{name}.yaml"
-        component = getattr(components, name)
+    for step in components.STEPS:
+        path = target / f"{step.function}.yaml"
+        component = getattr(components, step.function)
         compiler.Compiler().compile(component, package_path=str(path))
         written.append(with_header(path, [source_file(component.python_func)]))
     return written

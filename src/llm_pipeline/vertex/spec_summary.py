@@ -4,7 +4,7 @@ machine and GPUs, its caching and retries."""
 
 from typing import Any
 
-from llm_pipeline.components import STEPS
+from llm_pipeline.output_files import Step
 
 #: Steps under the gate's `dsl.If` live in a condition sub-DAG.
 CONDITION_PREFIX = "condition"
@@ -28,7 +28,7 @@ def _tasks(compiled: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 tasks[f"{name}{note}"] = task
 
     walk(compiled["root"]["dag"]["tasks"], "")
-    order = [step.replace("_", "-") for step in STEPS]
+    order = [step.display_name for step in Step]
 
     def rank(name: str) -> int:
         step = name.split(" ")[0]
