@@ -22,11 +22,13 @@ if _fault and os.environ.get("RANK") == _rank:
 
         process_group.join = _hanging_join
     else:
-        from llm_pipeline.train import worker
+        # The Trainer's class, not worker.train: the worker runs as __main__ (`python -m`), a
+        # module object of its own, while every module shares llm_pipeline.train.trainer.
+        from llm_pipeline.train import trainer
 
-        def _failing_train(trainer, resume_from, stopper):  # type: ignore[no-untyped-def]
+        def _failing_train(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             if _kind == "hang":
                 time.sleep(3600)
             raise RuntimeError(f"injected failure on rank {_rank}: the tokenizer exploded")
 
-        worker.train = _failing_train
+        trainer.FinetuneTrainer.train = _failing_train
