@@ -8,9 +8,9 @@ afterwards, Ctrl-C included), so the figures come from the code itself, not from
 1. the .py files under src/llm_pipeline and their lines;
 2. modules under 40 lines, and those of them that are neither a package's face
    (`__init__.py`, `__main__.py`) nor a per-step module (components/*.py, steps/*.py);
-3. import cycles: strongly connected components of the graph of the imports a module runs
-   when it is imported (top level, inside top-level if/try/with/class blocks, not in
-   functions and not under `if TYPE_CHECKING:`); importing a.b.c imports a and a.b too;
+3. import cycles, as tests/test_import_cycles.py finds them: among the imports a module
+   runs when it is imported, and again counting those inside functions and under
+   `if TYPE_CHECKING:` (a deferred import is still a dependency);
 4. the files a reader follows from `pipeline.py` to `Trainer.train`, measured by running
    the real offline pipeline, tiny, with a `sitecustomize.py` that records the Python stack
    at every `subprocess.Popen` and at `Trainer.train` in every process; the chain is the
@@ -24,7 +24,6 @@ afterwards, Ctrl-C included), so the figures come from the code itself, not from
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import itertools
 import json
@@ -191,131 +190,17 @@ def module_name(path: Path, src: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def import_time_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements that run when the module is imported: not those in function
-    bodies (they run when called), nor under `if TYPE_CHECKING:` (never at run time)."""
-    stack: list[ast.stmt] = list(reversed(tree.body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        elif isinstance(node, ast.If):
-            body = [] if _is_type_checking(node.test) else node.body
-            stack.extend(reversed([*body, *node.orelse]))
-        else:
-            for name in ("body", "handlers", "orelse", "finalbody", "cases"):
-                for child in reversed(getattr(node, name, [])):
-                    if isinstance(child, ast.ExceptHandler | ast.match_case):
-                        stack.extend(reversed(child.body))
-                    elif isinstance(child, ast.stmt):
-                        stack.append(child)
-
-
-def _with_parents(dotted: str) -> list[str]:
-    """Importing a.b.c imports a, a.b and a.b.c."""
-    parts = dotted.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def imported_modules(
-    node: ast.Import | ast.ImportFrom,
-    importer: str,
-    is_package: bool,
-    modules: set[str],
-    with_parents: bool = True,
-) -> set[str]:
-    """The package's modules that `node`, in module `importer`, imports; with_parents=False:
-    only those it names, not the packages Python imports on the way to them."""
-    if isinstance(node, ast.Import):
-        targets = [alias.name for alias in node.names]
-        names: list[str] = []
-    else:
-        base = node.module or ""
-        if node.level:
-            package = importer.split(".") if is_package else importer.split(".")[:-1]
-            package = package[: len(package) - (node.level - 1)]
-            base = ".".join([*package, *([base] if base else [])])
-        targets = [base]
-        names = [f"{base}.{alias.name}" for alias in node.names]
-    if with_parents:
-        targets = [name for target in targets for name in _with_parents(target)]
-    found = {name for name in targets if name in modules}
-    # `from a import b` imports the module a.b when there is one.
-    return found | {name for name in names if name in modules}
-
-
-def import_graph(src: Path, with_parents: bool = True) -> dict[str, set[str]]:
-    """Module → the package's modules it imports at import time (no self-loops)."""
-    files = {module_name(path, src): path for path in package_files(src)}
-    modules = set(files)
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        is_package = path.name == "__init__.py"
-        edges: set[str] = set()
-        for node in import_time_imports(tree):
-            edges |= imported_modules(node, name, is_package, modules, with_parents)
-        graph[name] = edges - {name}
-    return graph
-
-
-def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components, iteratively; each sorted, components by name."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    components: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, successors = work[-1]
-            for successor in successors:
-                if successor not in graph:
-                    continue
-                if successor not in index:
-                    index[successor] = low[successor] = len(index)
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(sorted(graph[successor]))))
-                    break
-                if successor in on_stack:
-                    low[node] = min(low[node], index[successor])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    components.append(sorted(component))
-    return sorted(components)
-
-
-def import_cycles(src: Path, with_parents: bool = True) -> list[list[str]]:
-    """The import cycles: strongly connected components of more than one module."""
-    return [c for c in strongly_connected(import_graph(src, with_parents)) if len(c) > 1]
-
-
-# --- the dynamic chain -----------------------------------------------------------------
+def import_cycles(src: Path, *, on_import_only: bool) -> list[list[str]]:
+    """The import cycles of the checkout at `src`, found as the suite finds them
+    (`tests/test_import_cycles.py`, of this repository, applied to that checkout's source):
+    with `on_import_only`, among the imports a module runs when imported; without, counting
+    the imports its functions make and those under `if TYPE_CHECKING:` too."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from tests.test_import_cycles import import_cycles as find
+    finally:
+        sys.path.remove(str(REPO))
+    return find(src / PACKAGE, on_import_only=on_import_only)
 
 
 class ChainError(Exception):
@@ -546,8 +431,8 @@ def measure(
         lines=sum(lines.values()),
         small=len(small),
         small_scattered=sum(not is_face_or_step(path, src) for path in small),
-        cycles=import_cycles(src),
-        named_cycles=import_cycles(src, with_parents=False),
+        cycles=import_cycles(src, on_import_only=True),
+        named_cycles=import_cycles(src, on_import_only=False),
     )
     if run:
         try:
@@ -591,10 +476,9 @@ def table(before: Shape, after: Shape) -> str:
             before.small_scattered,
             after.small_scattered,
         ),
-        ("import cycles (import-time, SCCs of 2+ modules)", len(before.cycles), len(after.cycles)),
-        ("modules in those cycles", sum(map(len, before.cycles)), sum(map(len, after.cycles))),
+        ("import cycles, imports run at import time", len(before.cycles), len(after.cycles)),
         (
-            "… cycles of the modules named only (not the packages imported on the way)",
+            "… counting imports inside functions and under TYPE_CHECKING too",
             len(before.named_cycles),
             len(after.named_cycles),
         ),
@@ -621,9 +505,9 @@ def table(before: Shape, after: Shape) -> str:
         out.append(f"{which} ({shape.revision}): {len(shape.cycles)} import cycle(s)")
         for i, cycle in enumerate(shape.cycles, 1):
             out.append(f"  cycle {i}: " + ", ".join(cycle))
-        out.append(f"{which}: {len(shape.named_cycles)} of the modules named only")
+        out.append(f"{which}: {len(shape.named_cycles)} counting deferred imports too")
         for i, cycle in enumerate(shape.named_cycles, 1):
-            out.append(f"  named cycle {i}: " + ", ".join(cycle))
+            out.append(f"  deferred cycle {i}: " + ", ".join(cycle))
         if isinstance(shape.chain, list):
             out.append(f"{which}: pipeline.py → Trainer.train, {len(shape.chain)} files:")
             out.extend(f"  {i}. {name}" for i, name in enumerate(shape.chain, 1))

@@ -5,6 +5,10 @@ blocks and class bodies; not a function's body, not `if TYPE_CHECKING:`): a cycl
 makes whichever module is imported first see the other half-initialised, so the code works or
 fails by import order. Importing `a.b.c` runs the `__init__.py` of `a` and `a.b` too, so those
 are edges as well, except a module's own packages, which Python has always started first.
+
+The imports a function makes when it runs, and those under `if TYPE_CHECKING:`, are checked
+too (`test_no_cycles_through_deferred_imports`): a deferred import still makes two modules
+depend on each other, so neither can be read, tested or moved without the other.
 """
 
 from pathlib import Path
@@ -12,10 +16,13 @@ from pathlib import Path
 from .module_imports import PACKAGE, SOURCE, Import, imports_of, module_name, modules
 
 
-def import_graph(source: Path = SOURCE) -> dict[str, dict[str, Import]]:
-    """Each module → the modules its import runs, each with the import statement that does."""
+def import_graph(
+    source: Path = SOURCE, *, on_import_only: bool = True
+) -> dict[str, dict[str, Import]]:
+    """Each module → the modules its import runs (with `on_import_only=False`, also those its
+    functions import when they run), each with the import statement that does."""
     imports = {
-        module_name(path, source): imports_of(path, source, on_import_only=True)
+        module_name(path, source): imports_of(path, source, on_import_only=on_import_only)
         for path in modules(source)
     }
     graph: dict[str, dict[str, Import]] = {module: {} for module in imports}
@@ -48,9 +55,9 @@ def reachable(graph: dict[str, dict[str, Import]], start: str) -> set[str]:
     return seen
 
 
-def import_cycles(source: Path = SOURCE) -> list[list[str]]:
+def import_cycles(source: Path = SOURCE, *, on_import_only: bool = True) -> list[list[str]]:
     """The strongly connected components of more than one module, each sorted."""
-    graph = import_graph(source)
+    graph = import_graph(source, on_import_only=on_import_only)
     reach = {module: reachable(graph, module) for module in graph}
     cycles = {
         tuple(sorted(other for other in reach[module] if module in reach[other]))
@@ -78,6 +85,16 @@ def test_no_import_cycles():
     assert not cycles, (
         "import cycles (move the names both sides need down into the module that should be "
         "lower, or import the higher one only under `if TYPE_CHECKING:`):\n"
+        + "\n".join(describe(cycle, graph) for cycle in cycles)
+    )
+
+
+def test_no_cycles_through_deferred_imports():
+    cycles = import_cycles(on_import_only=False)
+    graph = import_graph(on_import_only=False)
+    assert not cycles, (
+        "modules that depend on each other through an import inside a function or under "
+        "`if TYPE_CHECKING:` (move what both need into a lower module):\n"
         + "\n".join(describe(cycle, graph) for cycle in cycles)
     )
 
@@ -119,3 +136,5 @@ def test_the_detector_finds_a_planted_cycle(tmp_path):
     ]
     message = describe(["llm_pipeline.p", "llm_pipeline.q"], import_graph(source))
     assert "llm_pipeline.q (line 1) imports llm_pipeline.p.m, which runs llm_pipeline.p" in message
+    # Counting the imports functions make, and those under TYPE_CHECKING, c and d are one.
+    assert ["llm_pipeline.c", "llm_pipeline.d"] in import_cycles(source, on_import_only=False)

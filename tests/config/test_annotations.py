@@ -3,7 +3,7 @@
 from typing import Any
 
 from llm_pipeline.config import EncoderDecoderSource, ModelConfig, PipelineConfig
-from llm_pipeline.config.base import submodel
+from llm_pipeline.config.errors import submodel
 
 
 def test_a_section_is_found_bare_or_optional() -> None:

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from llm_pipeline.config.errors import problems_from
 from llm_pipeline.errors import ServeError
+from llm_pipeline.serve.app import load_served_model
 from llm_pipeline.serve.schemas import GenerationParameters, PredictRequest
-from llm_pipeline.serve.served import load_served_model
 from llm_pipeline.serve.settings import Settings
 
 from .servers import CLASSIFIER_INPUT_TOKENS, HEALTH, PREDICT, Server

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.errors import ServeError
-from llm_pipeline.serve.served import load_served_model
+from llm_pipeline.serve.app import load_served_model
 from llm_pipeline.serve.settings import Settings, load_settings, serving_env
 from llm_pipeline.tasks import InstanceError, get_task
 

@@ -1,11 +1,11 @@
-"""The base every config section shares (strict types, unknown keys refused), and how code
-that walks the config models tells a section from a plain value."""
+"""The base every config section shares: strict types, unknown keys refused, and a section
+handed to a component validated again with the config's own messages."""
 
-import types
-import typing
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from llm_pipeline.config.errors import ConfigError, problems_from
 
 
 class Section(BaseModel):
@@ -35,23 +35,4 @@ class Section(BaseModel):
                 return cls.model_validate_json(value)
             return cls.model_validate(value, strict=False)
         except ValidationError as exc:
-            # Here, not at the top: errors.py reads `submodel` from this module.
-            from llm_pipeline.config.errors import ConfigError, problems_from
-
             raise ConfigError(problems_from(exc, cls), source=cls.__name__) from None
-
-
-def submodel(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation such as `X` or `X | None`, else None.
-
-    The config reference nests a table for it and error messages look up its keys for
-    "did you mean", so both must agree on which fields are sections.
-    """
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            found = submodel(arg)
-            if found is not None:
-                return found
-    return None

@@ -6,13 +6,14 @@ variables, the served task's parameters).
 """
 
 import difflib
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from llm_pipeline.config.base import submodel
 from llm_pipeline.errors import UserError, json_path
 
 #: Keys an older config may still hold, by path, and what replaces each: such a config is
@@ -153,3 +154,19 @@ def problems_from(
         describe(error, root, name=name, known_keys=known_keys)
         for error in exc.errors(include_url=False)
     ]
+
+
+def submodel(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `X` or `X | None`, else None.
+
+    The config reference nests a table for it and error messages look up its keys for
+    "did you mean", so both must agree on which fields are sections.
+    """
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = submodel(arg)
+            if found is not None:
+                return found
+    return None

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from llm_pipeline.config.base import submodel
+from llm_pipeline.config.errors import submodel
 from llm_pipeline.config.pipeline import PipelineConfig
 
 

@@ -31,13 +31,13 @@ import torch
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError, ModelLoadError, UserError
+from llm_pipeline.models.builders import checkpoint_config, from_architecture, pretrained
 from llm_pipeline.models.generation import (
     load_checked_folder,
     longest_first,
     pad_right,
     read_saved_config,
 )
-from llm_pipeline.models.loading import checkpoint_config, from_architecture, pretrained
 from llm_pipeline.models.sources import ensure_pad_token
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
-from llm_pipeline.models.loading import checkpoint_config, first_id, from_architecture, pretrained
+from llm_pipeline.models.builders import checkpoint_config, first_id, from_architecture, pretrained
 from llm_pipeline.models.sources import ensure_pad_token
 
 if TYPE_CHECKING:

@@ -23,16 +23,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llm_pipeline.errors import UserError, first_line
+from llm_pipeline.errors import ModelLoadError, ServeError, UserError, first_line
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import ServerState, build_router
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,
     Prediction,
-    load_served_model,
+    ServedModel,
+    fetch_model,
 )
-from llm_pipeline.serve.settings import Settings
+from llm_pipeline.serve.settings import Settings, env_name
+from llm_pipeline.tasks import get_task
 
 logger = logging.getLogger("llm_pipeline.serve")
 
@@ -75,6 +77,29 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     return app
+
+
+def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
+    """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as the
+    kind its task trains. Raises ServeError (or another UserError) with a one-line reason."""
+    from llm_pipeline.serve.classifier import Classifier
+    from llm_pipeline.serve.completer import Completer
+    from llm_pipeline.serve.summarizer import Summarizer
+
+    folder = fetch_model(settings.model_uri, download_dir)
+    task = get_task(settings.task)
+    kinds: dict[str, Any] = {
+        "seq2seq": Summarizer,
+        "causal_lm": Completer,
+        "classifier": Classifier,
+    }
+    try:
+        served: ServedModel = kinds[task.model_kind].load(settings, folder, task)
+    except ModelLoadError as exc:
+        raise ServeError(
+            f"{exc} (this server serves task {task.name!r}, {env_name('task')})"
+        ) from None
+    return served
 
 
 def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], None] | None) -> None:

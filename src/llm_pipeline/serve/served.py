@@ -1,7 +1,8 @@
 """The served model: where its files come from, and which kind of model the task needs.
 
 The task (`Settings.task`) names the model's kind: a seq2seq model (`Summarizer`), a
-decoder-only causal LM (`Completer`) or a sequence classifier (`Classifier`). Each reads
+decoder-only causal LM (`Completer`) or a sequence classifier (`Classifier`), each in its own
+module, which builds on this one (`app.load_served_model` picks one). Each reads
 a model input per instance (a prompt, or the text or pair of texts to classify) and gives
 one prediction per input (a text, or labels with scores), in one model call per batch: a
 generate call, or a forward pass.
@@ -13,10 +14,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llm_pipeline.errors import ModelLoadError, ServeError, UserError, first_line
+from llm_pipeline.errors import ServeError, UserError, first_line
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
 from llm_pipeline.storage import is_remote, local_copy, to_uri
-from llm_pipeline.tasks import Instance, TextPair, get_task
+from llm_pipeline.tasks import Instance, TextPair
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -58,29 +59,6 @@ class ServedModel(Protocol):
     def describe(self) -> dict[str, Any]:
         """What is served, for the log and the stats route."""
         ...
-
-
-def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
-    """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as the
-    kind its task trains. Raises ServeError (or another UserError) with a one-line reason."""
-    from llm_pipeline.serve.classifier import Classifier
-    from llm_pipeline.serve.completer import Completer
-    from llm_pipeline.serve.summarizer import Summarizer
-
-    folder = fetch_model(settings.model_uri, download_dir)
-    task = get_task(settings.task)
-    kinds: dict[str, Any] = {
-        "seq2seq": Summarizer,
-        "causal_lm": Completer,
-        "classifier": Classifier,
-    }
-    try:
-        served: ServedModel = kinds[task.model_kind].load(settings, folder, task)
-    except ModelLoadError as exc:
-        raise ServeError(
-            f"{exc} (this server serves task {task.name!r}, {env_name('task')})"
-        ) from None
-    return served
 
 
 def prompts_of(inputs: list[ModelInput]) -> list[str]:
