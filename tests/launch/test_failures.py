@@ -73,3 +73,11 @@ def test_a_timeout_says_which_setting_bounded_it(tmp_path: Path) -> None:
 def test_without_any_rank_report_the_launchers_own_output_is_shown(tmp_path: Path) -> None:
     message = _message(tmp_path, "rendezvous timed out\n")
     assert "before any rank reported an error" in message and "rendezvous timed out" in message
+
+
+def test_a_train_error_a_rank_raised_is_its_message_alone(tmp_path: Path) -> None:
+    # Every rank stops alike (the counts it checks are global); the message is the worker's.
+    said = "training stopped at step 40: 15 of the last 20 optimizer steps had non-finite"
+    _record(tmp_path, 1, f"TrainError: {said}", stamp=11)
+    _record(tmp_path, 0, f"TrainError: {said}", stamp=10)
+    assert _message(tmp_path, SUMMARY.format(rank=1, code=1)) == said

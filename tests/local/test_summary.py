@@ -157,3 +157,44 @@ def test_when_nothing_ships_the_summary_says_what_the_endpoint_still_serves(
     assert "The endpoint demo-endpoint still serves demo@1." in text
     assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
     assert "Deployed" not in text
+
+
+def _with_finetune_metrics(run: LocalRun, metrics: dict[str, float]) -> LocalRun:
+    steps = tuple(
+        replace(step, metrics=metrics) if step.name == "finetune" else step for step in run.steps
+    )
+    return replace(run, steps=steps)
+
+
+def test_steps_lost_to_non_finite_gradients_are_said_in_the_summary_and_the_report(
+    tmp_path: Path,
+) -> None:
+    metrics = {"global_step": 300.0, "skipped_steps": 15.0, "nonfinite_steps": 15.0}
+    run = _with_finetune_metrics(_run(tmp_path), metrics)
+    line = (
+        "Training lost steps to non-finite gradients (inf or NaN): 15 of 300 optimizer steps "
+        "were skipped (the weights not updated). Likely causes: the learning rate, fp16, or "
+        "the data."
+    )
+    assert line in format_summary(run).splitlines()
+    report = write_run_report(run, title="demo")
+    assert report is not None
+    page = report.read_text()
+    assert "id='lost-steps'" in page and "15 of 300 optimizer steps were skipped" in page
+
+
+def test_non_finite_steps_that_reached_the_weights_count_from_the_resumed_step(
+    tmp_path: Path,
+) -> None:
+    metrics = {"global_step": 50.0, "resumed_from_step": 20.0, "nonfinite_steps": 12.0}
+    text = format_summary(_with_finetune_metrics(_run(tmp_path), metrics))
+    assert "12 of 30 optimizer steps applied them to the weights" in text
+    assert "skipped" not in text
+
+
+def test_a_run_that_lost_no_step_says_nothing_of_it(tmp_path: Path) -> None:
+    metrics = {"global_step": 300.0, "skipped_steps": 0.0, "nonfinite_steps": 0.0}
+    run = _with_finetune_metrics(_run(tmp_path), metrics)
+    assert "non-finite" not in format_summary(run)
+    report = write_run_report(run, title="demo")
+    assert report is not None and "lost-steps" not in report.read_text()

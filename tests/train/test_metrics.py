@@ -79,8 +79,11 @@ def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
         eval_loss=2.5,
         global_step=7,
         resumed_from_step=None,
+        skipped_steps=1,
+        nonfinite_steps=2,
     )
     assert metrics["mfu"] is None and metrics["train_loss"] == 2.0
+    assert metrics["skipped_steps"] == 1 and metrics["nonfinite_steps"] == 2
     assert metrics["global_step"] == 7 and metrics["train_tokens"] == 1000
     assert metrics["train_source_tokens"] == 800 and metrics["train_target_tokens"] == 200
     assert metrics["total_parameters"] == 100 and metrics["trainable_parameters"] == 40

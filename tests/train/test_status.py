@@ -35,3 +35,24 @@ def test_only_the_primary_process_prints(capsys: pytest.CaptureFixture[str]) -> 
     status.on_train_begin(None, _state(0, primary=False), None)
     status.on_log(None, _state(10, primary=False), None, logs={"loss": 1.0})
     assert capsys.readouterr().out == ""
+
+
+def test_a_period_that_lost_steps_is_followed_by_a_warning(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("llm_pipeline.train.status.time.monotonic", lambda: 1000.0)
+    status = TrainingStatus()
+    status.on_train_begin(None, _state(0), None)
+    lost = {"skipped_steps": 0.0, "nonfinite_steps": 0.0}
+    status.on_log(None, _state(25), None, logs={"loss": 4.0, **lost})
+    lost = {"skipped_steps": 2.0, "nonfinite_steps": 2.0}
+    status.on_log(None, _state(50), None, logs={"loss": 4.5, **lost})
+    status.on_log(None, _state(75), None, logs={"loss": 4.2, **lost})  # none new: no warning
+    lost = {"skipped_steps": 2.0, "nonfinite_steps": 3.0}  # the plain Trainer: applied
+    status.on_log(None, _state(100), None, logs={"loss": 4.1, **lost})
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warnings == [
+        f"{MARK}warning: 2 of the last 25 steps skipped, their gradients not finite "
+        "(2 skipped in this run)",
+        f"{MARK}warning: 1 of the last 25 steps had non-finite gradients, applied (3 in this run)",
+    ]

@@ -42,6 +42,8 @@ _TAIL_LINES = 25
 _EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*exitcode\s*:\s*(-?\d+)")
 # Signals torchrun itself sends to the surviving ranks once one has failed.
 _STOP_SIGNALS = frozenset({2, 15})
+# How torchrun's `record` opens the message of a TrainError (`f"{type(e).__name__}: {e}"`).
+_TRAIN_ERROR = "TrainError: "
 _TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "DistStoreError", "watchdog")
 
 
@@ -70,7 +72,7 @@ def recorded_errors(log_dir: Path) -> list[RankError]:
             extra = body.get("extraInfo", {})
             stamp = float(extra.get("timestamp", 0) or 0)
             callstack = str(extra.get("py_callstack", ""))
-            if callstack:
+            if callstack and not message.startswith(_TRAIN_ERROR):
                 message = f"{message}\n{_tail(callstack, 12)}"
         errors.append(RankError(_local_rank_of(path), message.strip(), stamp))
     return sorted(errors, key=lambda e: e.timestamp)
@@ -138,7 +140,8 @@ def failure_message(
     collective_timeout_s: int,
 ) -> str:
     """What to show when the training launcher exited with `exit_code` != 0 (see
-    `first_failure` for which rank is blamed)."""
+    `first_failure` for which rank is blamed). A TrainError a rank raised is shown as its
+    message alone: the worker words those for the user."""
     failure = first_failure(log_dir=log_dir, launcher_output=launcher_output)
     if failure is None:
         return (
@@ -149,6 +152,10 @@ def failure_message(
     rank = node_rank * procs_per_node + local_rank
     if is_out_of_memory(detail):
         return out_of_memory_message(f"rank {rank} on node {node_rank}: {detail}")
+    if how == "raised" and detail.startswith(_TRAIN_ERROR):
+        # The worker's own words for a problem the user can fix (a run stopped by
+        # train.step_health, a bad setting), which every rank words alike.
+        return detail.removeprefix(_TRAIN_ERROR)
     message = f"training failed: rank {rank} (node {node_rank}, local rank {local_rank}) {how}:\n"
     message += detail
     if any(marker in detail for marker in _TIMEOUT_MARKERS):

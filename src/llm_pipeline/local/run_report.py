@@ -16,6 +16,7 @@ from pathlib import Path
 from llm_pipeline.evaluation.charts import escape, loss_chart
 from llm_pipeline.evaluation.report import PIPELINE_VIEW, report_page
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.local.summary import lost_steps_line
 from llm_pipeline.output_files import TRAINING_LOG_FILE, Step
 from llm_pipeline.progress import format_duration
 
@@ -88,12 +89,14 @@ def _gate(run: LocalRun) -> list[str]:
 def _loss_section(finetune: StepOutcome | None) -> list[str]:
     if finetune is None or "trained_model" not in finetune.outputs:
         return []
+    lost = lost_steps_line(finetune.metrics)
+    warning = [f"<p id='lost-steps' class='warning'><b>{escape(lost)}</b></p>"] if lost else []
     log = Path(finetune.outputs["trained_model"]) / TRAINING_LOG_FILE
     try:
         history = json.loads(log.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
-    return ["<h2>Training loss</h2>", loss_chart(history)]
+        return ["<h2>Training loss</h2>", *warning] if warning else []
+    return ["<h2>Training loss</h2>", *warning, loss_chart(history)]
 
 
 def _config_section(configure: StepOutcome | None) -> list[str]:

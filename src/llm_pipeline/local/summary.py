@@ -41,6 +41,7 @@ def format_summary(
     gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
+    lines += _lost_steps(run.outcome(Step.FINETUNE))
     lines += _scores(run.outcome(Step.EVALUATE), headline)
     lines += _gate(gate, shipped)
     lines += _places(run, report=report, registry=registry)
@@ -55,6 +56,30 @@ def _step_line(step: StepOutcome) -> str:
     if step.error:
         line += f"\n         {step.error}"
     return line
+
+
+def lost_steps_line(metrics: dict[str, float]) -> str | None:
+    """What the finetune step's metrics say of optimizer steps lost to non-finite gradients
+    (`skipped_steps`, `nonfinite_steps`), as one line; None when none was lost."""
+    skipped = int(metrics.get("skipped_steps", 0))
+    applied = int(metrics.get("nonfinite_steps", 0)) - skipped
+    if skipped <= 0 and applied <= 0:
+        return None
+    steps = int(metrics.get("global_step", 0)) - int(metrics.get("resumed_from_step", 0))
+    lost = []
+    if skipped > 0:
+        lost.append(f"{skipped} of {steps} optimizer steps were skipped (the weights not updated)")
+    if applied > 0:
+        lost.append(f"{applied} of {steps} optimizer steps applied them to the weights")
+    return (
+        f"Training lost steps to non-finite gradients (inf or NaN): {'; '.join(lost)}. "
+        "Likely causes: the learning rate, fp16, or the data."
+    )
+
+
+def _lost_steps(finetune: StepOutcome | None) -> list[str]:
+    line = lost_steps_line(finetune.metrics) if finetune is not None else None
+    return ["", line] if line else []
 
 
 def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:

@@ -135,13 +135,22 @@ def final_metrics(
     eval_loss: float | None,
     global_step: int,
     resumed_from_step: int | None,
+    skipped_steps: int,
+    nonfinite_steps: int,
 ) -> dict[str, float | int | None]:
-    """The step's metrics dict, as the component logs it."""
+    """The step's metrics dict, as the component logs it.
+
+    `skipped_steps`: optimizer steps of this run whose update was not applied (DeepSpeed's
+    overflow skips, fp16's GradScaler); `nonfinite_steps`: those whose gradient norm was inf
+    or NaN, skipped or (the plain Trainer in bf16 or fp32) applied (`train.step_health`).
+    """
     return {
         "train_loss": train_loss,
         "eval_loss": eval_loss,
         "global_step": global_step,
         "resumed_from_step": resumed_from_step,
+        "skipped_steps": skipped_steps,
+        "nonfinite_steps": nonfinite_steps,
         "train_samples": counts.samples,
         "train_tokens": counts.tokens,
         "train_source_tokens": counts.source_tokens,

@@ -13,18 +13,24 @@ from typing import Any
 from transformers import TrainerCallback
 
 from llm_pipeline.progress import format_duration, status
+from llm_pipeline.train.step_health import lost_steps_warning
 
 
 class TrainingStatus(TrainerCallback):
-    """`step 40/200 · loss 3.21 · eval loss 3.05 · 1.3 steps/s · 2 min 05 s left`."""
+    """`step 40/200 · loss 3.21 · eval loss 3.05 · 1.3 steps/s · 2 min 05 s left`, and a
+    warning line after a period that lost steps (skipped, or with non-finite gradients:
+    the counts `FinetuneTrainer.log` adds to a period's entry)."""
 
     def __init__(self) -> None:
         self._started = 0.0
         self._first_step = 0
+        # (step, skipped, non-finite) at the previous period's end
+        self._lost = (0, 0, 0)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._started = time.monotonic()
         self._first_step = state.global_step
+        self._lost = (state.global_step, 0, 0)
         if state.is_world_process_zero:
             where = f" (resumed at step {state.global_step})" if state.global_step else ""
             status(f"training for {state.max_steps} steps{where}")
@@ -49,3 +55,20 @@ class TrainingStatus(TrainerCallback):
             parts.append(f"{rate:.2f} steps/s")
             parts.append(f"{format_duration(left)} left")
         status(" · ".join(parts))
+        self._warn_of_lost_steps(state.global_step, logs)
+
+    def _warn_of_lost_steps(self, step: int, logs: dict[str, Any]) -> None:
+        if "skipped_steps" not in logs:
+            return
+        skipped, nonfinite = int(logs["skipped_steps"]), int(logs.get("nonfinite_steps", 0))
+        last_step, last_skipped, last_nonfinite = self._lost
+        self._lost = (step, skipped, nonfinite)
+        warning = lost_steps_warning(
+            steps=step - last_step,
+            skipped=skipped - last_skipped,
+            nonfinite=nonfinite - last_nonfinite,
+            skipped_total=skipped,
+            nonfinite_total=nonfinite,
+        )
+        if warning:
+            status(warning)

@@ -41,6 +41,11 @@ from llm_pipeline.train.deepspeed_config import (
     resolve_precision,
 )
 from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.step_health import (
+    StepHealth,
+    lost_steps_error,
+    skipped_so_far,
+)
 
 Sampling = Literal["group_by_length", "random", "sequential"]
 _BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
@@ -233,6 +238,12 @@ class FinetuneTrainer(Trainer):
         self._samples = torch.zeros((), dtype=torch.long)
         self._source_tokens = torch.zeros((), dtype=torch.long)
         self._target_tokens = torch.zeros((), dtype=torch.long)
+        # Lost optimizer steps (step_health): DeepSpeed skips them, fp16's GradScaler too.
+        scaler = getattr(self.accelerator, "scaler", None) is not None
+        self.step_health = StepHealth(
+            skips_nonfinite=self.is_deepspeed_enabled, scaler_skips=scaler
+        )
+        self._skipped_before = 0
 
     def training_step(
         self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
@@ -247,7 +258,33 @@ class FinetuneTrainer(Trainer):
         self._source_tokens = self._source_tokens.to(device) + read
         if self.labels_are_tokens:
             self._target_tokens = self._target_tokens.to(device) + (labels != LABEL_PAD).sum()
+        # Under DeepSpeed the optimizer steps inside this call (accelerate's backward runs
+        # engine.step() at the end of an accumulation), so the engine's count moves here.
+        self._skipped_before = skipped_so_far(self.model_wrapped) or 0
         return super().training_step(model, inputs, num_items_in_batch)
+
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+        """The Trainer's gradient norm of each optimizer step, recorded by `step_health`.
+
+        transformers' loop (trainer.py, `_inner_training_loop`) calls this once per
+        optimizer step, after the backward (and under DeepSpeed after its step), with the
+        norm it clipped by; reusing that norm costs no extra pass over the gradients.
+        """
+        norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        engine_skips = skipped_so_far(self.model_wrapped)
+        skipped = engine_skips is not None and engine_skips > self._skipped_before
+        self.step_health.record(norm, skipped=skipped)
+        return norm
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A training period's log entry also says how many steps were lost (read here,
+        once per period); most of the recent ones lost stops the run (`lost_steps_error`).
+        Every rank decides alike: DeepSpeed's skips and the gradient norm are global."""
+        counts = self.step_health.read() if "loss" in logs else None
+        super().log({**logs, **counts.as_logs()} if counts else logs, start_time)
+        error = lost_steps_error(counts, step=self.state.global_step) if counts else None
+        if error is not None:
+            raise error
 
     def trained_counts(self) -> tuple[int, int, int]:
         """(samples, source tokens, target tokens) this process trained on in this run.

@@ -210,12 +210,15 @@ def _metrics(
     eval_loss: float | None,
     resume_from: str | None,
 ) -> dict[str, Any]:
+    lost = trainer.step_health.read()  # alike on every rank: the norm and skips are global
     return final_metrics(
         counts=counts.gather_counts(trainer, clock),
         train_loss=last_logged(trainer.state.log_history, "loss"),
         eval_loss=eval_loss,
         global_step=trainer.state.global_step,
         resumed_from_step=checkpoints.step_of(resume_from) if resume_from else None,
+        skipped_steps=lost.skipped,
+        nonfinite_steps=lost.nonfinite,
     )
 
 
