@@ -6,6 +6,8 @@ import pytest
 
 from llm_pipeline.fit.shapes import hub_reachable
 
+from .fake_gpus import use_gpus
+
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -14,3 +16,11 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     hub_reachable.cache_clear()
     yield
     hub_reachable.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def cpu_only_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has no GPU in every fit test, whatever it really has: a local verdict
+    must not depend on where the suite runs. A test that needs GPUs says which (`use_gpus`);
+    test_local_gpus.py reads the real ones."""
+    use_gpus(monkeypatch)

@@ -15,6 +15,7 @@ from llm_pipeline.fit.shapes import model_shape, shape_of
 from llm_pipeline.fit.training import zero_plan
 
 from ..offline_models import MINILM, TINY_T5
+from .fake_gpus import H100, use_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "configs").glob("*.json"))
@@ -25,17 +26,21 @@ def config_of(path: Path, *overrides: str) -> PipelineConfig:
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.name)
-def test_the_shipped_configs_fit_their_machines(path: Path):
+def test_the_shipped_configs_fit_their_machines(path: Path, monkeypatch):
     config = config_of(path)
     target = "vertex" if config.deploy.target == "vertex" else "local"
+    # A local config runs on a laptop's CPU, or on the GPUs it asks for (an H100 each).
+    use_gpus(monkeypatch, *[H100] * config.cluster.local_gpus)
     report = check_fit(config, target=target)
     assert report.problems == [] and report.skipped == []
     places = [(row.place, row.memory) for row in report.rows]
-    if target == "vertex":
+    if target == "vertex" or config.cluster.local_gpus:
         kinds = ("GPU", "host")
         # An endpoint without a GPU (a classifier's, on a CPU machine) has host memory alone.
         serve = (
-            [("serve", m) for m in kinds] if config.deploy.accelerator_type else [("serve", "host")]
+            [("serve", m) for m in kinds]
+            if config.deploy.accelerator_type or target == "local"
+            else [("serve", "host")]
         )
         assert places == [(p, m) for p in ("finetune", "evaluate") for m in kinds] + serve
     else:

@@ -190,7 +190,8 @@ def _check_fit(config: PipelineConfig, target: Target, *, show: bool, refuse: bo
     elif report.problems and refuse:
         print(format_table(report), file=sys.stderr)
     else:
-        for line in [*report.skipped, *(f"does not fit: {p}" for p in report.problems)]:
+        misfits = [f"does not fit: {row.problem}" for row in report.rows if row.problem]
+        for line in [*report.skipped, *report.other_problems, *misfits]:
             print(f"note: fit check: {line}", file=sys.stderr)
     if refuse:
         enforce(report)

@@ -18,7 +18,8 @@ def finetune(
 ):
     """Fine-tune with the Hugging Face Trainer under DeepSpeed, resuming if it can.
 
-    Locally the step starts `torchrun` with `cluster.processes` CPU processes (gloo). On
+    Locally the step starts `torchrun` with `cluster.processes` processes: one per GPU
+    torch sees by default (NCCL), else one on the CPU (gloo). On
     Vertex AI the pipeline runs this component as a custom job with `cluster.node_count`
     replicas; every replica runs it, reads the cluster from `CLUSTER_SPEC`, and starts its
     node's processes; only the primary writes the outputs, the others exit 0.

@@ -8,7 +8,7 @@ from llm_pipeline.config.base import Section
 
 
 class ClusterConfig(Section):
-    """Training cluster shape. Locally only `processes` and `launcher` matter."""
+    """Training cluster shape. Locally only `processes`, `launcher` and `local_gpus` matter."""
 
     processes: int | None = Field(
         default=None,
@@ -20,6 +20,13 @@ class ClusterConfig(Section):
         default="torchrun",
         description="`torchrun` (one launcher per node) or DeepSpeed's ssh launcher with a "
         "hostfile and per-job SSH keys.",
+    )
+    local_gpus: int = Field(
+        default=0,
+        ge=0,
+        description="GPUs a local run needs: the fit check refuses to run the config on a "
+        "machine where torch sees fewer (a config sized for a GPU would take hours on a "
+        "CPU). `0`: any machine, its GPUs if it has some, else its CPU.",
     )
     node_count: int = Field(default=1, ge=1, description="Machines (Vertex replicas).")
     machine_type: str = Field(default="a2-highgpu-1g", description="Vertex machine type.")

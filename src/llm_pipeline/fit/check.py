@@ -10,7 +10,7 @@ from __future__ import annotations
 from llm_pipeline.config import ConfigError, PipelineConfig
 from llm_pipeline.fit.generation import evaluation_rows, serving_rows
 from llm_pipeline.fit.machines import UnknownMachine
-from llm_pipeline.fit.places import Target
+from llm_pipeline.fit.places import Target, local_gpu_problems
 from llm_pipeline.fit.rows import FitReport, Row
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.fit.training import precision_problems, training_rows
@@ -24,7 +24,7 @@ DEFAULT_LABELS = 2
 
 def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
-    report = FitReport()
+    report = FitReport(other_problems=local_gpu_problems(config, target))
     kind = get_task(config.task).model_kind
     labels, labels_note = classifier_labels(config) if kind == "classifier" else (0, None)
     try:

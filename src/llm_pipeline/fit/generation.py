@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.fit.estimates import generation_memory
+from llm_pipeline.fit.machines import THIS_MACHINE
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, Breakdown
 from llm_pipeline.fit.places import Target, Where, evaluation_where, input_tokens, serving_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
@@ -96,8 +97,12 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         fix = (
             f"at most {most} fits"
             if most
-            else "even a batch of 1 does not fit: the "
-            "weights need a GPU with more memory (cluster.machine_type / accelerator_type)"
+            else "even a batch of 1 does not fit: the weights need a GPU with more memory"
+            + (
+                ""
+                if where.place.machine == THIS_MACHINE
+                else " (cluster.machine_type / accelerator_type)"
+            )
         )
         return f"{what} needs {gib(needs.total)} {memory_label(where)} ({needs.describe()}); {fix}"
 
@@ -133,15 +138,17 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
 
     def refusal(needs: Breakdown, most: int) -> str:
         accelerator = where.place.accelerator
-        if accelerator is None:
+        if where.place.machine == THIS_MACHINE:
+            what = where.place.label  # the local server's machine: no deploy.* chose it
+        elif accelerator is None:
             what = f"deploy.machine_type {where.place.machine}"
         else:
             what = (
                 f"deploy.accelerator_type {deploy.accelerator_type} on deploy.machine_type "
                 f"{deploy.machine_type}"
             )
-            if not accelerator.has_bf16:
-                what += f" ({accelerator.label} has no bf16: the server runs fp32)"
+        if accelerator is not None and not accelerator.has_bf16:
+            what += f" ({accelerator.label} has no bf16: the server runs fp32)"
         text = (
             f"{what}: serving needs {gib(needs.total)} {memory_label(where)} "
             f"({needs.describe()}; {settings})"

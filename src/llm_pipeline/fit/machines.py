@@ -1,4 +1,5 @@
-"""The machines a config can name: Vertex AI machine types, their GPUs, and this computer.
+"""The machines a config can name: Vertex AI machine types, their GPUs, and this computer
+(its memory and the GPUs torch sees on it).
 
 One table, from Google's published figures (Compute Engine "GPU machine types",
 "Accelerator-optimized machine family" and "General-purpose machine family" pages). Google
@@ -13,8 +14,9 @@ at a fraction of the speed.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,13 +208,76 @@ def _close(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+@dataclass(frozen=True)
+class GpuProperties:
+    """What torch reports of one GPU it can use (`torch.cuda.get_device_properties`)."""
+
+    name: str  # "NVIDIA H100 80GB HBM3", "Tesla T4"
+    total_memory: int  # bytes
+    major: int  # compute capability
+    minor: int
+
+
+@functools.cache
+def visible_gpus() -> tuple[GpuProperties, ...]:
+    """The GPUs this process's torch can use, in its device order: CUDA_VISIBLE_DEVICES
+    applies as torch reads it, since torch does the reading. Once per process; nothing is
+    read past `torch.cuda.is_available()` on a machine without a usable GPU, so CUDA is never
+    initialised there. Tests replace this function to describe a machine they do not have."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ()
+    return tuple(
+        GpuProperties(props.name, int(props.total_memory), int(props.major), int(props.minor))
+        for props in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))
+    )
+
+
+def local_accelerator(gpus: Sequence[GpuProperties]) -> Accelerator | None:
+    """The GPUs of this machine as one `Accelerator` (a run puts one process on each), None
+    without any. On a machine with mixed GPUs the smallest memory and the lowest compute
+    capability decide: every process must fit, and `auto` picks one dtype for all."""
+    if not gpus:
+        return None
+    smallest = min(gpus, key=lambda gpu: gpu.total_memory)
+    label = smallest.name
+    if len({gpu.name for gpu in gpus}) > 1:
+        label += " (the smallest of mixed GPUs)"
+    return Accelerator(
+        name=smallest.name,
+        label=label,
+        memory_gib=smallest.total_memory / 2**30,
+        capability=min(gpu.major + gpu.minor / 10 for gpu in gpus),
+    )
+
+
+def no_gpu_reason() -> str:
+    """Why torch sees no GPU here, in words: the build, the environment, or the machine."""
+    import torch
+
+    if torch.version.cuda is None and torch.version.hip is None:
+        return f"this torch, {torch.__version__}, is built without CUDA"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and not hidden.strip():
+        return "CUDA_VISIBLE_DEVICES is empty"
+    return "torch.cuda.is_available() is False: no GPU, or no driver for it"
+
+
+#: How `this_machine` names itself, and how a row tells this computer from a Vertex machine.
+THIS_MACHINE = "this machine"
+
+
 def this_machine() -> Place:
-    """This computer's memory: physical RAM, or the container's memory limit if lower."""
+    """This computer: its memory (physical RAM, or the container's memory limit if lower)
+    and the GPUs torch sees on it (`visible_gpus`)."""
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     limit = _cgroup_limit()
     if limit is not None:
         total = min(total, limit)
-    return Place("this machine", total / 2**30)
+    gpus = visible_gpus()
+    accelerator = local_accelerator(gpus)
+    return Place(THIS_MACHINE, total / 2**30, accelerator, len(gpus) if accelerator else 0)
 
 
 def _cgroup_limit() -> int | None:

@@ -3,7 +3,8 @@
 The answers mirror the run: on Vertex, finetune runs on `cluster` (node_count machines,
 one process per GPU), evaluate on one node of the same machine type (one process per GPU;
 a plain pipeline step on Vertex's default machine when the cluster has no GPU), and the
-endpoint on `deploy`'s machine; a local run does all three on this computer's CPU.
+endpoint on `deploy`'s machine. A local run does all three on this computer: on the GPUs
+torch sees (one process per GPU, the server on the first), else on its CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from llm_pipeline.fit.machines import (
     MACHINE_TYPES,
     PIPELINE_STEP_MACHINE,
     Place,
+    no_gpu_reason,
     this_machine,
     vertex_place,
 )
@@ -97,6 +99,35 @@ def serving_where(config: PipelineConfig, target: Target) -> Where:
         place = Place(f"{step.name} (pipeline step)", step.memory_gib)
     # The server computes on one device (cuda:0), whatever the replica has.
     return Where(place, _device(place), 1, 1, auto_dtype(place))
+
+
+def local_gpu_problems(config: PipelineConfig, target: Target) -> list[str]:
+    """What a local run cannot do with this machine's GPUs, said before it starts: fewer
+    GPUs than `cluster.local_gpus` asks for, or more training or evaluation processes than
+    GPUs (each process takes the GPU its local rank names, so an extra one finds none)."""
+    if target != "local":
+        return []
+    place = this_machine()
+    problems = []
+    needed = config.cluster.local_gpus
+    if place.gpus < needed:
+        seen = f"{place.gpus} GPU(s)" if place.gpus else f"no GPU ({no_gpu_reason()})"
+        problems.append(
+            f"cluster.local_gpus {needed}: this config is meant for {needed} GPU(s) and torch "
+            f"sees {seen} on this machine; run it on the CPU with --set cluster.local_gpus=0 "
+            "(far slower: configs/local.json is the demo sized for a CPU)"
+        )
+    if place.gpus:
+        for key, processes in (
+            ("cluster.processes", config.cluster.processes),
+            ("evaluate.processes", config.evaluate.processes),
+        ):
+            if processes is not None and processes > place.gpus:
+                problems.append(
+                    f"{key} {processes}: this machine has {place.gpus} GPU(s) and each "
+                    f"process takes one: set it to {place.gpus} or less, or null for one per GPU"
+                )
+    return problems
 
 
 def source_tokens(config: PipelineConfig) -> int:

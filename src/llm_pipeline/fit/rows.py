@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llm_pipeline.fit.machines import THIS_MACHINE
 from llm_pipeline.fit.memory import GIB, Breakdown
 from llm_pipeline.fit.places import Where
 
@@ -89,6 +90,6 @@ def largest(fits: Callable[[int], bool], below: int) -> int:
 
 def machine_key(place: str, where: Where) -> str:
     """The setting that chose this machine (this computer's memory has none)."""
-    if where.place.machine == "this machine":
+    if where.place.machine == THIS_MACHINE:
         return "this machine:"
     return MACHINE_KEYS.get(place, "deploy.machine_type")

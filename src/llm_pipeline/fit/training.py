@@ -81,9 +81,11 @@ def training_advice(
     zero: ZeroPlan | None,
     config: PipelineConfig,
     nodes: int,
+    more_nodes: bool = True,
 ) -> str:
     """What fits `capacity` bytes per process: the largest micro-batch, then each other
-    change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, nodes)."""
+    change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, and
+    with `more_nodes` (a Vertex run; a local one has this machine alone) more nodes)."""
 
     def fits(lengths: Lengths = lengths, **change: object) -> float | None:
         total = estimate(lengths, **change)[0].total
@@ -108,7 +110,7 @@ def training_advice(
             options.append(
                 f"train.offload_optimizer and train.offload_param cpu (~{total / GIB:.1f} GiB)"
             )
-    if zero is not None:
+    if zero is not None and more_nodes:
         for more in range(nodes + 1, MAX_NODES + 1):
             if total := fits(nodes=more):
                 options.append(f"cluster.node_count {more} (~{total / GIB:.1f} GiB)")
@@ -159,7 +161,13 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
         problem = None
         if per_process.total / GIB > capacity:
             advice = training_advice(
-                estimate, lengths, capacity * GIB, zero=zero, config=config, nodes=where.nodes
+                estimate,
+                lengths,
+                capacity * GIB,
+                zero=zero,
+                config=config,
+                nodes=where.nodes,
+                more_nodes=target == "vertex",
             )
             problem = (
                 f"train.per_device_batch_size {lengths.batch} needs {gib(per_process.total)} "
@@ -181,7 +189,13 @@ def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> 
         if row.problem:
             per_gib = where.place.host_gib * GIB / where.processes
             advice = training_advice(
-                estimate, lengths, per_gib, zero=zero, config=config, nodes=where.nodes
+                estimate,
+                lengths,
+                per_gib,
+                zero=zero,
+                config=config,
+                nodes=where.nodes,
+                more_nodes=target == "vertex",
             )
             row = replace(
                 row,
