@@ -1,9 +1,14 @@
 """Which wheels the bundle carries: the closure for the GPU machine's Python, not this one's,
 without torch and what the machine has; and which wheel files that machine installs."""
 
+import subprocess
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from llm_pipeline.bundle.wheels import Target, extra_requirements, select
+from llm_pipeline.bundle import wheels
+from llm_pipeline.bundle.wheels import Target, download, extra_requirements, select
 from llm_pipeline.errors import BundleError
 from llm_pipeline.lockfile import Pin
 
@@ -76,3 +81,59 @@ def test_an_extras_requirements_less_those_left_out() -> None:
 )
 def test_which_wheel_files_the_machine_installs(wheel: str, installs: bool) -> None:
     assert TARGET.accepts(wheel) is installs
+
+
+def _fake_pip(built_tag: str) -> Any:
+    """pip as the index answers: no wheel of deepspeed (source only), a py3 wheel of the rest;
+    `pip wheel` builds deepspeed's with `built_tag`."""
+
+    def pip(command: list[str]) -> subprocess.CompletedProcess[str]:
+        folder = Path(command[command.index("-d" if "download" in command else "-w") + 1])
+        wanted = [arg for arg in command if "==" in arg]
+        if "wheel" in command:
+            name, version = wanted[0].split("==")
+            (folder / f"{name}-{version}-{built_tag}.whl").touch()
+            return subprocess.CompletedProcess(command, 0, "", "")
+        if "deepspeed==0.19.8" in wanted:
+            error = "ERROR: No matching distribution found for deepspeed==0.19.8"
+            return subprocess.CompletedProcess(command, 1, "", error)
+        for spec in wanted:
+            name, version = spec.split("==")
+            (folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").touch()
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    return pip
+
+
+PINS = [Pin("deepspeed", "0.19.8", None, ("x",)), Pin("hjson", "3.1.0", None, ("x",))]
+
+
+def test_source_only_packages_are_built_and_the_rest_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wheels, "_pip", _fake_pip("py3-none-any"))
+    found = download(PINS, TARGET, tmp_path)
+    assert [p.name for p in found] == [
+        "deepspeed-0.19.8-py3-none-any.whl",
+        "hjson-3.1.0-py3-none-any.whl",
+    ]
+
+
+def test_a_wheel_built_for_this_python_only_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wheels, "_pip", _fake_pip("cp311-cp311-linux_x86_64"))
+    with pytest.raises(BundleError, match=r"no wheel of deepspeed==0.19.8 that Python 3.12 on"):
+        download(PINS, TARGET, tmp_path)
+
+
+def test_an_unreachable_index_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = (
+        "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection')\n"
+        "ERROR: No matching distribution found for deepspeed==0.19.8"
+    )
+    monkeypatch.setattr(
+        wheels, "_pip", lambda command: subprocess.CompletedProcess(command, 1, "", stderr)
+    )
+    with pytest.raises(BundleError, match=r"^pip cannot reach the package index: "):
+        download(PINS, TARGET, tmp_path)

@@ -42,6 +42,8 @@ from llm_pipeline.lockfile import Pin, is_platform_package
 MANYLINUX = ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014")
 #: How long one pip call may take (a whole download of ~60 wheels takes well under this).
 PIP_TIMEOUT_S = 900
+#: What pip prints when it cannot reach the index (it then finds no wheel of anything).
+_UNREACHABLE = ("NewConnectionError", "Could not fetch URL", "ConnectTimeoutError", "ProxyError")
 _NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-]+)==")
 
 
@@ -225,6 +227,8 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
         done = _pip(command)
         if done.returncode == 0:
             break
+        if any(sign in done.stderr for sign in _UNREACHABLE):
+            raise BundleError(f"pip cannot reach the package index: {_tail(done.stderr)}")
         found = _NO_WHEEL.search(done.stderr)
         name = str(canonicalize_name(found.group(1))) if found else ""
         if name not in todo:
