@@ -401,7 +401,7 @@ def table_line(row: Row) -> str:
         _number(peak, "{:.1f}"),
         _number(fit, "{:.1f}"),
         _number(peak / fit if peak and fit else None, "{:.2f}"),
-        _number(f.get("skipped_steps"), "{:d}"),
+        _number(f.get("skipped_steps"), "{:.0f}"),
         _number(f.get("elapsed_s"), "{:.0f}"),
     ]
     text = "  ".join(

@@ -119,3 +119,11 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     assert trained["of_matmul"] > 0 and trained["fit_gib"] > 0
     assert trained["trainable_parameters"] < trained["total_parameters"]  # LoRA
     assert f"\n{setting} " in table and "\nllama-1.1b generate (new) " in table
+
+
+def test_skipped_steps_print_when_the_metrics_have_them() -> None:
+    for skipped in (2, 2.0):  # an int from the worker, a float once through a Metrics artifact
+        row = gpu_train.Row(
+            "t5-large zero3 full", {"tokens_per_second": 10.0, "skipped_steps": skipped}
+        )
+        assert gpu_train.table_line(row).split()[-2] == "2"
