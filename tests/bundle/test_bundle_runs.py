@@ -1,6 +1,7 @@
 """The bundle built here for this Python, installed and run by its own `run.sh --tiny` on a
 stand-in for a GPU machine: a Python that has torch and the packages the bundle leaves to
-the machine, and nothing of the project's (no transformers, DeepSpeed, kfp or pydantic).
+the machine, nothing else of the project's (no DeepSpeed, kfp or pydantic), and an old
+transformers of its own, which must not win over the bundle's.
 
 The stand-in is a bare venv of this interpreter whose site-packages holds links to those
 distributions of the test environment, with their requirements; the bundle's wheels go into
@@ -45,7 +46,8 @@ def _closure(names: Iterable[str]) -> set[str]:
 
 
 def machine_python(root: Path) -> Path:
-    """A Python with torch, pip and MACHINE_HAS (and their requirements) only."""
+    """A Python with torch, pip and MACHINE_HAS (and their requirements), and an old
+    transformers of its own that cannot be imported."""
     subprocess.run(
         [sys._base_executable, "-m", "venv", "--without-pip", str(root)],  # type: ignore[attr-defined]
         check=True,
@@ -56,6 +58,15 @@ def machine_python(root: Path) -> Path:
         for top in sorted({Path(f).parts[0] for f in dist.files or [] if Path(f).parts}):
             if top not in ("..", "__pycache__") and not (site / top).exists():
                 (site / top).symlink_to(Path(str(dist.locate_file(top))))
+    # The machine's own, older transformers, which must not win over the bundle's.
+    (site / "transformers").mkdir()
+    (site / "transformers" / "__init__.py").write_text(
+        'raise ImportError("the machine\'s own transformers 4.0.0 was imported")\n'
+    )
+    (site / "transformers-4.0.0.dist-info").mkdir()
+    (site / "transformers-4.0.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 4.0.0\n"
+    )
     return root / "bin" / "python"
 
 
@@ -95,8 +106,8 @@ def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(tmp_path: Path)
     assert not wheels & {"torch", "numpy", "pyarrow"}
 
     python = machine_python(tmp_path / "machine")
-    lacks = subprocess.run([python, "-c", "import transformers"], capture_output=True, check=False)
-    assert lacks.returncode != 0  # the stand-in has no transformers of its own
+    own = subprocess.run([python, "-c", "import transformers"], capture_output=True, text=True)
+    assert "the machine's own transformers 4.0.0 was imported" in own.stderr
     env = {
         key: value
         for key, value in os.environ.items()
