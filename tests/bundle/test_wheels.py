@@ -10,7 +10,7 @@ import pytest
 from llm_pipeline.bundle import wheels
 from llm_pipeline.bundle.wheels import Target, download, extra_requirements, select
 from llm_pipeline.errors import BundleError
-from llm_pipeline.lockfile import Pin
+from llm_pipeline.lockfile import Pin, read_lock
 
 TARGET = Target(python="3.12", machine="x86_64")
 
@@ -137,3 +137,11 @@ def test_an_unreachable_index_is_said_so(tmp_path: Path, monkeypatch: pytest.Mon
     )
     with pytest.raises(BundleError, match=r"^pip cannot reach the package index: "):
         download(PINS, TARGET, tmp_path)
+
+
+def test_requirements_are_read_only_from_the_locks_own_version() -> None:
+    pins = read_lock(Path(__file__).resolve().parents[2] / "requirements.lock")
+    here = select(["tokenizers"], [], pins, TARGET)
+    assert "huggingface-hub" in here.pins and not here.unexpanded  # installed as locked
+    drifted = {**pins, "tokenizers": Pin("tokenizers", "0.0.1", None, ("x",))}
+    assert select(["tokenizers"], [], drifted, TARGET).unexpanded == {"tokenizers"}

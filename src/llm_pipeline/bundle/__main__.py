@@ -73,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = build.folder_size(args.out)
             print(f"built {args.out}: {size / 2**20:.1f} MiB (limit {args.max_mib:g} MiB)")
             print("largest parts: " + "; ".join(map(str, parts[:8])))
+            unread = machine.read_manifest(args.out)["unexpanded"]
+            if unread:
+                print(
+                    "carried without their own requirements (not installed here at the lock's "
+                    f"version; `make install`): {', '.join(unread)}"
+                )
             print(f"on the GPU machine: copy {args.out} there and run {args.out.name}/run.sh")
             return 0
         if args.command == "check":

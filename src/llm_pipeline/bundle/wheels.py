@@ -7,9 +7,10 @@ CUDA build brings (`lockfile.is_platform_package`): the machine's own build must
 its CUDA libraries alone are gigabytes. It also stops at the packages named as already on the
 machine (`machine_has`), which the installer there checks before it trusts them.
 Transitive requirements are read from this environment's installed metadata, which
-`make install` made from the same lock; a package that is not installed here (one the lock
-holds only for another platform or Python) is carried without its own requirements, and
-`Selection.unexpanded` says so.
+`make install` made from the same lock; a package that is not installed here at the lock's
+version (one the lock holds only for another platform or Python, or an environment that has
+drifted from the lock) is carried without its own requirements, and `Selection.unexpanded`
+says so (the build prints it; the check on the machine finds what that leaves missing).
 
 How: one `pip download --no-deps --only-binary=:all:` for the target's Python and platform
 tags into a cache folder (pip skips what is already there, so a second build needs no
@@ -113,7 +114,8 @@ class Selection:
     pins: dict[str, Pin] = field(default_factory=dict)
     #: Left out as the machine's own: torch's platform packages and `machine_has`.
     machine_own: set[str] = field(default_factory=set)
-    #: Carried, but their own requirements could not be read here (not installed).
+    #: Carried, but their own requirements could not be read here (not installed at the
+    #: lock's version).
     unexpanded: set[str] = field(default_factory=set)
 
 
@@ -186,7 +188,7 @@ def select(
             missing.append(str(requirement))
             continue
         selection.pins[name] = pins[name]
-        dependencies = _requires(name, requires)
+        dependencies = _requires(pins[name], requires)
         if dependencies is None:
             selection.unexpanded.add(name)
             continue
@@ -199,11 +201,15 @@ def select(
     return selection
 
 
-def _requires(name: str, requires: Mapping[str, Sequence[str]] | None) -> Sequence[str] | None:
+def _requires(pin: Pin, requires: Mapping[str, Sequence[str]] | None) -> Sequence[str] | None:
+    """The pin's Requires-Dist, None when this environment does not have it at that version
+    (another version's requirements may differ)."""
     if requires is not None:
-        return requires.get(name)
+        return requires.get(pin.name)
     try:
-        return metadata.requires(name) or []
+        if metadata.version(pin.name) != pin.version:
+            return None
+        return metadata.requires(pin.name) or []
     except metadata.PackageNotFoundError:
         return None
 
