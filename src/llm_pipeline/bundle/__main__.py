@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="folders the rows are parsed from (default: the built-in datasets' own)",
     )
     make.add_argument("--max-mib", type=float, default=build.MAX_MIB)
+    make.add_argument(
+        "--wheel-cache",
+        type=Path,
+        help="where downloaded and built wheels are kept between builds "
+        "(default: ~/.cache/llm-pipeline/bundle-wheels)",
+    )
     check = commands.add_parser("check", help="check the installed bundle (run.sh runs it)")
     check.add_argument("bundle", type=Path)
     run = commands.add_parser("pipeline", help="run a config of the bundle on its rows")
@@ -68,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows=args.rows,
                 docstring_roots=tuple(args.docstring_roots) if args.docstring_roots else None,
                 max_mib=args.max_mib,
+                **({"wheel_cache": args.wheel_cache} if args.wheel_cache else {}),
             )
             parts = build.build(args.out, options)
             size = build.folder_size(args.out)
