@@ -39,5 +39,5 @@ if [ -n "$tiny" ]; then
   echo "--tiny: configs/local_gpu.json not run (a GPU run of minutes)"
 else
   "$python" -m llm_pipeline.bundle pipeline "$here" configs/local_gpu.json \
-    --pipeline-root "$out/runs"
+    --pipeline-root "$out/runs" --set "deploy.registry_dir=$out/registry"
 fi
