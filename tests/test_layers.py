@@ -16,7 +16,7 @@ from .module_imports import PACKAGE, SOURCE, imports_of, module_name, modules
 #: own layer or any layer below it. pipeline.py, outside the package, is above them all.
 LAYERS: list[set[str]] = [
     {"cli"},
-    {"local", "vertex", "pipelines"},
+    {"local", "vertex", "pipelines", "bundle"},
     {"components"},
     {"steps"},
     {"registry", "serve", "evaluation", "train", "data", "fit"},

@@ -146,6 +146,11 @@ class EvaluationError(UserError, ValueError):
     and what to do about it. The step prints it instead of a traceback."""
 
 
+class BundleError(UserError):
+    """The offline GPU bundle cannot be built or run as asked (too large, a wheel missing,
+    pip unreachable, a package the machine lacks)."""
+
+
 class ServeError(UserError):
     """A serving problem the user can fix; the message names the setting, path or route."""
 

