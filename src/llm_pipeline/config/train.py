@@ -141,8 +141,9 @@ class TrainConfig(Section):
         "(RMSNorm, RoPE, SwiGLU) for the model types Liger supports (Llama, Mistral, Qwen2, "
         "Gemma, ...), through TrainingArguments' `use_liger_kernel`. It needs the optional "
         "liger-kernel package in the training image (`pip install liger-kernel`; not in "
-        "requirements.lock, since it needs the CUDA-only Triton). `null` (the default): "
-        "the models' own kernels.",
+        "requirements.lock, since it runs on Triton, which comes with torch's CUDA build: "
+        "containers/README.md shows an image with it). Opt-in: not yet measured on a GPU. "
+        "`null` (the default): the models' own kernels.",
     )
     group_by_length: bool = Field(
         default=True, description="Batch examples of similar length to cut padding."
