@@ -246,3 +246,13 @@ def test_training_reads_nothing_back_from_the_device_between_logging_steps(
     filtered = dataclasses.replace(six_steps_logged_every_three, logging_nan_inf_filter=True)
     outside, _ = _reads_while_training(filtered, monkeypatch, tmp_path / "filtered")
     assert len(outside) >= 6 and {how for how, _ in outside} == {"__bool__"}
+
+
+def test_the_processes_on_a_node_are_read_from_either_launcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_SIZE", "8")  # DeepSpeed's launcher
+    assert device_defaults.local_processes() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun
+    assert device_defaults.local_processes() == 4

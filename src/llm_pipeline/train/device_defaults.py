@@ -64,8 +64,9 @@ def node_cpus() -> int:
 
 
 def local_processes() -> int:
-    """Training processes on this node, as torchrun and DeepSpeed's launcher say."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    """Training processes on this node, as torchrun (LOCAL_WORLD_SIZE) or DeepSpeed's
+    launcher (LOCAL_SIZE) says."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("LOCAL_SIZE") or "1")
 
 
 def kernel_settings(
