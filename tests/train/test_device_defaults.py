@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 import datasets
@@ -256,3 +257,30 @@ def test_the_processes_on_a_node_are_read_from_either_launcher(
     assert device_defaults.local_processes() == 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun
     assert device_defaults.local_processes() == 4
+
+
+@pytest.mark.usefixtures("one_process_group")
+def test_beside_a_gpu_backend_the_stop_flag_is_agreed_over_a_gloo_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On GPUs the default group is NCCL's, whose tensors live on the GPU: the flag gets a
+    gloo group of its own (here the default gloo group stands in for NCCL's)."""
+    made: list[str] = []
+    new_group = dist.new_group
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs["backend"])
+        return new_group(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(dist, "new_group", recording)
+    stopper = SaveOnSignal()
+    stopper.on_train_begin(SimpleNamespace(ddp_timeout=60), None, None)  # type: ignore[arg-type]
+    assert made == ["gloo"]
+    control = SimpleNamespace(should_save=False, should_evaluate=True, should_training_stop=False)
+    state = SimpleNamespace(global_step=3, max_steps=10)
+    stopper.on_step_end(None, state, control)  # type: ignore[arg-type]
+    assert not control.should_training_stop
+    stopper.signum = int(signal.SIGTERM)  # as the signal thread records it
+    stopper.on_step_end(None, state, control)  # type: ignore[arg-type]
+    assert control.should_save and control.should_training_stop and stopper.saved_step == 3
