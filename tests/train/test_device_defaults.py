@@ -284,3 +284,49 @@ def test_beside_a_gpu_backend_the_stop_flag_is_agreed_over_a_gloo_group(
     stopper.signum = int(signal.SIGTERM)  # as the signal thread records it
     stopper.on_step_end(None, state, control)  # type: ignore[arg-type]
     assert control.should_save and control.should_training_stop and stopper.saved_step == 3
+
+
+@pytest.mark.usefixtures("one_process_group")
+def test_loader_workers_deliver_the_batches_the_training_process_would(tmp_path: Path) -> None:
+    """The GPU's loader (worker processes, persistent, pinned) gives the same batches in the
+    same order as loading in the training process: a resumed run skips the right ones."""
+    lengths = [5, 9, 7, 12, 6, 10, 8, 11, 4, 13]
+    rows = [list(range(1, n + 1)) for n in lengths]
+    train = datasets.Dataset.from_dict(
+        {"input_ids": rows, "attention_mask": [[1] * n for n in lengths], "labels": rows}
+    )
+
+    settings = {k: v for k, v in TINY_LLAMA.items() if k != "model_type"}
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, **settings))
+
+    def batches(cuda: bool) -> tuple[int, list[list[list[int]]]]:
+        args = training_arguments(
+            TrainConfig(use_deepspeed=False, per_device_batch_size=2),
+            output_dir=str(tmp_path),
+            precision="fp32",
+            deepspeed=None,
+            save_on_each_node=False,
+            has_eval=False,
+            kind="causal_lm",
+            cuda=cuda,
+        )
+        trainer = build_trainer(
+            model=model,
+            tokenizer=type("Tokenizer", (), {"pad_token_id": 0})(),  # type: ignore[arg-type]
+            args=args,
+            train_dataset=train,
+            eval_dataset=None,
+            callbacks=[],
+            sampling="group_by_length",
+            kind="causal_lm",
+        )
+        loader = trainer.get_train_dataloader()
+        seen = []
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)  # type: ignore[attr-defined]
+            seen += [batch["input_ids"].tolist() for batch in loader]
+        return args.dataloader_num_workers, seen
+
+    (none, in_process), (workers, loaded) = batches(cuda=False), batches(cuda=True)
+    assert none == 0 and workers > 0
+    assert loaded == in_process and len(in_process) == 10
