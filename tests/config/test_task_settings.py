@@ -87,6 +87,16 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
             "evaluate.top_p: applies to models that generate text; task "
             "'text_classification' trains a classifier, which scores labels",
         ),
+        (
+            with_change("train.compile", True),
+            "train.compile: supported for causal LMs only (not yet tried on other models), "
+            "and task 'summarization' trains another kind",
+        ),
+        (
+            {**CLASSIFY, "train": {"kernels": "liger"}},
+            "train.kernels: Liger's kernels patch causal LMs (Llama, Mistral, Qwen2, Gemma, "
+            "...); task 'text_classification' trains another kind",
+        ),
     ],
     ids=[
         "encoder-decoder for a causal LM",
@@ -99,6 +109,8 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
         "class weights for a causal LM",
         "class weights for seq2seq",
         "top_p for a classifier",
+        "compile for seq2seq",
+        "liger for a classifier",
     ],
 )
 def test_a_model_setting_of_the_other_kind_is_refused(raw: dict[str, Any], problem: str) -> None:

@@ -123,6 +123,8 @@ def test_packed_batches_train_on_the_same_loss_as_unpacked_ones(both: Any) -> No
     torch.manual_seed(0)
     config = AutoConfig.for_model(vocab_size=len(tokenizer), **LLAMA)
     model = AutoModelForCausalLM.from_config(config).eval()
+    # transformers' default, here and on a GPU: the implementation packed rows train under.
+    assert model.config._attn_implementation == "sdpa"
 
     def summed_loss(batch: dict[str, Any]) -> tuple[float, int]:
         labels = batch.pop("labels")

@@ -1,5 +1,7 @@
 """Where the examples come from and how they become model inputs."""
 
+from typing import Literal
+
 import jinja2
 from pydantic import Field, field_validator, model_validator
 
@@ -93,13 +95,16 @@ class DataConfig(Section):
         "together), cut at the end (of the longer text of a pair first). `null` uses the "
         "tokenizer's model_max_length capped at 1024.",
     )
-    packing: bool = Field(
-        default=False,
+    packing: bool | Literal["auto"] = Field(
+        default="auto",
         description="instruction_tuning: pack several training examples into each sequence of "
         "`max_length` tokens, with position ids restarting per example, so that attention and "
-        "labels stay within each example. For a model whose attention does not follow the "
-        "position ids (OPT, BERT-style decoders), the train split stays unpacked and training "
-        "groups examples by length instead, as the preprocess log says.",
+        "labels stay within each example (no compute is spent on padding). `auto` packs when "
+        "training runs on GPUs (`cluster.accelerator_type` on Vertex, this machine's GPUs "
+        "locally), and not on the CPU, where a run stays as it was. "
+        "For a model whose attention does not follow the position ids (OPT, BERT-style "
+        "decoders), the train split stays unpacked and training groups examples by length "
+        "instead, as the preprocess log says.",
     )
     chat_template: str | None = Field(
         default=None,
@@ -180,3 +185,14 @@ class DataConfig(Section):
                 "name different splits (a missing validation split is carved from train)"
             )
         return self
+
+
+def packs(packing: bool | Literal["auto"], *, causal_lm: bool, on_gpus: bool | None) -> bool:
+    """Whether preprocess packs the train split: `data.packing` as given, or for `auto`, a
+    causal LM trained on GPUs. There, a packed row spends no compute on padding, and the
+    default attention (SDPA, whose causal mask transformers builds block-diagonal from the
+    restarting position ids) keeps the examples apart; on the CPU the run stays as it was.
+    `on_gpus` None: not known (a step run on its own), and `auto` does not pack."""
+    if packing == "auto":
+        return causal_lm and bool(on_gpus)
+    return packing

@@ -203,6 +203,18 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[frozenset[str], Setting, str], ...] 
         "model.encoder_decoder to warm-start one",
     ),
     (
+        frozenset({"seq2seq", "classifier"}),
+        _named_if("train.compile", lambda c: c.train.compile),
+        "{setting}: supported for causal LMs only (not yet tried on other models), and task "
+        "{task!r} trains another kind",
+    ),
+    (
+        frozenset({"seq2seq", "classifier"}),
+        _named_if("train.kernels", lambda c: c.train.kernels is not None),
+        "{setting}: Liger's kernels patch causal LMs (Llama, Mistral, Qwen2, Gemma, ...); "
+        "task {task!r} trains another kind",
+    ),
+    (
         frozenset({"seq2seq"}),
         _generation_setting,
         "{setting}: applies to models that continue a prompt (causal LMs); task {task!r} "

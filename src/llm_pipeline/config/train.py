@@ -129,6 +129,22 @@ class TrainConfig(Section):
         description="Your own DeepSpeed JSON (path relative to the config file, or `gs://`); "
         "used whole instead of the generated one.",
     )
+    compile: bool = Field(
+        default=False,
+        description="Causal LMs: compile the model with torch.compile (TrainingArguments' "
+        "`torch_compile`). Off by default: not yet measured on a GPU, and the first steps "
+        "pay for the compilation.",
+    )
+    kernels: Literal["liger"] | None = Field(
+        default=None,
+        description="Causal LMs on a CUDA GPU: `liger` swaps in Liger's fused Triton kernels "
+        "(RMSNorm, RoPE, SwiGLU) for the model types Liger supports (Llama, Mistral, Qwen2, "
+        "Gemma, ...), through TrainingArguments' `use_liger_kernel`. It needs the optional "
+        "liger-kernel package in the training image (`pip install liger-kernel`; not in "
+        "requirements.lock, since it runs on Triton, which comes with torch's CUDA build: "
+        "containers/README.md shows an image with it). Opt-in: not yet measured on a GPU. "
+        "`null` (the default): the models' own kernels.",
+    )
     group_by_length: bool = Field(
         default=True, description="Batch examples of similar length to cut padding."
     )

@@ -33,6 +33,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.config.data import packs
 from llm_pipeline.data.packing import example_lengths, keeps_examples_apart, pack_split
 from llm_pipeline.data.preprocess_report import (
     ChatPreprocessReport,
@@ -107,7 +108,7 @@ def preprocess_chats(
         stats = {split: _split_stats(split, table) for split, table in encoded.items()}
         kept = {split: _usable_rows(table) for split, table in encoded.items()}
         packing = None
-        if data.packing:
+        if packs(data.packing, causal_lm=True, on_gpus=None):
             packing, kept = _packed(kept, model, tokenizer, chat_format, max_length, work)
         report = ChatPreprocessReport(
             max_length=max_length,

@@ -4,12 +4,17 @@ A packed row is examples laid end to end, then padding, `max_length` tokens in a
 `position_ids` restarting at 0 for each example (transformers' `DataCollatorWithFlattening`
 convention) and no `attention_mask`. From those position ids, transformers 5 builds a
 block-diagonal causal mask (`masking_utils.find_packed_sequence_indices`) for the sdpa,
-eager and flex implementations, and flash-attention kernels take the sequence boundaries
-from them (`_is_packed_sequence`, rows of one batch flattened into one), so no token
-attends to another example. That holds only where the model hands its position ids to
-`create_causal_mask`, with no 2-D attention mask and no KV cache (`use_cache=False`):
-Llama, Qwen2, Mistral, Gemma, GPT-2 do; OPT and BERT-style decoders do not. Which one a
-model is, `keeps_examples_apart` finds out by running a tiny copy of its architecture.
+eager and flex implementations, so no token attends to another example. That holds only
+where the model hands its position ids to `create_causal_mask`, with no 2-D attention mask
+and no KV cache (`use_cache=False`): Llama, Qwen2, Mistral, Gemma, GPT-2 do; OPT and
+BERT-style decoders do not. Which one a model is, `keeps_examples_apart` finds out by
+running a tiny copy of its architecture.
+
+Packed rows train under SDPA, transformers' default attention on GPU and CPU alike (the
+worker asks for no other), which is what the probe runs. Not flash-attention: it reads
+example boundaries from position ids only when a batch is one flattened row
+(`modeling_flash_attention_utils._is_packed_sequence` wants batch size 1), and these
+batches hold several rows, across which it would attend; nor is flash-attn installed.
 
 Labels never cross an example: the model predicts token t+1 from token t (the loss shifts
 labels left by one), so each example's first label is -100, and the last token of one

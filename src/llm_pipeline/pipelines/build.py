@@ -18,14 +18,18 @@ from kfp.dsl.python_component import PythonComponent
 from llm_pipeline import components
 from llm_pipeline.components.undeploy_preflight import undeploy_preflight
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.config.data import packs
 from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
+from llm_pipeline.fit.machines import UnknownMachine
+from llm_pipeline.fit.places import training_where
 from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
 from llm_pipeline.output_files import Step
 from llm_pipeline.pipelines.custom_jobs import evaluate_job, finetune_job, step_options
 from llm_pipeline.pipelines.signature import with_parameters
 from llm_pipeline.storage import is_remote
+from llm_pipeline.tasks import TASKS
 
 Target = Literal["local", "vertex"]
 #: Vertex AI's run-time placeholders for the run's project and region (as GCPC uses them).
@@ -35,13 +39,28 @@ REGION_PLACEHOLDER = "{{$.pipeline_google_cloud_location}}"
 
 def _config_for_steps(config: PipelineConfig, *, target: Target) -> str:
     """The config as the steps get it; a local registry folder made absolute, since steps
-    may run in another working directory than `pipeline.py`."""
+    may run in another working directory than `pipeline.py`; `data.packing: auto` decided
+    for where training runs (preprocess, which packs, runs elsewhere and cannot tell)."""
     deploy = config.deploy
     if target == "local" and deploy.target == "local":
         deploy = deploy.model_copy(
             update={"registry_dir": str(Path(deploy.registry_dir).expanduser().resolve())}
         )
-    return config.model_copy(update={"deploy": deploy}).model_dump_json()
+    data = config.data
+    causal_lm = TASKS[config.task].model_kind == "causal_lm"
+    if data.packing == "auto" and causal_lm:
+        on_gpus = trains_on_gpus(config, target=target)
+        data = data.model_copy(update={"packing": packs("auto", causal_lm=True, on_gpus=on_gpus)})
+    return config.model_copy(update={"deploy": deploy, "data": data}).model_dump_json()
+
+
+def trains_on_gpus(config: PipelineConfig, *, target: Target) -> bool:
+    """Whether finetune runs on GPUs: the fit check's answer (`fit.places`); a machine it
+    does not know counts as none (the fit check names the problem)."""
+    try:
+        return training_where(config, target).device == "cuda"
+    except UnknownMachine:
+        return False
 
 
 def local_input_digests(config: PipelineConfig) -> dict[Step, str]:

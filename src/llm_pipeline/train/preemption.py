@@ -7,7 +7,9 @@ before it stops it. torchrun passes the signal to every rank and kills them 30 s
   nothing worth saving: the process exits at once with `PREEMPTED_EXIT_CODE` (a build lock
   that leaves behind is cleared by the next loader, see `op_builds`);
 - during training it sets a flag. At each step's end the ranks agree on it (one all-reduce
-  of a single integer; a signal seen by any rank stops all of them on the same step), save a
+  of a single integer in host memory, over a gloo group: read from a GPU, it would make the
+  host wait for the step's work every step; a signal seen by any rank stops all of them on
+  the same step), save a
   checkpoint through the Trainer's usual path, which `CompleteCheckpoints` marks complete
   once every rank's files are in, and leave the loop (`Preempted`); the worker then exits
   with `PREEMPTED_EXIT_CODE` and a restarted job resumes from that checkpoint.
@@ -29,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -64,6 +67,7 @@ class SaveOnSignal(TrainerCallback):
         self._step_started = 0.0
         self._step_seconds: float | None = None
         self._give_up: threading.Timer | None = None
+        self._host_group: Any = None  # the process group the flag is agreed over
 
     def install(self) -> None:
         """Watch for SIGTERM from now on (main thread only, as Python requires)."""
@@ -104,6 +108,7 @@ class SaveOnSignal(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self._training = True
+        self._host_group = host_group(args.ddp_timeout)
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -118,7 +123,7 @@ class SaveOnSignal(TrainerCallback):
             self._give_up.cancel()  # at a boundary: the save may take what it needs
         if state.max_steps and state.global_step >= state.max_steps:
             return  # the last step: the run finishes and saves its model anyway
-        if not self._any_rank_signalled(args.device):
+        if not self._any_rank_signalled():
             return
         control.should_save = True
         control.should_evaluate = False
@@ -127,11 +132,20 @@ class SaveOnSignal(TrainerCallback):
         if self.signum is None:
             self.signum = int(signal.SIGTERM)  # another rank got it; stop all the same
 
-    def _any_rank_signalled(self, device: torch.device) -> bool:
-        flag = torch.tensor([0 if self.signum is None else 1], dtype=torch.int32, device=device)
+    def _any_rank_signalled(self) -> bool:
+        flag = torch.tensor([0 if self.signum is None else 1], dtype=torch.int32)
         if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._host_group)
+        # numpy() reads host memory and refuses a device tensor: no wait on the GPU here.
+        return bool(flag.numpy()[0])
+
+
+def host_group(timeout_s: float) -> Any:
+    """A process group that all-reduces tensors in host memory: the default one where it is
+    gloo (CPU runs), else a gloo group of every rank (all ranks must call this together)."""
+    if not dist.is_initialized() or dist.get_backend() == "gloo":
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def _exit(reason: str) -> None:

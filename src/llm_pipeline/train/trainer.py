@@ -33,6 +33,7 @@ from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.tasks import ModelKind
+from llm_pipeline.train import device_defaults
 from llm_pipeline.train.classifier_loss import classifier_loss
 from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
 from llm_pipeline.train.deepspeed_config import (
@@ -137,14 +138,23 @@ def training_arguments(
     save_on_each_node: bool,
     has_eval: bool,
     kind: ModelKind = "seq2seq",
+    cuda: bool | None = None,
 ) -> TrainingArguments:
     """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
 
     `Seq2SeqTrainingArguments` for a seq2seq model, plain `TrainingArguments` for a causal
     LM. Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded
     afterwards are partitioned as they load instead of materialised whole on every rank.
+    `cuda` (default: whether this machine has a GPU) picks the GPU's data loading
+    (`device_defaults`).
     """
-    on_cpu = not torch.cuda.is_available()
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    on_cpu = not cuda
+    device = device_defaults.loader_settings(
+        cuda=cuda,
+        cpus=device_defaults.node_cpus(),
+        local_processes=device_defaults.local_processes(),
+    ) | device_defaults.kernel_settings(train, kind=kind, cuda=cuda)
     eval_strategy = ("steps" if train.eval_steps else "epoch") if has_eval else "no"
     seq2seq: dict[str, Any] = {"predict_with_generate": False} if kind == "seq2seq" else {}
     arguments = Seq2SeqTrainingArguments if kind == "seq2seq" else TrainingArguments
@@ -186,6 +196,11 @@ def training_arguments(
         disable_tqdm=True,
         report_to="none",
         label_names=["labels"],
+        optim=device_defaults.OPTIMIZER,
+        # Its NaN/inf check of every micro-batch's loss reads the loss back each time, making
+        # the host wait for the GPU; a non-finite loss then shows in the logged mean instead.
+        logging_nan_inf_filter=False,
+        **device,
         **seq2seq,
     )
 

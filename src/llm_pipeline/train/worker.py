@@ -39,6 +39,7 @@ from llm_pipeline.train import (
     arguments,
     checkpoints,
     counts,
+    device_defaults,
     op_builds,
     process_group,
     safe_load,
@@ -85,6 +86,8 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
     )
     model = _build_model(spec, tokenizer, label_set)
+    if spec.train.kernels == "liger":  # the arguments checked the GPU and the package
+        device_defaults.check_liger_model(str(model.config.model_type))
     clock = counts.Clock()
     trainer = build_trainer(
         model=model,
