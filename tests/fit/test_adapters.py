@@ -20,7 +20,7 @@ def test_all_linear_on_a_llama_shape_by_hand():
     # LM head (64 -> 500) is the output layer, which "all-linear" leaves out.
     per_layer = 4 * 8 * (64 + 64) + 2 * 8 * (64 + 160) + 8 * (160 + 64)
     assert shape.adapters.parameters == 2 * per_layer == 18_944
-    assert shape.adapters.largest == 8 * 160
+    assert shape.adapters.largest == shape.adapters.largest_adapter == 8 * 160
     assert shape.adapters.per_layer("decoder", 2) == (6 * 64 + 160, 7)
     assert shape.parameters == sum(
         p.numel() for p in AutoModelForCausalLM.from_config(config_of(TINY_LLAMA)).parameters()
@@ -45,8 +45,9 @@ def test_the_count_is_what_peft_trains(architecture, kind, targets):
     auto = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForSeq2SeqLM
     with torch.device("meta"):
         model = get_peft_model(auto.from_config(config), LoraConfig(r=4, target_modules=targets))
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert shape.adapters is not None and shape.adapters.parameters == trained
+    trained = [p.numel() for n, p in model.named_parameters() if p.requires_grad]
+    assert shape.adapters is not None and shape.adapters.parameters == sum(trained)
+    assert shape.adapters.largest == shape.adapters.largest_adapter == max(trained)
 
 
 def test_llama_2_7b_with_rank_16_on_every_linear_layer():
@@ -81,5 +82,10 @@ def test_a_classifiers_head_trains_whole_beside_the_adapters(layout):
             modules_to_save=head_modules(model),
         )
         model = get_peft_model(model, lora)
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert shape.adapters is not None and shape.adapters.parameters == trained
+    named = {n: p.numel() for n, p in model.named_parameters() if p.requires_grad}
+    assert shape.adapters is not None and shape.adapters.parameters == sum(named.values())
+    # The head counts among what trains, but not as an adapter: ZeRO-3's persistence
+    # threshold follows the adapters alone (a head as wide as a base weight would pull the
+    # whole base in).
+    assert shape.adapters.largest == max(named.values())
+    assert shape.adapters.largest_adapter == max(v for n, v in named.items() if ".lora_" in n)

@@ -63,6 +63,7 @@ def test_without_deepspeed_the_trainer_keeps_fp32_states_and_ddp_buckets():
 ADAPTERS = Adapters(
     parameters=1_179_648,
     largest=32_768,
+    largest_adapter=32_768,
     rank=16,
     dropout=True,
     inputs=(("encoder", 0), ("decoder", 0)),
@@ -86,6 +87,19 @@ def test_zero3_lora_gives_deepspeed_the_adapters_and_partitions_the_frozen_base(
     }
     # Host: loading under zero.Init still holds the base's largest layer per GPU.
     assert states.host_per_node == int(LARGEST * 4 * 16 * 1.5)
+
+
+def test_zero3_lora_adapters_stay_whole_beside_the_live_parameters():
+    # A base larger than stage3_max_live_parameters: the coordinator keeps at most that many
+    # gathered, and the adapters (persistent: never counted against it) come on top.
+    states = model_states(
+        LORA_T5,
+        dtype="bf16",
+        zero=ZeroPlan(stage=3, max_live_parameters=1_000_000),
+        processes_per_node=8,
+        nodes=1,
+    )
+    assert parts(states)["gathered"] == 2 * (1_000_000 + A)
 
 
 def test_zero2_lora_keeps_the_frozen_base_whole_on_every_rank():

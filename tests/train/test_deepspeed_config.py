@@ -156,6 +156,24 @@ def test_unknown_hidden_size_leaves_buckets_to_the_trainer():
 
 
 @pytest.mark.parametrize(
+    ("hidden_size", "largest_adapter", "threshold"),
+    [
+        (2048, None, 20_480),  # full fine-tuning: Hugging Face's 10 x hidden size
+        (2048, 16 * 5632, 16 * 5632),  # TinyLlama, r 16 on every linear: its down_proj's A
+        (8192, 16 * 28_672, 16 * 28_672),  # Llama-2-70B's shape, r 16
+        (4096, 8 * 256, 40_960),  # adapters under 10 x hidden: the larger of the two
+        (None, 32_768, 32_768),  # hidden size unknown: the adapters still stay whole
+        (None, None, "auto"),
+    ],
+)
+def test_zero3_keeps_every_lora_adapter_whole(
+    hidden_size: int | None, largest_adapter: int | None, threshold: int | str
+):
+    zero = build(hidden_size=hidden_size, largest_adapter=largest_adapter)["zero_optimization"]
+    assert zero["stage3_param_persistence_threshold"] == threshold
+
+
+@pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"zero_stage": 0}, r"zero_stage: must be 1, 2 or 3, got 0"),
@@ -173,6 +191,7 @@ def test_unknown_hidden_size_leaves_buckets_to_the_trainer():
         ({"world_size": 0}, r"world_size: must be >= 1, got 0"),
         ({"gradient_clipping": -1.0}, r"gradient_clipping: must be >= 0"),
         ({"hidden_size": 0}, r"hidden_size: must be >= 1, got 0"),
+        ({"largest_adapter": 0}, r"largest_adapter: must be >= 1, got 0"),
     ],
 )
 def test_refused_combinations(changes: dict[str, Any], message: str):

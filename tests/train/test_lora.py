@@ -223,3 +223,35 @@ def _tiny_t5_parameters(folder: Path) -> list[torch.nn.Parameter]:
     from transformers import AutoModelForSeq2SeqLM
 
     return list(AutoModelForSeq2SeqLM.from_pretrained(folder).parameters())
+
+
+@pytest.mark.slow
+def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None:
+    """Two ranks, ZeRO-3, a tiny Llama with LoRA on every linear layer, counted by
+    benchmarks/lora_gathers.py (which wraps DeepSpeed's gather entry points in its ranks):
+    after the step that records ZeRO-3's trace, forward and backward gather the base weights
+    alone, so LoRA needs no more gathers per step than full fine-tuning. With Hugging Face's
+    threshold (10 x hidden size) every adapter above it was gathered again at every step."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    output = tmp_path / "gathers.json"
+    command = [sys.executable, str(repo / "benchmarks" / "lora_gathers.py")]
+    command += ["--settings", "full,lora", "--steps", "3", "--seq-len", "16"]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    done = subprocess.run(
+        [*command, "--json", str(output)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    full, lora = json.loads(output.read_text())
+    assert [r["setting"] for r in (full, lora)] == ["full", "lora"]
+    for step in lora["steps"]:
+        assert step.get("fetch_params", 0) > 0  # the base weights are still partitioned
+        assert step.get("fetch_adapters", 0) == 0, step
+    per_step = [
+        {s.get("fetch_gathers", 0) + s.get("other_gathers", 0) for s in r["steps"]}
+        for r in (full, lora)
+    ]
+    assert max(per_step[1]) <= min(per_step[0]), per_step

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.train.arguments import largest_adapter
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import (
     EpochSeededLengthGroupedSampler,
     deepspeed_settings,
     token_mean_loss,
 )
+
+from ..offline_models import MINILM, TINY_LLAMA
 
 
 def test_no_deepspeed_config_when_deepspeed_is_off() -> None:
@@ -30,6 +34,38 @@ def test_generated_config_has_explicit_batch_sizes() -> None:
     assert config["train_micro_batch_size_per_gpu"] == 4
     assert config["train_batch_size"] == 4 * 2 * 3
     assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+
+
+def test_lora_runs_keep_their_largest_adapter_whole_under_zero3() -> None:
+    def threshold(train: TrainConfig) -> object:
+        config = deepspeed_settings(
+            train, precision="fp32", world_size=2, hidden_size=32, largest_adapter=16 * 64
+        )
+        assert config is not None
+        return config["zero_optimization"]["stage3_param_persistence_threshold"]
+
+    assert threshold(TrainConfig(lora=LoraSettings(r=16))) == 16 * 64
+    # Without LoRA nothing is adapted, whatever a caller passes: 10 x hidden size.
+    assert threshold(TrainConfig()) == 320
+
+
+def test_the_workers_adapter_size_is_the_fit_checks_count() -> None:
+    """What the finetune step's worker passes (from the config alone, before any weight
+    loads): TINY_LLAMA, r 16 on every linear layer, largest A or B is 16 x 64."""
+    spec = WorkerSpec(
+        dataset_dir="unused",
+        output_dir="unused",
+        model=ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
+        train=TrainConfig(lora=LoraSettings(r=16)),
+        checkpoint_root="unused",
+        tensorboard_dir=None,
+        tensorboard_mirror=None,
+        work_dir="unused",
+        node_count=1,
+        procs_per_node=1,
+    )
+    assert largest_adapter(spec, "causal_lm") == 16 * TINY_LLAMA["intermediate_size"]
+    assert largest_adapter(replace(spec, train=TrainConfig()), "causal_lm") is None
 
 
 def test_a_users_json_is_taken_whole_with_auto_batch_sizes_filled(tmp_path: Path) -> None:

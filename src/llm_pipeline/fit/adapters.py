@@ -32,7 +32,8 @@ class Adapters:
     """What trains under LoRA, and what the adapted layers keep for backward."""
 
     parameters: int  # trained parameters: every adapter's A and B
-    largest: int  # the largest adapter matrix (DeepSpeed's largest layer among what trains)
+    largest: int  # the largest trained tensor (DeepSpeed's largest layer among what trains)
+    largest_adapter: int  # the largest A or B alone (the ZeRO-3 persistence threshold's)
     rank: int
     dropout: bool  # adapter dropout on (each adapted layer keeps its mask and output)
     inputs: tuple[tuple[StackName, int], ...]  # Σ input width of the adapted linears, by stack
@@ -60,7 +61,7 @@ def count_adapters(model: nn.Module, lora: LoraSettings, *, whole: Sequence[str]
     }
     encoder = _encoder_modules(model)
     r = lora.r
-    parameters, largest = 0, 0
+    parameters, largest, largest_adapter = 0, 0, 0
     for head in whole:
         sizes = [p.numel() for p in model.get_submodule(head).parameters()]
         parameters += sum(sizes)
@@ -79,7 +80,8 @@ def count_adapters(model: nn.Module, lora: LoraSettings, *, whole: Sequence[str]
         else:  # a layer type PEFT's LoRA does not take is not adapted by this project
             continue
         parameters += r * (size_in + size_out)
-        largest = max(largest, r * size_in, r * size_out)
+        largest_adapter = max(largest_adapter, r * size_in, r * size_out)
+        largest = max(largest, largest_adapter)
         if not isinstance(module, nn.Embedding):  # embedding adapters have no dropout
             stack: StackName = "encoder" if id(module) in encoder else "decoder"
             inputs[stack] += int(size_in)
@@ -87,6 +89,7 @@ def count_adapters(model: nn.Module, lora: LoraSettings, *, whole: Sequence[str]
     return Adapters(
         parameters=int(parameters),
         largest=int(largest),
+        largest_adapter=int(largest_adapter),
         rank=r,
         dropout=lora.dropout > 0,
         inputs=tuple(inputs.items()),

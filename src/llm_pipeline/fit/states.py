@@ -8,7 +8,9 @@ stage). Three things they leave out are added, each under its own name:
 
 * fp32 training: the 16-bit copies are 4 bytes each;
 * ZeRO-3 keeps up to `stage3_max_live_parameters` gathered (the finetune step sets 1e9, as
-  Hugging Face recommends: a model below that stays whole on every rank after step one);
+  Hugging Face recommends: a model below that stays whole on every rank after step one),
+  and under LoRA every adapter whole beside them (`train/deepspeed_config.py`'s
+  persistence threshold);
 * ZeRO-1 does not partition gradients (the estimator is ZeRO-2's).
 
 Without DeepSpeed the Trainer keeps fp32 weights, gradients and AdamW's two moments for
@@ -101,7 +103,11 @@ def model_states(
             additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
         )
         sixteen_bit = largest + (0 if params_off else 2 * trained / ranks)
-        live = min(p + trained if adapters else p, zero.max_live_parameters) * s
+        # Gathered: what the coordinator may keep live, plus what stays whole on every rank
+        # beside it (LoRA's adapters: the persistence threshold is the largest adapter, and
+        # persistent parameters are not counted against stage3_max_live_parameters).
+        persistent = trained if adapters else 0
+        live = min(p + persistent, zero.max_live_parameters + persistent) * s
         parts = [("states", float(device)), ("fp32 copies", sixteen_bit if wide else 0.0)]
         if adapters:
             parts.append(("frozen weights", 0.0 if params_off else s * frozen / ranks))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch.distributed as dist
 from transformers import TrainingArguments
 
+from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.models.loading import hidden_size
 from llm_pipeline.tasks import ModelKind
 from llm_pipeline.train.checkpoint_sync import CheckpointLayout
@@ -31,6 +32,7 @@ def trainer_arguments(
         precision=precision,
         world_size=dist.get_world_size(),
         hidden_size=hidden_size(spec.model),
+        largest_adapter=largest_adapter(spec, kind),
     )
     if deepspeed is not None and layout.save_on_each_node:
         # Each node's folder is its own: DeepSpeed then writes the files it keeps to the first
@@ -46,3 +48,19 @@ def trainer_arguments(
         has_eval=has_eval,
         kind=kind,
     )
+
+
+def largest_adapter(spec: WorkerSpec, kind: ModelKind) -> int | None:
+    """Elements of the largest adapter matrix `train.lora` will add, None without LoRA.
+
+    Counted from the model's config on the meta device (`fit.shapes`, as the fit check
+    counts), because the DeepSpeed config must exist before the weights load; None where the
+    config cannot be read (ZeRO-3 then keeps Hugging Face's persistence threshold).
+    """
+    if spec.train.lora is None:
+        return None
+    try:
+        shape = model_shape(spec.model, kind=kind, lora=spec.train.lora)
+    except ShapeUnavailable:
+        return None
+    return shape.adapters.largest_adapter if shape.adapters is not None else None

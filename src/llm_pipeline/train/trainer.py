@@ -91,9 +91,17 @@ def training_precision(spec: WorkerSpec) -> str:
 
 
 def deepspeed_settings(
-    train: TrainConfig, *, precision: str, world_size: int, hidden_size: int | None
+    train: TrainConfig,
+    *,
+    precision: str,
+    world_size: int,
+    hidden_size: int | None,
+    largest_adapter: int | None = None,
 ) -> dict[str, Any] | None:
     """The DeepSpeed config for this run, or None when `train.use_deepspeed` is off.
+
+    `largest_adapter`: under `train.lora`, its largest adapter matrix, which ZeRO-3 then keeps
+    whole on every rank (`build_deepspeed_config`).
 
     A user's JSON is used whole, except that "auto" batch sizes become numbers: filled by the
     Trainer on the CPU they come out wrong (it miscounts the world size there).
@@ -113,6 +121,7 @@ def deepspeed_settings(
             world_size=world_size,
             gradient_clipping=train.max_grad_norm,
             hidden_size=hidden_size,
+            largest_adapter=largest_adapter if train.lora is not None else None,
         )
     try:
         config = load_user_deepspeed_config(train.deepspeed_config)
