@@ -118,3 +118,36 @@ def test_unknown_architecture_is_refused_with_its_model_type(
     config = ModelConfig(architecture={"model_type": "no-such-model"}, tokenizer=minilm)
     with pytest.raises(ModelError, match="model_type 'no-such-model'"):
         load_model(config, tokenizer)
+
+
+def test_the_ranks_are_told_the_processes_per_node_as_deepspeeds_launcher_tells_them(
+    tmp_path: Path,
+    tiny_t5_model: ModelConfig,
+    train_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LOCAL_SIZE reaches the ranks: without it DeepSpeed's CPU accelerator forks `numactl`
+    at every `device_count()`, dozens of times a step."""
+    import llm_pipeline.train.job as job
+
+    seen: dict[str, str] = {}
+
+    class Launched(Exception):
+        pass
+
+    def launcher(command: object, *, env: dict[str, str], log_dir: Path) -> None:
+        seen.update(env)
+        raise Launched
+
+    monkeypatch.setattr(job, "run_launcher", launcher)
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_SIZE"}
+    with pytest.raises(Launched):
+        run_finetune(
+            dataset_dir=str(tmp_path / "data"),
+            output_dir=str(tmp_path / "model"),
+            model=tiny_t5_model,
+            train=train_settings(),
+            cluster=ClusterConfig(processes=2),
+            env=env,
+        )
+    assert seen["LOCAL_SIZE"] == "2"

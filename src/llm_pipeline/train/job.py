@@ -112,7 +112,7 @@ def run_finetune(
             spec_path = Path(work) / "spec.json"
             spec.write(spec_path)
             command = _local_command(cluster, info, spec_path)
-            _run_launcher(command, spec=spec, info=info, env=env)
+            _run_launcher(command, spec=spec, info=info, env=_with_local_size(env, info))
         return _result(spec, info)
 
 
@@ -139,6 +139,17 @@ def _local_command(cluster: ClusterConfig, info: ClusterInfo, spec_path: Path) -
             *args,
         ]
     return torchrun_command(info, script_args=args, module=WORKER_MODULE)
+
+
+def _with_local_size(env: Mapping[str, str], info: ClusterInfo) -> dict[str, str]:
+    """`env` with LOCAL_SIZE, the processes on this node, as DeepSpeed's own launcher sets it.
+
+    torchrun sets LOCAL_WORLD_SIZE only. Without LOCAL_SIZE, DeepSpeed's CPU accelerator
+    answers each `device_count()` by running `numactl` in a subprocess
+    (accelerator/cpu_accelerator.py), which ZeRO calls for every gradient reduce: dozens
+    of forks per step on a CPU run. A value already set is kept.
+    """
+    return {"LOCAL_SIZE": str(info.procs_per_node), **env}
 
 
 def _free_port() -> int:
