@@ -41,10 +41,15 @@ def test_minilm_encoder_decoder_trains_a_step_and_keeps_its_pretrained_weights(
         dataset_dir=str(tokenized_docstrings_tiny),
         output_dir=str(output),
         model=ModelConfig(encoder_decoder={"encoder": minilm, "decoder": minilm}),
-        train=train_settings(max_steps=2, per_device_batch_size=2, learning_rate=5e-5),
+        train=train_settings(
+            max_steps=2, per_device_batch_size=2, learning_rate=5e-5, zero_stage="auto"
+        ),
         cluster=ClusterConfig(processes=1),
         env=dict(os.environ),
     )
+    # On a CPU whose RAM holds the whole training state, auto trains without DeepSpeed.
+    assert result.metrics["zero_stage"] == 0
+    assert result.zero_stage.startswith("0 (auto: no DeepSpeed: the whole training state, ")
 
     losses = [e["loss"] for e in result.log_history if "loss" in e]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))

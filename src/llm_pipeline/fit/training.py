@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from llm_pipeline.config import PipelineConfig
+from llm_pipeline.config import PipelineConfig, TrainConfig
+from llm_pipeline.config.train import AUTO
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
 from llm_pipeline.fit.places import Target, Where, training_lengths, training_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.shapes import ModelShape
+from llm_pipeline.fit.stage import StageChoice, choose_stage
 from llm_pipeline.fit.states import ZeroPlan, training_memory
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 
@@ -22,12 +24,15 @@ MAX_NODES = 64
 Estimator = Callable[..., tuple[Breakdown, float]]
 
 
-def zero_plan(config: PipelineConfig) -> tuple[ZeroPlan | None, str | None]:
-    """The ZeRO settings the finetune step uses (generated, or the user's DeepSpeed JSON),
-    None without DeepSpeed; and a note when the user's JSON could not be read."""
-    train = config.train
+def configured_stage(train: TrainConfig) -> tuple[StageChoice | None, str | None]:
+    """The ZeRO plan the config fixes (generated, or the user's DeepSpeed JSON; a plan of
+    None: no DeepSpeed), None when `zero_stage: "auto"` leaves it to `stage.choose_stage`;
+    and a note when the user's JSON could not be read."""
     if not train.use_deepspeed:
-        return None, None
+        return StageChoice(None, "train.use_deepspeed false"), None
+    if train.zero_stage == 0:
+        return StageChoice(None, "train.zero_stage 0"), None
+    note = None
     if train.deepspeed_config is not None:
         try:
             zero = load_user_deepspeed_config(train.deepspeed_config).get("zero_optimization", {})
@@ -36,20 +41,18 @@ def zero_plan(config: PipelineConfig) -> tuple[ZeroPlan | None, str | None]:
         else:
             stage = int(zero.get("stage", 0))
             if stage == 0:
-                return None, "train.deepspeed_config: ZeRO stage 0"
-            return (
-                ZeroPlan(
-                    stage=stage,
-                    offload_optimizer=str(zero.get("offload_optimizer", {}).get("device", "none")),
-                    offload_param=str(zero.get("offload_param", {}).get("device", "none")),
-                    max_live_parameters=int(
-                        zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
-                    ),
+                return StageChoice(None, "train.deepspeed_config", "its ZeRO stage 0"), None
+            plan = ZeroPlan(
+                stage=stage,
+                offload_optimizer=str(zero.get("offload_optimizer", {}).get("device", "none")),
+                offload_param=str(zero.get("offload_param", {}).get("device", "none")),
+                max_live_parameters=int(
+                    zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
                 ),
-                "ZeRO settings from train.deepspeed_config",
             )
-    else:
-        note = None
+            return StageChoice(plan, "train.deepspeed_config"), None
+    if train.zero_stage == AUTO:
+        return None, note
     generated = build_deepspeed_config(
         zero_stage=train.zero_stage,
         offload_optimizer=train.offload_optimizer,
@@ -70,7 +73,29 @@ def zero_plan(config: PipelineConfig) -> tuple[ZeroPlan | None, str | None]:
             generated.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
         ),
     )
-    return plan, note
+    return StageChoice(plan, "train.zero_stage"), note
+
+
+def stage_choice(
+    config: PipelineConfig, shape: ModelShape, target: Target
+) -> tuple[StageChoice, str | None]:
+    """The plan finetune runs under: the config's, or what `auto` picks for its machines
+    (the finetune job picks again where it runs, from the same estimate); and the note of
+    `configured_stage`."""
+    fixed, note = configured_stage(config.train)
+    if fixed is not None:
+        return fixed, note
+    train = config.train
+    choice = choose_stage(
+        shape,
+        training_where(config, target),
+        training_lengths(config, shape),
+        checkpointing=train.gradient_checkpointing,
+        freeze_encoder=train.freeze_encoder,
+        offload_optimizer=train.offload_optimizer,
+        offload_param=train.offload_param,
+    )
+    return choice, note
 
 
 def training_advice(
@@ -83,7 +108,8 @@ def training_advice(
     nodes: int,
 ) -> str:
     """What fits `capacity` bytes per process: the largest micro-batch, then each other
-    change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, nodes)."""
+    change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, nodes).
+    A `zero_stage: "auto"` config is not told of ZeRO-3 or offload: auto tried them."""
 
     def fits(lengths: Lengths = lengths, **change: object) -> float | None:
         total = estimate(lengths, **change)[0].total
@@ -94,12 +120,14 @@ def training_advice(
     options = []
     if not config.train.gradient_checkpointing and (total := fits(checkpointing=True)):
         options.append(f"train.gradient_checkpointing true (~{total / GIB:.1f} GiB)")
-    if zero is not None and zero.stage < 3:
+    auto = config.train.zero_stage == AUTO and config.train.deepspeed_config is None
+    if zero is not None and zero.stage < 3 and not auto:
         stage3 = ZeroPlan(3, zero.offload_optimizer, "none", DEEPSPEED_MAX_LIVE_DEFAULT)
         if total := fits(zero=stage3):
             options.append(f"train.zero_stage 3 (~{total / GIB:.1f} GiB)")
     if (
         zero is not None
+        and not auto
         and zero.stage == 3
         and "none" in (zero.offload_optimizer, zero.offload_param)
     ):
@@ -118,11 +146,18 @@ def training_advice(
     return "; ".join(parts)
 
 
-def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
-    """Finetune's rows: per GPU and per node's host memory (or host memory alone on CPUs)."""
+def training_rows(
+    config: PipelineConfig,
+    shape: ModelShape,
+    target: Target,
+    choice: tuple[StageChoice, str | None] | None = None,
+) -> list[Row]:
+    """Finetune's rows: per GPU and per node's host memory (or host memory alone on CPUs),
+    under `choice` (`stage_choice`'s, computed when not given)."""
     where = training_where(config, target)
     train = config.train
-    zero, zero_note = zero_plan(config)
+    stage, zero_note = choice or stage_choice(config, shape, target)
+    zero = stage.plan
     lengths = training_lengths(config, shape)
 
     def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:
