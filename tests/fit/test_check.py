@@ -9,10 +9,10 @@ from transformers import AutoConfig, T5Config
 
 from llm_pipeline import cli
 from llm_pipeline.config import PipelineConfig, load_config
-from llm_pipeline.fit import check_fit
+from llm_pipeline.fit.check import check_fit
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import model_shape, shape_of
-from llm_pipeline.fit.training import configured_stage
+from llm_pipeline.train.zero_stage import configured_stage
 
 from ..offline_models import MINILM, TINY_T5
 

@@ -134,12 +134,16 @@ def choose_from(
             return StageChoice(plan, "auto", _reason(where, plan, need, tried))
         tried.append((plan, need))
     plan, need = tried[-1]
-    return StageChoice(
-        plan,
-        "auto",
-        f"nothing fits {_room(where)} with {MARGIN:.0%} to spare; the smallest plan "
-        f"needs {need / GIB:.1f} GiB",
-    )
+    if where.device == "cpu":
+        needs = f"{need / GIB:.1f} GiB"
+        room = f"{_room(where)} with {MARGIN:.0%} to spare"
+    else:
+        needs = f"{need / GIB:.1f} GiB per GPU and {host_need / GIB:.1f} GiB of host RAM"
+        room = (
+            f"{_room(where)} with {MARGIN:.0%} to spare and {where.place.host_gib:.4g} GiB of "
+            "host RAM"
+        )
+    return StageChoice(plan, "auto", f"nothing fits {room}; the last plan tried needs {needs}")
 
 
 def unknown_shape_choice(where: Where, why: str) -> StageChoice:

@@ -6,74 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from llm_pipeline.config import PipelineConfig, TrainConfig
+from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.train import AUTO
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
 from llm_pipeline.fit.places import Target, Where, training_lengths, training_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.fit.stage import StageChoice, choose_stage
-from llm_pipeline.fit.states import ZeroPlan, training_memory
-from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
+from llm_pipeline.fit.states import DEEPSPEED_MAX_LIVE_DEFAULT, ZeroPlan, training_memory
+from llm_pipeline.train.zero_stage import configured_stage
 
-#: DeepSpeed's default for stage3_max_live_parameters when a user's config leaves it out.
-DEEPSPEED_MAX_LIVE_DEFAULT = 1_000_000_000
 #: The most nodes the advice looks at.
 MAX_NODES = 64
 
 Estimator = Callable[..., tuple[Breakdown, float]]
-
-
-def configured_stage(train: TrainConfig) -> tuple[StageChoice | None, str | None]:
-    """The ZeRO plan the config fixes (generated, or the user's DeepSpeed JSON; a plan of
-    None: no DeepSpeed), None when `zero_stage: "auto"` leaves it to `stage.choose_stage`;
-    and a note when the user's JSON could not be read."""
-    if not train.use_deepspeed:
-        return StageChoice(None, "train.use_deepspeed false"), None
-    if train.zero_stage == 0:
-        return StageChoice(None, "train.zero_stage 0"), None
-    note = None
-    if train.deepspeed_config is not None:
-        try:
-            zero = load_user_deepspeed_config(train.deepspeed_config).get("zero_optimization", {})
-        except ValueError as exc:
-            note = f"train.deepspeed_config not read ({exc}): estimated from train.*"
-        else:
-            stage = int(zero.get("stage", 0))
-            if stage == 0:
-                return StageChoice(None, "train.deepspeed_config", "its ZeRO stage 0"), None
-            plan = ZeroPlan(
-                stage=stage,
-                offload_optimizer=str(zero.get("offload_optimizer", {}).get("device", "none")),
-                offload_param=str(zero.get("offload_param", {}).get("device", "none")),
-                max_live_parameters=int(
-                    zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
-                ),
-            )
-            return StageChoice(plan, "train.deepspeed_config"), None
-    if train.zero_stage == AUTO:
-        return None, note
-    generated = build_deepspeed_config(
-        zero_stage=train.zero_stage,
-        offload_optimizer=train.offload_optimizer,
-        offload_param=train.offload_param,
-        nvme_path=train.nvme_path,
-        precision="bf16",  # any: the ZeRO section does not depend on it
-        micro_batch_size=train.per_device_batch_size,
-        gradient_accumulation_steps=train.gradient_accumulation_steps,
-        world_size=1,
-        gradient_clipping=train.max_grad_norm,
-        hidden_size=None,
-    )["zero_optimization"]
-    plan = ZeroPlan(
-        stage=train.zero_stage,
-        offload_optimizer=train.offload_optimizer,
-        offload_param=train.offload_param,
-        max_live_parameters=int(
-            generated.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
-        ),
-    )
-    return StageChoice(plan, "train.zero_stage"), note
 
 
 def stage_choice(
