@@ -114,8 +114,8 @@ def test_a_7b_fine_tuned_whole_on_one_a100_80gb_takes_the_first_plan_its_estimat
     assert per_gpu(choice.plan) <= (1 - MARGIN) * 80 * GIB
     assert choice.describe().startswith(
         "3, optimizer offloaded to cpu (auto: ZeRO-3, optimizer offloaded to cpu, 17.9 GiB per "
-        "GPU, fits 80 GiB per A100 80GB with 10% to spare (no ZeRO 116.0, ZeRO-1 128.5, "
-        "ZeRO-2 128.5, ZeRO-3 118.3 GiB do not))"
+        "GPU, fits 80 GiB per A100 80GB with 10% to spare (no ZeRO 116.0 GiB, ZeRO-1 "
+        "128.5 GiB, ZeRO-2 128.5 GiB, ZeRO-3 118.3 GiB do not))"
     )
     rows = check_fit(config, target="vertex").rows
     assert "ZeRO-3 (offload optimizer → cpu)" in rows[0].settings and rows[0].problem is None
@@ -128,7 +128,7 @@ def test_t5_xxl_on_2_nodes_of_16_gpus_takes_zero_3_only_when_zero_2_does_not_fit
     # Without it the activations push ZeRO-2 over 90% of 40 GiB.
     assert chosen(config_of(XXL, "train.gradient_checkpointing=false")).startswith(
         "3 (auto: ZeRO-3, 30.2 GiB per GPU, fits 40 GiB per A100 40GB with 10% to spare "
-        "(no ZeRO 250.1, ZeRO-1 68.6, ZeRO-2 48.6 GiB do not))"
+        "(no ZeRO 250.1 GiB, ZeRO-1 68.6 GiB, ZeRO-2 48.6 GiB do not))"
     )
 
 

@@ -84,8 +84,8 @@ class StageChoice:
         return "none" if self.plan is None else self.plan.offload_param
 
     def describe(self) -> str:
-        """`0 (auto: the whole training state, ...)`, `3, optimizer offloaded to cpu
-        (train.zero_stage)`: what follows "ZeRO stage: " in the summary and the report."""
+        """`0 (auto: no DeepSpeed: the whole training state, ...)`, `3, optimizer offloaded
+        to cpu (train.zero_stage)`: what follows "ZeRO stage: " in the summary and report."""
         why = f"{self.source}: {self.reason}" if self.reason else self.source
         return f"{self.stage}{_offload_words(self.plan)} ({why})"
 
@@ -118,22 +118,26 @@ def choose_stage(
             freeze_encoder=freeze_encoder,
         )
 
-    return choose_from(estimate, where, _ladder(where, offload_optimizer, offload_param))
+    return _choose_from(estimate, where, _ladder(where, offload_optimizer, offload_param))
 
 
-def choose_from(
+def _choose_from(
     estimate: Estimate, where: Where, ladder: tuple[ZeroPlan | None, ...]
 ) -> StageChoice:
     """The first plan of `ladder` whose `estimate` fits `where`; the last when none does (the
     fit check then refuses it, naming what else would fit)."""
-    tried: list[tuple[ZeroPlan | None, float]] = []
+    missed: list[str] = []  # each plan tried, with what it needs that does not fit
     for plan in ladder:
         per_process, host = estimate(plan)
         need, host_need = _needs(where, per_process, host)
-        if need <= _capacity(where) * (1 - MARGIN) and host_need <= where.place.host_gib * GIB:
-            return StageChoice(plan, "auto", _reason(where, plan, need, tried))
-        tried.append((plan, need))
-    plan, need = tried[-1]
+        device_fits = need <= _capacity(where) * (1 - MARGIN)
+        if device_fits and host_need <= where.place.host_gib * GIB:
+            return StageChoice(plan, "auto", _reason(where, plan, need, missed))
+        missed.append(
+            f"{_name(plan)} {need / GIB:.1f} GiB"
+            if not device_fits
+            else f"{_name(plan)} {host_need / GIB:.1f} GiB of host RAM"
+        )
     if where.device == "cpu":
         needs = f"{need / GIB:.1f} GiB"
         room = f"{_room(where)} with {MARGIN:.0%} to spare"
@@ -212,16 +216,11 @@ def _room(where: Where) -> str:
     )
 
 
-def _reason(
-    where: Where, plan: ZeroPlan | None, need: float, tried: list[tuple[ZeroPlan | None, float]]
-) -> str:
+def _reason(where: Where, plan: ZeroPlan | None, need: float, missed: list[str]) -> str:
     per = "" if where.device == "cpu" else " per GPU"
     what = "no DeepSpeed: the whole training state" if plan is None else _name(plan)
     text = f"{what}, {need / GIB:.1f} GiB{per}, fits {_room(where)} with {MARGIN:.0%} to spare"
-    if tried:
-        over = ", ".join(f"{_name(p)} {n / GIB:.1f}" for p, n in tried)
-        text += f" ({over} GiB do not)"
-    return text
+    return text + (f" ({', '.join(missed)} do not)" if missed else "")
 
 
 def _name(plan: ZeroPlan | None) -> str:
