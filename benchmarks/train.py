@@ -110,7 +110,7 @@ def train_once(
             learning_rate=1e-3,
             logging_steps=10,
             save_steps=10 * steps,  # no checkpoint inside the timed loop
-            use_deepspeed=zero3,
+            zero_stage=3 if zero3 else 0,
             precision="fp32",
         ),
         cluster=ClusterConfig(processes=processes),

@@ -52,14 +52,30 @@ def test_vertex_configs_ask_for_the_cluster_their_names_say() -> None:
         assert (cluster.node_count, cluster.accelerator_count) == (nodes, gpus), name
     xxl = load_config(REPO / "configs" / "xxl8vm16gpu.json").config
     assert xxl.model.source == "google/t5-v1_1-xxl"
-    assert xxl.train.zero_stage == 3
+    assert xxl.train.zero_stage == "auto"
     assert xxl.cluster.machine_type == "a2-megagpu-16g"
+
+
+@pytest.mark.parametrize(
+    ("train", "deepspeed"),
+    [
+        ({}, True),  # auto: DeepSpeed until the finetune job resolves it (maybe to 0)
+        ({"zero_stage": 0}, False),
+        ({"use_deepspeed": False}, False),
+        ({"use_deepspeed": False, "zero_stage": 0}, False),
+        ({"zero_stage": 2}, True),
+        ({"zero_stage": "auto", "offload_param": "cpu"}, True),  # auto may choose ZeRO-3
+    ],
+)
+def test_zero_stage_settings_that_agree_are_taken(train: dict[str, Any], deepspeed: bool) -> None:
+    config = load_config(raw={**MINIMAL, "train": train}).config
+    assert config.train.deepspeed_on is deepspeed
 
 
 def test_minimal_config_takes_defaults() -> None:
     config = load_config(raw=copy.deepcopy(MINIMAL)).config
     assert config.task == "summarization"
-    assert config.train.zero_stage == 3
+    assert config.train.zero_stage == "auto" and config.train.deepspeed_on
     assert config.train.precision == "auto"
     assert config.cluster.node_count == 1
 
@@ -105,7 +121,28 @@ BAD_CONFIGS = [
     (
         "parameter offload below ZeRO-3",
         {**MINIMAL, "train": {"offload_param": "cpu", "zero_stage": 2}},
-        "train: offload_param needs zero_stage 3, got zero_stage 2",
+        "train: offload_param needs zero_stage 3 (or auto), got zero_stage 2",
+    ),
+    (
+        "a ZeRO stage beside use_deepspeed false",
+        {**MINIMAL, "train": {"use_deepspeed": False, "zero_stage": 3}},
+        "train: zero_stage 3 needs DeepSpeed, which use_deepspeed false turns off: drop one "
+        "of them (zero_stage 0 is the plain Trainer)",
+    ),
+    (
+        "offload without DeepSpeed",
+        {**MINIMAL, "train": {"zero_stage": 0, "offload_optimizer": "cpu"}},
+        "train: offload_optimizer needs DeepSpeed, which zero_stage 0 turns off",
+    ),
+    (
+        "offload beside use_deepspeed false",
+        {**MINIMAL, "train": {"use_deepspeed": False, "offload_param": "cpu"}},
+        "train: offload_param needs DeepSpeed, which use_deepspeed false turns off",
+    ),
+    (
+        "a ZeRO stage that is not one",
+        with_change("train.zero_stage", True),
+        'train.zero_stage: must be "auto", 0, 1, 2 or 3, got true',
     ),
     (
         "value not in the allowed set",
@@ -423,7 +460,7 @@ def test_cli_exits_2_with_the_message_and_no_traceback(
 def test_cli_bad_override_exits_2() -> None:
     result = run_cli("--config", "configs/local.json", "--set", "train.zero_stage=4", "--dry-run")
     assert result.returncode == 2
-    assert "train.zero_stage: must be one of 1, 2 or 3, got 4" in result.stderr
+    assert "train.zero_stage: must be one of 'auto', 0, 1, 2 or 3, got 4" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -9,10 +9,10 @@ from transformers import AutoConfig, T5Config
 
 from llm_pipeline import cli
 from llm_pipeline.config import PipelineConfig, load_config
-from llm_pipeline.fit import check_fit
+from llm_pipeline.fit.check import check_fit
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import model_shape, shape_of
-from llm_pipeline.fit.training import zero_plan
+from llm_pipeline.train.zero_stage import configured_stage
 
 from ..offline_models import MINILM, TINY_T5
 from .fake_gpus import H100, use_gpus
@@ -132,7 +132,9 @@ def test_a_users_deepspeed_config_decides_the_zero_plan(tmp_path):
     zero = {"stage": 3, "offload_optimizer": {"device": "cpu"}, "stage3_max_live_parameters": 5}
     path.write_text(json.dumps({"zero_optimization": zero}))
     config = config_of(REPO / "configs" / "small1vm1gpu.json", f"train.deepspeed_config={path}")
-    plan, note = zero_plan(config)
+    choice, note = configured_stage(config.train)
+    assert choice is not None and choice.source == "train.deepspeed_config" and note is None
+    plan = choice.plan
     assert plan is not None
     assert (plan.stage, plan.offload_optimizer, plan.offload_param, plan.max_live_parameters) == (
         3,
@@ -140,7 +142,6 @@ def test_a_users_deepspeed_config_decides_the_zero_plan(tmp_path):
         "none",
         5,
     )
-    assert note == "ZeRO settings from train.deepspeed_config"
 
 
 def test_check_fit_prints_the_table(capsys):
@@ -179,7 +180,7 @@ def test_a_local_dry_run_reports_a_misfit_and_a_local_run_is_refused(tmp_path, c
 def test_lora_on_a_summarization_model_trains_only_its_adapters():
     path = REPO / "configs" / "xxl2vm16gpu.json"
     full, lora = (
-        check_fit(config_of(path, *change), target="vertex").rows[0]
+        check_fit(config_of(path, "train.zero_stage=3", *change), target="vertex").rows[0]
         for change in ((), ("train.lora.r=16",))
     )
     assert full.place == lora.place == "finetune" and full.memory == lora.memory == "GPU"
@@ -231,6 +232,7 @@ def test_a_causal_lm_trains_as_one_decoder_stack_at_data_max_length(tmp_path):
 def test_the_llama_config_fits_one_a100_40gb_with_lora_and_not_fine_tuned_whole():
     path = REPO / "configs" / "llama2-7b-lora-1vm8gpu.json"
     one_gpu = ("cluster.machine_type=a2-highgpu-1g", "cluster.accelerator_count=1")
+    one_gpu += ("train.zero_stage=3",)
     for change, fits in ((("train.lora=null",), False), ((), True)):
         config = config_of(path, *one_gpu, *change)
         gpu = check_fit(config, target="vertex").rows[0]
@@ -256,7 +258,7 @@ DISTILBERT = REPO / "configs" / "distilbert-classify-1vm2gpu.json"
 
 
 def test_distilbert_on_two_t4s_fits_with_its_states_counted_by_hand():
-    report = check_fit(config_of(DISTILBERT), target="vertex")
+    report = check_fit(config_of(DISTILBERT, "train.zero_stage=2"), target="vertex")
     assert report.problems == [] and report.skipped == []
     gpu = report.rows[0]
     assert (gpu.place, gpu.memory) == ("finetune", "GPU")
@@ -280,7 +282,7 @@ def test_distilbert_on_two_t4s_fits_with_its_states_counted_by_hand():
 
 
 def test_a_llama_2_7b_classifier_fine_tuned_whole_on_two_t4s_is_refused_everywhere():
-    config = config_of(DISTILBERT, "model.source=meta-llama/Llama-2-7b-hf")
+    config = config_of(DISTILBERT, "model.source=meta-llama/Llama-2-7b-hf", "train.zero_stage=2")
     problems = check_fit(config, target="vertex").problems
     finetune, host, evaluate, evaluate_host, serve = problems
     assert finetune.startswith("train.per_device_batch_size 32 needs ~")
@@ -295,7 +297,7 @@ def test_a_llama_2_7b_classifier_fine_tuned_whole_on_two_t4s_is_refused_everywhe
 
 
 def test_a_classifiers_micro_batch_too_large_names_the_largest_that_fits():
-    config = config_of(DISTILBERT, "train.per_device_batch_size=4096")
+    config = config_of(DISTILBERT, "train.per_device_batch_size=4096", "train.zero_stage=2")
     (problem,) = check_fit(config, target="vertex").problems
     assert problem.startswith("train.per_device_batch_size 4096 needs ~")
     assert " per T4 16GB (states 0.7 + activations " in problem

@@ -18,6 +18,8 @@ OLD_XXL = (
     "--config",
     "configs/xxl2vm16gpu.json",
     "--set",
+    "train.zero_stage=3",
+    "--set",
     "evaluate.batch_size=64",
     "--set",
     "deploy.machine_type=n1-standard-8",
@@ -101,6 +103,7 @@ def test_distilbert_with_zero_2_on_two_t4s_passes_and_a_llama_2_7b_there_is_refu
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HF_HUB_OFFLINE", "1")
         config = ("--config", "configs/distilbert-classify-1vm2gpu.json")
+        config += ("--set", "train.zero_stage=2")
         fits = run_pipeline(*config, "--check-fit")
         llama = ("--set", "model.source=meta-llama/Llama-2-7b-hf")
         too_big = run_pipeline(*config, *llama, "--check-fit")

@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
 from llm_pipeline.local.summary import format_summary
 
@@ -22,6 +22,9 @@ METRICS = {
     "lead1_rougeLsum_high": 19.5,
     "samples": 64.0,
 }
+
+
+ZERO = "0 (auto: no DeepSpeed: the whole training state, 1.2 GiB, fits 16 GiB of RAM <x>)"
 
 
 def _run(tmp_path: Path) -> LocalRun:
@@ -45,7 +48,13 @@ def _run(tmp_path: Path) -> LocalRun:
     steps = (
         StepOutcome("configure", "succeeded", {"resolved": str(resolved)}, seconds=1.5),
         StepOutcome("download", "succeeded", cached=True),
-        StepOutcome("finetune", "succeeded", {"trained_model": str(model)}, seconds=190),
+        StepOutcome(
+            "finetune",
+            "succeeded",
+            {"trained_model": str(model)},
+            details={"zero_stage": ZERO},
+            seconds=190,
+        ),
         StepOutcome(
             "evaluate", "succeeded", {"predictions": str(predictions)}, METRICS, seconds=42
         ),
@@ -95,6 +104,7 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     )
     assert "download       reused: same inputs as an earlier run" in text
     assert "finetune       3 min 10 s" in text
+    assert f"\nZeRO stage: {ZERO}\n" in text  # one line, after the steps
     assert "Gate: deploy: the endpoint serves nothing yet: deploying" in text
     assert "Deployed demo@1 to endpoint demo-endpoint." in text
     assert f"report      {report.resolve()}" in text and str(report).endswith(".html")
@@ -116,6 +126,23 @@ def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None
     assert "eval loss 4.500 at step 12" in page
     assert "Gate: deploy." in page and "demo@1" in page
     assert "&quot;epochs&quot;: 2" in page
+    assert f'<p id="zero-stage">ZeRO stage: {ZERO.replace("<x>", "&lt;x&gt;")}</p>' in page
+
+
+def test_the_zero_stage_comes_from_the_trained_models_metadata(tmp_path: Path) -> None:
+    """The finetune step records it as text metadata of its Model artifact (numbers there
+    are metrics; text is kept apart)."""
+    task = tmp_path / "finetune"
+    task.mkdir()
+    artifact = {
+        "uri": str(task / "trained_model"),
+        "metadata": {"framework": "transformers", "nodes": 1, "zero_stage": ZERO},
+    }
+    produced = {"artifacts": {"trained_model": {"artifacts": [artifact]}}}
+    (task / "executor_output.json").write_text(json.dumps(produced))
+    outcome = _outcome(task, failed_step=None)
+    assert outcome.details == {"framework": "transformers", "zero_stage": ZERO}
+    assert outcome.metrics == {}
 
 
 def test_a_run_that_failed_early_still_gets_a_report(tmp_path: Path) -> None:

@@ -126,6 +126,10 @@ def test_finetune_writes_a_model_that_reloads(local_run: LocalRun) -> None:
     assert metrics["global_step"] == 8
     resolved = json.loads((model_dir / "llm_pipeline_config.json").read_text())
     assert resolved["train"]["per_device_batch_size"] == 4
+    # train.zero_stage "auto" became the plain Trainer on this CPU, and the step says why.
+    assert metrics["zero_stage"] == 0 and resolved["train"]["zero_stage"] == 0
+    stage = steps["finetune"].details["zero_stage"]
+    assert stage.startswith("0 (auto: no DeepSpeed: the whole training state, ")
     assert resolved["train"]["learning_rate"] == 1e-4
     run_config = json.loads(Path(steps["configure"].outputs["resolved"]).read_text())
     assert run_config["train"]["per_device_batch_size"] == 4

@@ -26,6 +26,20 @@ def test_warm_start_builds_with_the_tokenizers_special_tokens(minilm: str) -> No
     assert model.config.decoder.add_cross_attention and model.config.decoder.is_decoder
 
 
+def test_every_trainable_parameter_of_a_warm_start_gets_a_gradient(minilm: str) -> None:
+    """What DDP without its unused-parameter search (the plain Trainer over processes)
+    needs: the encoder's pooler, which the model never reads, is frozen."""
+    config = ModelConfig(encoder_decoder={"encoder": minilm, "decoder": minilm})
+    tokenizer = load_tokenizer(config)
+    model = load_model(config, tokenizer)
+    batch = tokenizer(["a short document"], return_tensors="pt")
+    labels = tokenizer(["a summary"], return_tensors="pt").input_ids
+    model(**batch, labels=labels).loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert missing == []
+    assert not model.encoder.pooler.dense.weight.requires_grad
+
+
 @pytest.mark.slow
 def test_minilm_encoder_decoder_trains_a_step_and_keeps_its_pretrained_weights(
     tokenized_docstrings_tiny: Path,
@@ -41,16 +55,23 @@ def test_minilm_encoder_decoder_trains_a_step_and_keeps_its_pretrained_weights(
         dataset_dir=str(tokenized_docstrings_tiny),
         output_dir=str(output),
         model=ModelConfig(encoder_decoder={"encoder": minilm, "decoder": minilm}),
-        train=train_settings(max_steps=2, per_device_batch_size=2, learning_rate=5e-5),
+        train=train_settings(
+            max_steps=2, per_device_batch_size=2, learning_rate=5e-5, zero_stage="auto"
+        ),
         cluster=ClusterConfig(processes=1),
         env=dict(os.environ),
     )
+    # On a CPU whose RAM holds the whole training state, auto trains without DeepSpeed.
+    assert result.metrics["zero_stage"] == 0
+    assert result.zero_stage.startswith("0 (auto: no DeepSpeed: the whole training state, ")
 
     losses = [e["loss"] for e in result.log_history if "loss" in e]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
-    # Two 22M MiniLM stacks and the cross-attention, all of it trained.
+    # Two 22M MiniLM stacks and the cross-attention, all of it trained but the encoder's
+    # pooler, which the model never reads (384 x 384 and a bias).
     assert result.metrics["total_parameters"] > 40_000_000
-    assert result.metrics["trainable_parameters"] == result.metrics["total_parameters"]
+    pooler = 384 * 384 + 384
+    assert result.metrics["trainable_parameters"] == result.metrics["total_parameters"] - pooler
     pretrained = load_file(Path(resolve_model_path(minilm)) / "model.safetensors")
     tuned = load_file(output / "model.safetensors")
     embeddings = "embeddings.word_embeddings.weight"

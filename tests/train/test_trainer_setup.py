@@ -23,12 +23,17 @@ from ..offline_models import MINILM, TINY_LLAMA
 
 
 def test_no_deepspeed_config_when_deepspeed_is_off() -> None:
-    train = TrainConfig(use_deepspeed=False)
-    assert deepspeed_settings(train, precision="fp32", world_size=2, hidden_size=32) is None
+    for train in (TrainConfig(use_deepspeed=False), TrainConfig(zero_stage=0)):
+        assert deepspeed_settings(train, precision="fp32", world_size=2, hidden_size=32) is None
+
+
+def test_an_unresolved_auto_stage_is_refused_in_a_training_process() -> None:
+    with pytest.raises(TrainError, match=r'train\.zero_stage "auto" reached a training process'):
+        deepspeed_settings(TrainConfig(), precision="fp32", world_size=1, hidden_size=None)
 
 
 def test_generated_config_has_explicit_batch_sizes() -> None:
-    train = TrainConfig(per_device_batch_size=4, gradient_accumulation_steps=2)
+    train = TrainConfig(per_device_batch_size=4, gradient_accumulation_steps=2, zero_stage=3)
     config = deepspeed_settings(train, precision="fp32", world_size=3, hidden_size=32)
     assert config is not None
     assert config["train_micro_batch_size_per_gpu"] == 4

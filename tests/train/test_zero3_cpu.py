@@ -51,6 +51,7 @@ def test_two_process_zero3_trains_and_saves_a_model_that_reloads(
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 1.0
     metrics = result.metrics
     assert metrics["global_step"] == 16 and metrics["world_size"] == 2
+    assert metrics["zero_stage"] == 3 and result.zero_stage == "3 (train.zero_stage)"
     assert metrics["train_samples"] == 16 * 2 * 4
     assert metrics["train_tokens_per_second"] > 0 and metrics["train_tflops_per_second"] > 0
     assert metrics["eval_loss"] is not None and metrics["mfu"] is None  # no GPU here
@@ -120,8 +121,8 @@ def test_zero3_on_two_processes_matches_plain_single_process_training(
         )
 
     # One global batch of 4 either way: 2 processes x 2, or 1 process x 4.
-    zero3 = spec("zero3", 2, per_device_batch_size=2, use_deepspeed=True)
-    plain = spec("plain", 1, per_device_batch_size=4, use_deepspeed=False)
+    zero3 = spec("zero3", 2, per_device_batch_size=2, zero_stage=3)
+    plain = spec("plain", 1, per_device_batch_size=4, zero_stage=0)
 
     zero3_losses = _worker_run(zero3, processes=2, sampling="sequential")
     plain_losses = _worker_run(plain, processes=1, sampling="sequential")

@@ -14,7 +14,9 @@ from pathlib import Path
 from llm_pipeline.cli import vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
-from llm_pipeline.fit import SKIP_FLAG, Target, check_fit, enforce, format_table
+from llm_pipeline.fit.check import SKIP_FLAG, check_fit, enforce
+from llm_pipeline.fit.places import Target
+from llm_pipeline.fit.table import format_table
 from llm_pipeline.local import LocalRun, run_local, step_order
 from llm_pipeline.local.summary import format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step

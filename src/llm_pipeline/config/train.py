@@ -7,6 +7,9 @@ from pydantic import Field, field_validator, model_validator
 from llm_pipeline.config.base import Section
 
 Offload = Literal["none", "cpu", "nvme"]
+#: `train.zero_stage`'s default: chosen from the fit check's estimate where the step runs.
+AUTO: Literal["auto"] = "auto"
+ZeroStage = Literal["auto", 0, 1, 2, 3]
 ALL_LINEAR: Literal["all-linear"] = "all-linear"
 
 
@@ -114,9 +117,19 @@ class TrainConfig(Section):
         default=False, description="Recompute activations in backward to save memory."
     )
     use_deepspeed: bool = Field(
-        default=True, description="Train under DeepSpeed; false runs the plain HF Trainer."
+        default=True,
+        description="false trains with the plain HF Trainer (DDP over several processes), as "
+        "`zero_stage: 0` does; a `zero_stage` of 1 to 3 beside it is refused.",
     )
-    zero_stage: Literal[1, 2, 3] = Field(default=3, description="DeepSpeed ZeRO stage.")
+    zero_stage: ZeroStage = Field(
+        default=AUTO,
+        description='DeepSpeed ZeRO stage. `"auto"` takes, on the machine the finetune step '
+        "runs on, the lowest that the fit check's estimate puts within the device's memory "
+        "with 10% to spare: 0 (no DeepSpeed, the plain Trainer) when the whole training "
+        "state fits, else ZeRO-1, 2, 3, then optimizer offload, then optimizer and parameter "
+        "offload to CPU (`--check-fit` prints the choice and why). `0`-`3` fix the stage; "
+        "`train.deepspeed_config`'s own stage wins over `auto`.",
+    )
     offload_optimizer: Offload = Field(
         default="none", description="Where optimizer states live: GPU (`none`), `cpu` or `nvme`."
     )
@@ -177,10 +190,42 @@ class TrainConfig(Section):
         "fails the step, naming what it was waiting on (a build lock, a peer, a download).",
     )
 
+    @field_validator("zero_stage", mode="before")
+    @classmethod
+    def _stage_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # JSON's true would pass as the literal 1
+            raise ValueError(f'must be "auto", 0, 1, 2 or 3, got {str(value).lower()}')
+        return value
+
     @model_validator(mode="after")
     def _offload_rules(self) -> "TrainConfig":
         if "nvme" in (self.offload_optimizer, self.offload_param) and not self.nvme_path:
             raise ValueError("nvme offload needs nvme_path (a local NVMe folder)")
-        if self.offload_param != "none" and self.zero_stage != 3:
-            raise ValueError(f"offload_param needs zero_stage 3, got zero_stage {self.zero_stage}")
+        if not self.use_deepspeed and self.zero_stage not in (0, AUTO):
+            raise ValueError(
+                f"zero_stage {self.zero_stage} needs DeepSpeed, which use_deepspeed false "
+                "turns off: drop one of them (zero_stage 0 is the plain Trainer)"
+            )
+        if not self.deepspeed_on:
+            offloaded = [
+                name
+                for name in ("offload_optimizer", "offload_param")
+                if getattr(self, name) != "none"
+            ]
+            if offloaded:
+                off = "zero_stage 0" if self.use_deepspeed else "use_deepspeed false"
+                raise ValueError(
+                    f"{' and '.join(offloaded)} needs DeepSpeed, which {off} turns off"
+                )
+        if self.offload_param != "none" and self.zero_stage not in (3, AUTO):
+            raise ValueError(
+                f"offload_param needs zero_stage 3 (or auto), got zero_stage {self.zero_stage}"
+            )
         return self
+
+    @property
+    def deepspeed_on(self) -> bool:
+        """Whether DeepSpeed trains: not with `use_deepspeed` false or `zero_stage` 0. Under
+        `auto` this says yes until the finetune job resolves the stage (`train/zero_stage.py`),
+        which the training processes only ever see resolved."""
+        return self.use_deepspeed and self.zero_stage != 0

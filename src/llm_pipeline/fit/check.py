@@ -13,7 +13,7 @@ from llm_pipeline.fit.machines import UnknownMachine
 from llm_pipeline.fit.places import Target, local_gpu_problems
 from llm_pipeline.fit.rows import FitReport, Row
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
-from llm_pipeline.fit.training import precision_problems, training_rows
+from llm_pipeline.fit.training import precision_problems, stage_choice, training_rows
 from llm_pipeline.tasks import get_task
 
 #: The flag that runs a config the check refuses; every refusal names it.
@@ -44,6 +44,10 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
         try:
             if place == "finetune":
                 report.other_problems += precision_problems(config, target)
+                choice = stage_choice(config, shape, target)
+                report.notes.append(f"ZeRO stage: {choice[0].describe()}")
+                report.rows += training_rows(config, shape, target, choice)
+                continue
             report.rows += rows_of(config, shape, target)
         except UnknownMachine as exc:
             report.other_problems.append(

@@ -39,6 +39,8 @@ from llm_pipeline.fit.shapes import ModelShape
 
 #: DeepSpeed's own safety margin on host memory (its estimators' default).
 ADDITIONAL_BUFFER_FACTOR = 1.5
+#: DeepSpeed's default for stage3_max_live_parameters when a user's config leaves it out.
+DEEPSPEED_MAX_LIVE_DEFAULT = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class ZeroPlan:
     stage: int
     offload_optimizer: str = "none"
     offload_param: str = "none"
-    max_live_parameters: int = 1_000_000_000
+    max_live_parameters: int = DEEPSPEED_MAX_LIVE_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -7,70 +7,41 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.config.train import AUTO
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, GIB, Breakdown, Lengths
 from llm_pipeline.fit.places import Target, Where, training_lengths, training_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.shapes import ModelShape
-from llm_pipeline.fit.states import ZeroPlan, training_memory
-from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
+from llm_pipeline.fit.stage import StageChoice, choose_stage
+from llm_pipeline.fit.states import DEEPSPEED_MAX_LIVE_DEFAULT, ZeroPlan, training_memory
+from llm_pipeline.train.zero_stage import configured_stage
 
-#: DeepSpeed's default for stage3_max_live_parameters when a user's config leaves it out.
-DEEPSPEED_MAX_LIVE_DEFAULT = 1_000_000_000
 #: The most nodes the advice looks at.
 MAX_NODES = 64
 
 Estimator = Callable[..., tuple[Breakdown, float]]
 
 
-def zero_plan(config: PipelineConfig) -> tuple[ZeroPlan | None, str | None]:
-    """The ZeRO settings the finetune step uses (generated, or the user's DeepSpeed JSON),
-    None without DeepSpeed; and a note when the user's JSON could not be read."""
+def stage_choice(
+    config: PipelineConfig, shape: ModelShape, target: Target
+) -> tuple[StageChoice, str | None]:
+    """The plan finetune runs under: the config's, or what `auto` picks for its machines
+    (the finetune job picks again where it runs, from the same estimate); and the note of
+    `configured_stage`."""
+    fixed, note = configured_stage(config.train)
+    if fixed is not None:
+        return fixed, note
     train = config.train
-    if not train.use_deepspeed:
-        return None, None
-    if train.deepspeed_config is not None:
-        try:
-            zero = load_user_deepspeed_config(train.deepspeed_config).get("zero_optimization", {})
-        except ValueError as exc:
-            note = f"train.deepspeed_config not read ({exc}): estimated from train.*"
-        else:
-            stage = int(zero.get("stage", 0))
-            if stage == 0:
-                return None, "train.deepspeed_config: ZeRO stage 0"
-            return (
-                ZeroPlan(
-                    stage=stage,
-                    offload_optimizer=str(zero.get("offload_optimizer", {}).get("device", "none")),
-                    offload_param=str(zero.get("offload_param", {}).get("device", "none")),
-                    max_live_parameters=int(
-                        zero.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
-                    ),
-                ),
-                "ZeRO settings from train.deepspeed_config",
-            )
-    else:
-        note = None
-    generated = build_deepspeed_config(
-        zero_stage=train.zero_stage,
+    choice = choose_stage(
+        shape,
+        training_where(config, target),
+        training_lengths(config, shape),
+        checkpointing=train.gradient_checkpointing,
+        freeze_encoder=train.freeze_encoder,
         offload_optimizer=train.offload_optimizer,
         offload_param=train.offload_param,
-        nvme_path=train.nvme_path,
-        precision="bf16",  # any: the ZeRO section does not depend on it
-        micro_batch_size=train.per_device_batch_size,
-        gradient_accumulation_steps=train.gradient_accumulation_steps,
-        world_size=1,
-        gradient_clipping=train.max_grad_norm,
-        hidden_size=None,
-    )["zero_optimization"]
-    plan = ZeroPlan(
-        stage=train.zero_stage,
-        offload_optimizer=train.offload_optimizer,
-        offload_param=train.offload_param,
-        max_live_parameters=int(
-            generated.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_DEFAULT)
-        ),
     )
-    return plan, note
+    return choice, note
 
 
 def training_advice(
@@ -85,7 +56,8 @@ def training_advice(
 ) -> str:
     """What fits `capacity` bytes per process: the largest micro-batch, then each other
     change that fits at the configured micro-batch (checkpointing, offload, ZeRO-3, and
-    with `more_nodes` (a Vertex run; a local one has this machine alone) more nodes)."""
+    with `more_nodes` (a Vertex run; a local one has this machine alone) more nodes). A
+    `zero_stage: "auto"` config is not told of ZeRO-3 or offload: auto tried them."""
 
     def fits(lengths: Lengths = lengths, **change: object) -> float | None:
         total = estimate(lengths, **change)[0].total
@@ -96,12 +68,14 @@ def training_advice(
     options = []
     if not config.train.gradient_checkpointing and (total := fits(checkpointing=True)):
         options.append(f"train.gradient_checkpointing true (~{total / GIB:.1f} GiB)")
-    if zero is not None and zero.stage < 3:
+    auto = config.train.zero_stage == AUTO and config.train.deepspeed_config is None
+    if zero is not None and zero.stage < 3 and not auto:
         stage3 = ZeroPlan(3, zero.offload_optimizer, "none", DEEPSPEED_MAX_LIVE_DEFAULT)
         if total := fits(zero=stage3):
             options.append(f"train.zero_stage 3 (~{total / GIB:.1f} GiB)")
     if (
         zero is not None
+        and not auto
         and zero.stage == 3
         and "none" in (zero.offload_optimizer, zero.offload_param)
     ):
@@ -120,11 +94,18 @@ def training_advice(
     return "; ".join(parts)
 
 
-def training_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> list[Row]:
-    """Finetune's rows: per GPU and per node's host memory (or host memory alone on CPUs)."""
+def training_rows(
+    config: PipelineConfig,
+    shape: ModelShape,
+    target: Target,
+    choice: tuple[StageChoice, str | None] | None = None,
+) -> list[Row]:
+    """Finetune's rows: per GPU and per node's host memory (or host memory alone on CPUs),
+    under `choice` (`stage_choice`'s, computed when not given)."""
     where = training_where(config, target)
     train = config.train
-    zero, zero_note = zero_plan(config)
+    stage, zero_note = choice or stage_choice(config, shape, target)
+    zero = stage.plan
     lengths = training_lengths(config, shape)
 
     def estimate(lengths: Lengths, **change: object) -> tuple[Breakdown, float]:

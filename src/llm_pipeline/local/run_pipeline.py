@@ -36,6 +36,8 @@ class StepOutcome:
     status: Literal["succeeded", "failed", "not run"]
     outputs: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Text its artifacts' metadata holds (finetune's `zero_stage`: the stage and why).
+    details: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     #: Wall time of the step; 0 for one served from the cache.
     seconds: float = 0.0
@@ -79,12 +81,15 @@ def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
     produced = json.loads(output_file.read_text())
     outputs: dict[str, str] = {}
     metrics: dict[str, float] = {}
+    details: dict[str, str] = {}
     for name, entry in produced.get("artifacts", {}).items():
         for artifact in entry.get("artifacts", []):
             outputs[name] = artifact["uri"]
             metadata = artifact.get("metadata", {})
             if all(isinstance(value, int | float) for value in metadata.values()):
                 metrics.update(metadata)
+            else:
+                details.update((k, v) for k, v in metadata.items() if isinstance(v, str))
     for name, value in produced.get("parameterValues", {}).items():
         outputs[name] = repr(value)
     # Text outputs declared with OutputPath(str) are files in the task folder, not entries
@@ -93,7 +98,9 @@ def _outcome(task_dir: Path, *, failed_step: str | None) -> StepOutcome:
     for file in sorted(task_dir.iterdir()):
         if file.is_file() and file.name not in taken | {output_file.name, ERROR_FILE}:
             outputs[file.name] = file.read_text(encoding="utf-8", errors="replace").strip()
-    return StepOutcome(name=task_dir.name, status="succeeded", outputs=outputs, metrics=metrics)
+    return StepOutcome(
+        name=task_dir.name, status="succeeded", outputs=outputs, metrics=metrics, details=details
+    )
 
 
 def _newest_run_dir(pipeline_root: Path, pipeline_name: str, before: set[Path]) -> Path | None:

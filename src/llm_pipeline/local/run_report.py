@@ -2,9 +2,10 @@
 
 It is the evaluate step's page (the one the Vertex UI shows for that step: scores with
 intervals beside the baselines, sample predictions) with the pipeline's view put in at its
-top: how the run ended, each step's duration, the training loss curves, the gate's decision
-and why, and the resolved config. A run that failed before evaluate still gets the
-pipeline's view, so the page is also where to look first when something went wrong.
+top: how the run ended, each step's duration, the ZeRO stage finetune trained under and
+why, the training loss curves, the gate's decision and why, and the resolved config. A run
+that failed before evaluate still gets the pipeline's view, so the page is also where to
+look first when something went wrong.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def write_run_report(run: LocalRun, *, title: str) -> Path | None:
         [
             "<h2>Pipeline</h2>",
             _steps_table(run),
+            *_zero_stage(run.outcome(Step.FINETUNE)),
             *_gate(run),
             *_loss_section(run.outcome(Step.FINETUNE)),
             *_config_section(run.outcome(Step.CONFIGURE)),
@@ -84,6 +86,11 @@ def _gate(run: LocalRun) -> list[str]:
         lines.append(f" Deployed <b>{escape(version)}</b> to endpoint <b>{escape(endpoint)}</b>.")
     lines.append("</p>")
     return ["<h2>Deploy decision</h2>", "".join(lines)]
+
+
+def _zero_stage(finetune: StepOutcome | None) -> list[str]:
+    stage = finetune.details.get("zero_stage") if finetune is not None else None
+    return [f'<p id="zero-stage">ZeRO stage: {escape(stage)}</p>'] if stage else []
 
 
 def _loss_section(finetune: StepOutcome | None) -> list[str]:

@@ -1,9 +1,10 @@
 """What `pipeline.py` prints when a local run ends: the few lines a person reads.
 
-Each step's outcome and time; the model's headline score beside its baselines (the
-un-fine-tuned model, lead-k) and the share of distinct predictions; the gate's decision
-and why; where the outputs are (absolute paths, the report an `.html` a browser opens); and
-how to call the endpoint. Everything else is in the run's folder and its `pipeline.log`.
+Each step's outcome and time; the ZeRO stage finetune trained under and why; the model's
+headline score beside its baselines (the un-fine-tuned model, lead-k) and the share of
+distinct predictions; the gate's decision and why; where the outputs are (absolute paths,
+the report an `.html` a browser opens); and how to call the endpoint. Everything else is
+in the run's folder and its `pipeline.log`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def format_summary(
     gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
+    lines += _zero_stage(run.outcome(Step.FINETUNE))
     lines += _lost_steps(run.outcome(Step.FINETUNE))
     lines += _scores(run.outcome(Step.EVALUATE), headline)
     lines += _gate(gate, shipped)
@@ -80,6 +82,12 @@ def lost_steps_line(metrics: dict[str, float]) -> str | None:
 def _lost_steps(finetune: StepOutcome | None) -> list[str]:
     line = lost_steps_line(finetune.metrics) if finetune is not None else None
     return ["", line] if line else []
+
+
+def _zero_stage(finetune: StepOutcome | None) -> list[str]:
+    """`ZeRO stage: 0 (auto: ...)`: how finetune trained, and why (`train.zero_stage`)."""
+    stage = finetune.details.get("zero_stage") if finetune is not None else None
+    return [f"ZeRO stage: {stage}"] if stage else []
 
 
 def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:

@@ -185,6 +185,12 @@ def _warm_started_encoder_decoder(
         setattr(built.generation_config, name, value)
     if model.encoder_decoder is not None and model.encoder_decoder.cross_attention_init != "random":
         _cross_attention_from_self_attention(built.decoder, decoder)
+    # EncoderDecoderModel reads the encoder's last hidden states only: a pooler (BERT's)
+    # never gets a gradient, and DDP (the plain Trainer over processes, `train.zero_stage`
+    # 0) refuses a trainable parameter that gets none. Frozen, it is saved as loaded.
+    pooler = getattr(built.encoder, "pooler", None)
+    if pooler is not None:
+        pooler.requires_grad_(False)
     built.config.vocab_size = built.config.decoder.vocab_size
     if built.config.vocab_size < len(tokenizer):
         raise ModelError(

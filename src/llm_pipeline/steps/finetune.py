@@ -33,5 +33,10 @@ def run_finetune_step(arguments: Arguments) -> None:
         raise SystemExit(0)
     log_metrics(arguments.metrics("metrics"), result.metrics)
     trained_model.metadata.update(
-        {"framework": "transformers", "nodes": result.node_count, "task": task}
+        {
+            "framework": "transformers",
+            "nodes": result.node_count,
+            "task": task,
+            "zero_stage": result.zero_stage,
+        }
     )

@@ -24,6 +24,7 @@ import torch
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError, TrainingPreempted
+from llm_pipeline.fit.stage import StageChoice
 from llm_pipeline.launch.cluster import ClusterInfo, NotATrainingNode, detect_cluster
 from llm_pipeline.launch.commands import torchrun_command
 from llm_pipeline.launch.failures import failure_message, rank_exit_codes
@@ -32,6 +33,7 @@ from llm_pipeline.tasks import DEFAULT_TASK
 from llm_pipeline.train.checkpoints import resolve_checkpoint_root
 from llm_pipeline.train.outputs import check_output_dir
 from llm_pipeline.train.spec import WorkerSpec
+from llm_pipeline.train.zero_stage import resolve_zero_stage
 
 WORKER_MODULE = "llm_pipeline.train.worker"
 # How a rank ends on SIGTERM: with the preemption code, or killed by it before its handler.
@@ -42,7 +44,8 @@ _STOPPED_BY_SIGTERM = frozenset({PREEMPTED_EXIT_CODE, -signal.SIGTERM})
 class FinetuneResult:
     """What one replica's finetune step produced.
 
-    On the primary: `output_dir` holds the model and `metrics` the training figures. On
+    On the primary: `output_dir` holds the model and `metrics` the training figures (with
+    the ZeRO stage it trained under; `zero_stage` says it and why in words). On
     any other replica both are empty and `message` says why; the component exits 0 there
     without writing outputs.
     """
@@ -56,6 +59,9 @@ class FinetuneResult:
     # The Trainer's log entries (loss per logging step, eval loss, ...), primary only.
     log_history: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
+    # The ZeRO stage trained under and why (`StageChoice.describe`): `0 (auto: ...)`; its
+    # number is also metrics["zero_stage"]. Primary only.
+    zero_stage: str = ""
 
 
 def run_finetune(
@@ -76,8 +82,9 @@ def run_finetune(
     whole at the end, by the primary only. TensorBoard event files go to `tensorboard_dir`
     and are also copied to `AIP_TENSORBOARD_LOG_DIR` when Vertex sets it (neither: none).
     Checkpoints: see `checkpoints.resolve_checkpoint_root`. `task` (a `tasks.TASKS` name)
-    picks the model kind: a seq2seq model or a causal LM. Raises TrainError naming the
-    failing rank and its error.
+    picks the model kind: a seq2seq model or a causal LM. A `train.zero_stage` of "auto"
+    is resolved here, on the machine that trains (`zero_stage.py`), and printed in one
+    line. Raises TrainError naming the failing rank and its error.
     """
     check_output_dir(output_dir)
     try:
@@ -86,6 +93,15 @@ def run_finetune(
         return FinetuneResult(False, -1, 0, None, message=str(err))
     except ValueError as err:
         raise TrainError(f"cluster environment: {err}") from err
+    train, zero = resolve_zero_stage(
+        train,
+        model=model,
+        task=task,
+        dataset_dir=dataset_dir,
+        processes=info.procs_per_node,
+        nodes=info.node_count,
+    )
+    print(f"ZeRO stage: {zero.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="llm-finetune-") as work:
         spec = WorkerSpec(
             dataset_dir=dataset_dir,
@@ -113,7 +129,7 @@ def run_finetune(
             spec.write(spec_path)
             command = _local_command(cluster, info, spec_path)
             _run_launcher(command, spec=spec, info=info, env=_with_local_size(env, info))
-        return _result(spec, info)
+        return _result(spec, info, zero)
 
 
 def processes_per_node(cluster: ClusterConfig) -> int:
@@ -213,7 +229,7 @@ def _read_result(spec: WorkerSpec) -> dict[str, Any] | None:
     return payload
 
 
-def _result(spec: WorkerSpec, info: ClusterInfo) -> FinetuneResult:
+def _result(spec: WorkerSpec, info: ClusterInfo, zero: StageChoice) -> FinetuneResult:
     if not info.is_primary:
         return FinetuneResult(
             is_primary=False,
@@ -231,8 +247,9 @@ def _result(spec: WorkerSpec, info: ClusterInfo) -> FinetuneResult:
         node_rank=info.node_rank,
         node_count=info.node_count,
         output_dir=spec.output_dir,
-        metrics=payload["metrics"],
+        metrics={**payload["metrics"], "zero_stage": zero.stage},
         checkpoint_folder=payload["checkpoint_folder"],
         log_history=payload["log"],
         message="trained and wrote the model",
+        zero_stage=zero.describe(),
     )

@@ -24,7 +24,7 @@ def join(spec: WorkerSpec) -> None:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if spec.train.use_deepspeed:
+    if spec.train.deepspeed_on:
         import deepspeed
 
         deepspeed.init_distributed(dist_backend=backend, timeout=timeout)

@@ -29,6 +29,7 @@ from transformers import (
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from llm_pipeline.config import TrainConfig
+from llm_pipeline.config.train import AUTO
 from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
@@ -98,18 +99,26 @@ def deepspeed_settings(
     hidden_size: int | None,
     largest_adapter: int | None = None,
 ) -> dict[str, Any] | None:
-    """The DeepSpeed config for this run, or None when `train.use_deepspeed` is off.
+    """The DeepSpeed config for this run, or None without DeepSpeed (`train.use_deepspeed`
+    false or `train.zero_stage` 0).
 
     `largest_adapter`: under `train.lora`, its largest adapter matrix, which ZeRO-3 then keeps
     whole on every rank (`build_deepspeed_config`).
 
     A user's JSON is used whole, except that "auto" batch sizes become numbers: filled by the
-    Trainer on the CPU they come out wrong (it miscounts the world size there).
+    Trainer on the CPU they come out wrong (it miscounts the world size there). A
+    `zero_stage` of "auto" is resolved by the finetune job before any process starts
+    (`train/zero_stage.py`); meeting it here is a caller's mistake.
     """
-    if not train.use_deepspeed:
+    if not train.deepspeed_on:
         return None
     micro, accumulation = train.per_device_batch_size, train.gradient_accumulation_steps
     if train.deepspeed_config is None:
+        if train.zero_stage == AUTO:
+            raise TrainError(
+                'train.zero_stage "auto" reached a training process unresolved: '
+                "run_finetune resolves it (train/zero_stage.py)"
+            )
         return build_deepspeed_config(
             zero_stage=train.zero_stage,
             offload_optimizer=train.offload_optimizer,
