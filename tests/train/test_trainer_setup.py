@@ -49,9 +49,9 @@ def test_lora_runs_keep_their_largest_adapter_whole_under_zero3() -> None:
         assert config is not None
         return config["zero_optimization"]["stage3_param_persistence_threshold"]
 
-    assert threshold(TrainConfig(lora=LoraSettings(r=16))) == 16 * 64
+    assert threshold(TrainConfig(zero_stage=3, lora=LoraSettings(r=16))) == 16 * 64
     # Without LoRA nothing is adapted, whatever a caller passes: 10 x hidden size.
-    assert threshold(TrainConfig()) == 320
+    assert threshold(TrainConfig(zero_stage=3)) == 320
 
 
 def test_the_workers_adapter_size_is_the_fit_checks_count() -> None:
