@@ -496,3 +496,10 @@ def test_names_a_vertex_registry_takes_are_accepted() -> None:
     """Vertex display names may hold any text a local folder name may not."""
     raw = with_change("deploy", {"target": "vertex", "model_display_name": "T5 small / CNN-DM"})
     assert load_config(raw=raw).config.deploy.endpoint_name() == "T5 small / CNN-DM-endpoint"
+
+
+def test_packing_false_is_accepted_by_a_task_that_never_packs() -> None:
+    """`data.packing: false` was the default before `auto`: a summarization config that
+    says so explicitly keeps loading (it says what the task does anyway)."""
+    config = PipelineConfig.model_validate(with_change("data.packing", False))
+    assert config.task == "summarization" and config.data.packing is False

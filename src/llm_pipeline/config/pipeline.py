@@ -107,7 +107,14 @@ class PipelineConfig(Section):
         task = TASKS[self.task]
         others = {key for other in TASKS.values() for key in other.data_keys} - task.data_keys
         fields = DataConfig.model_fields
-        unread = sorted(key for key in others if getattr(self.data, key) != fields[key].default)
+        # `packing: false` says what a task that never packs does anyway, as the default
+        # did before `auto`: older configs of other tasks keep it.
+        unread = sorted(
+            key
+            for key in others
+            if getattr(self.data, key) != fields[key].default
+            and (key, getattr(self.data, key)) != ("packing", False)
+        )
         if unread:
             raise ValueError(
                 f"{', '.join('data.' + key for key in unread)}: not read by task {self.task!r} "
