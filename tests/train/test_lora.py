@@ -226,6 +226,65 @@ def test_a_classifiers_head_trains_in_fp32_beside_a_bf16_base() -> None:
     assert _dtypes(model)[False] == {torch.bfloat16}
 
 
+def test_a_bf16_base_lora_run_resumes_from_its_checkpoint_where_it_left_off(
+    tokenized_docstrings_tiny: Path, tiny_t5_model: ModelConfig, tmp_path: Path
+) -> None:
+    """The plain Trainer under bf16 autocast with the base kept in bf16: a run resumed from
+    its step-2 checkpoint (the adapter and the optimizer's fp32 state), its own adapters
+    scrambled first, ends with the adapters of the run that never stopped."""
+    from datasets import load_from_disk
+    from transformers import Seq2SeqTrainingArguments
+
+    from llm_pipeline.models.sources import load_tokenizer
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+    from llm_pipeline.train.trainer import build_trainer
+
+    splits = load_from_disk(str(tokenized_docstrings_tiny))
+
+    def run(folder: Path, resume: str | None) -> dict[str, torch.Tensor]:
+        from accelerate.state import AcceleratorState
+
+        model = apply_lora(_tiny_t5(tiny_t5_model), LoraSettings(r=4, dropout=0.0))
+        keep_frozen_in(model, torch.bfloat16)
+        if resume is not None:  # what the run starts with must not matter: it resumes
+            with torch.no_grad():
+                for param in model.parameters():
+                    if param.requires_grad:
+                        param.normal_(0, 1)
+        args = Seq2SeqTrainingArguments(
+            output_dir=str(folder),
+            max_steps=4,
+            save_steps=2,
+            per_device_train_batch_size=4,
+            learning_rate=1e-2,
+            bf16=True,
+            use_cpu=True,
+            report_to="none",
+            disable_tqdm=True,
+        )
+        trainer = build_trainer(
+            model=model,
+            tokenizer=load_tokenizer(tiny_t5_model),
+            args=args,
+            train_dataset=splits["train"],
+            eval_dataset=None,
+            callbacks=[],
+            sampling="sequential",
+        )
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        finally:
+            AcceleratorState._reset_state(reset_partial_state=True)
+        assert _dtypes(model) == {True: {torch.float32}, False: {torch.bfloat16}}
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    whole = run(tmp_path / "whole", None)
+    resumed = run(tmp_path / "resumed", str(tmp_path / "whole" / "checkpoint-2"))
+    assert whole.keys() == resumed.keys()
+    for name, value in whole.items():
+        torch.testing.assert_close(resumed[name], value, msg=name)
+
+
 @pytest.mark.parametrize(
     ("lora", "precision", "deepspeed", "want"),
     [
