@@ -111,11 +111,22 @@ def test_zero2_lora_keeps_the_frozen_base_whole_on_every_rank():
 
 
 def test_without_deepspeed_lora_trains_and_autocasts_only_the_adapters():
+    # The frozen base in bf16 (the worker casts it), the adapters in fp32 for AdamW.
     plain = parts(model_states(LORA_T5, dtype="bf16", zero=None, processes_per_node=2, nodes=1))
     assert plain == {
-        "weights": 4 * (P + A),
+        "weights": 2 * P + 4 * A,
         "gradients": 4 * A,
         "optimizer": 8 * A,
         "DDP buckets": 4 * A,
         "autocast copy": 2 * A,
     }
+    # Each process still loads the fp32 model on the host before casting it.
+    assert (
+        model_states(LORA_T5, dtype="bf16", zero=None, processes_per_node=2, nodes=1).host_per_node
+        == 4 * (P + A) * 2
+    )
+
+
+def test_without_deepspeed_fp32_lora_keeps_the_base_as_loaded():
+    plain = parts(model_states(LORA_T5, dtype="fp32", zero=None, processes_per_node=1, nodes=1))
+    assert plain == {"weights": 4 * (P + A), "gradients": 4 * A, "optimizer": 8 * A}

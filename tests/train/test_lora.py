@@ -150,6 +150,161 @@ def test_the_merged_model_gives_the_adapted_models_logits(family: str, tmp_path:
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _tiny(family: str) -> torch.nn.Module:
+    import transformers
+
+    config_class, model_class, shape = ARCHITECTURES[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(vocab_size=100, **shape)
+    return getattr(transformers, model_class)(config)
+
+
+def _dtypes(model: torch.nn.Module) -> dict[bool, set[torch.dtype]]:
+    """The dtypes of the parameters that train (True) and of those that do not (False)."""
+    found: dict[bool, set[torch.dtype]] = {True: set(), False: set()}
+    for param in model.parameters():
+        found[param.requires_grad].add(param.dtype)
+    return found
+
+
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_without_deepspeed_a_bf16_lora_model_keeps_its_frozen_base_in_bf16(family: str) -> None:
+    """Half the weight memory and no per-step casts of frozen weights; the adapters stay
+    fp32 for AdamW and get fp32 gradients under bf16 autocast; tied weights stay tied."""
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+
+    model = apply_lora(_tiny(family), LoraSettings(r=4))
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    keep_frozen_in(model, torch.bfloat16)
+
+    assert _dtypes(model) == {True: {torch.float32}, False: {torch.bfloat16}}
+    assert (model.get_input_embeddings().weight is model.get_output_embeddings().weight) == tied
+    inputs = {"input_ids": torch.randint(0, 100, (2, 7)), "labels": torch.randint(0, 100, (2, 7))}
+    if family == "t5":
+        inputs["decoder_input_ids"] = torch.randint(0, 100, (2, 7))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**inputs).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None and g.dtype == torch.float32 for g in grads)
+
+
+def test_under_fp16_the_modules_transformers_keeps_in_fp32_stay_fp32() -> None:
+    """T5's `wo` (`_keep_in_fp32_modules`), as `from_pretrained(dtype=float16)` leaves it."""
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+
+    model = apply_lora(_tiny("t5"), LoraSettings(r=4, target_modules=["q", "v"]))
+    keep_frozen_in(model, torch.float16)
+
+    frozen = {n: p.dtype for n, p in model.named_parameters() if not p.requires_grad}
+    assert {d for n, d in frozen.items() if ".wo." in n} == {torch.float32}
+    assert {d for n, d in frozen.items() if ".wo." not in n} == {torch.float16}
+
+
+def test_a_classifiers_head_trains_in_fp32_beside_a_bf16_base() -> None:
+    """The head LoRA trains whole (`modules_to_save`) is fp32; its frozen original is bf16."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+    )
+    model = apply_lora(BertForSequenceClassification(config), LoraSettings(r=4), kind="classifier")
+    keep_frozen_in(model, torch.bfloat16)
+
+    trained = {n: p.dtype for n, p in model.named_parameters() if p.requires_grad}
+    assert any("classifier.modules_to_save" in n for n in trained)
+    assert set(trained.values()) == {torch.float32}
+    assert _dtypes(model)[False] == {torch.bfloat16}
+
+
+def test_a_bf16_base_lora_run_resumes_from_its_checkpoint_where_it_left_off(
+    tokenized_docstrings_tiny: Path, tiny_t5_model: ModelConfig, tmp_path: Path
+) -> None:
+    """The plain Trainer under bf16 autocast with the base kept in bf16: a run resumed from
+    its step-2 checkpoint (the adapter and the optimizer's fp32 state), its own adapters
+    scrambled first, ends with the adapters of the run that never stopped."""
+    from datasets import load_from_disk
+    from transformers import Seq2SeqTrainingArguments
+
+    from llm_pipeline.models.sources import load_tokenizer
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+    from llm_pipeline.train.trainer import build_trainer
+
+    splits = load_from_disk(str(tokenized_docstrings_tiny))
+
+    def run(folder: Path, resume: str | None) -> dict[str, torch.Tensor]:
+        from accelerate.state import AcceleratorState
+
+        model = apply_lora(_tiny_t5(tiny_t5_model), LoraSettings(r=4, dropout=0.0))
+        keep_frozen_in(model, torch.bfloat16)
+        if resume is not None:  # what the run starts with must not matter: it resumes
+            with torch.no_grad():
+                for param in model.parameters():
+                    if param.requires_grad:
+                        param.normal_(0, 1)
+        args = Seq2SeqTrainingArguments(
+            output_dir=str(folder),
+            max_steps=4,
+            save_steps=2,
+            per_device_train_batch_size=4,
+            learning_rate=1e-2,
+            bf16=True,
+            use_cpu=True,
+            report_to="none",
+            disable_tqdm=True,
+        )
+        trainer = build_trainer(
+            model=model,
+            tokenizer=load_tokenizer(tiny_t5_model),
+            args=args,
+            train_dataset=splits["train"],
+            eval_dataset=None,
+            callbacks=[],
+            sampling="sequential",
+        )
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        finally:
+            AcceleratorState._reset_state(reset_partial_state=True)
+        assert _dtypes(model) == {True: {torch.float32}, False: {torch.bfloat16}}
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    whole = run(tmp_path / "whole", None)
+    resumed = run(tmp_path / "resumed", str(tmp_path / "whole" / "checkpoint-2"))
+    assert whole.keys() == resumed.keys()
+    for name, value in whole.items():
+        torch.testing.assert_close(resumed[name], value, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("lora", "precision", "deepspeed", "want"),
+    [
+        (True, "bf16", None, torch.bfloat16),
+        (True, "fp16", None, torch.float16),
+        (True, "fp32", None, None),
+        (True, "bf16", {"zero_optimization": {"stage": 3}}, None),  # DeepSpeed casts itself
+        (False, "bf16", None, None),  # full fine-tuning: what trains stays fp32
+    ],
+)
+def test_only_a_16bit_lora_run_without_deepspeed_casts_its_base(
+    lora: bool, precision: str, deepspeed: dict | None, want: torch.dtype | None
+) -> None:
+    from llm_pipeline.train.worker import _frozen_dtype
+
+    spec = SimpleNamespace(train=SimpleNamespace(lora=LoraSettings() if lora else None))
+    args = SimpleNamespace(deepspeed=deepspeed)
+    assert _frozen_dtype(spec, precision, args) == want  # type: ignore[arg-type]
+
+
 def test_a_target_module_the_model_lacks_is_named_with_those_it_has(
     tiny_t5_model: ModelConfig,
 ) -> None:
@@ -217,6 +372,56 @@ def test_summarization_with_lora_through_the_finetune_step(
     resolved = json.loads((folder / "llm_pipeline_config.json").read_text())
     assert resolved["train"]["lora"]["r"] == 8
     assert resolved["resolved"]["deepspeed"]["zero_optimization"]["stage"] == 2
+
+
+def test_bf16_lora_without_deepspeed_through_the_finetune_step(
+    tokenized_docstrings_tiny: Path,
+    tiny_t5_folder: Path,
+    train_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """The plain Trainer (`zero_stage` 0, what `auto` picks when the base fits) under bf16
+    autocast on the CPU, the base kept in bf16: the loss falls, checkpoints hold the
+    adapter, and the model folder is the merged model in bf16, its config saying so,
+    loadable as evaluation loads any model, equal to the bf16 base plus the adapter."""
+    from safetensors import safe_open
+
+    from llm_pipeline import components
+
+    train = train_settings(
+        max_steps=4,
+        save_steps=2,
+        learning_rate=1e-2,
+        zero_stage=0,
+        precision="bf16",
+        lora=LoraSettings(r=8),
+    )
+    trained_model = Model(uri=str(tmp_path / "trained_model"))
+
+    components.finetune.python_func(
+        task="summarization",
+        model=ModelConfig(source=str(tiny_t5_folder)).model_dump_json(),
+        train=train.model_dump_json(),
+        cluster=ClusterConfig(processes=1).model_dump_json(),
+        dataset=SimpleNamespace(path=str(tokenized_docstrings_tiny)),
+        trained_model=trained_model,
+        metrics=Metrics(uri=str(tmp_path / "metrics")),
+        logs=SimpleNamespace(path=str(tmp_path / "logs")),
+    )
+
+    checkpoint = next((tmp_path / "checkpoints").glob("run-*/checkpoint-2"))
+    assert {"COMPLETE.json", "adapter_model.safetensors"} <= {p.name for p in checkpoint.iterdir()}
+    folder = Path(trained_model.path)
+    log = json.loads((folder / "training_log.json").read_text())
+    losses = [entry["loss"] for entry in log if "loss" in entry]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+        names = weights.keys()  # a safe_open handle is not iterable
+        assert {weights.get_slice(name).get_dtype() for name in names} == {"BF16"}
+    assert_merged_is_base_plus_adapter(folder, tiny_t5_folder, kept_in=torch.bfloat16)
+    resolved = json.loads((folder / "llm_pipeline_config.json").read_text())["resolved"]
+    assert resolved["precision"] == "bf16" and resolved["deepspeed"] is None
 
 
 def _tiny_t5_parameters(folder: Path) -> list[torch.nn.Parameter]:

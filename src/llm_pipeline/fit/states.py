@@ -23,7 +23,8 @@ estimators are given their count (its optimizer partitions only parameters that 
 grad, `stage3.py` and `stage_1_and_2.py`), and the frozen base weights come beside them as
 "frozen weights": in the training dtype (DeepSpeed casts the whole module), partitioned
 over the ranks under ZeRO-3 (zero.Init partitions every parameter) and whole on each rank
-under ZeRO-1/2; without DeepSpeed, fp32 as loaded.
+under ZeRO-1/2; without DeepSpeed, in the training dtype too (the worker casts them,
+`train/lora.py`'s `keep_frozen_in`), beside fp32 adapters.
 """
 
 from __future__ import annotations
@@ -137,19 +138,23 @@ def model_states(
 def _plain(shape: ModelShape, *, dtype: str, processes: int, nodes: int, freeze: bool) -> States:
     """The HF Trainer without DeepSpeed: fp32 weights, gradients and AdamW; with several
     processes, DDP's gradient buckets (a second copy of the gradients, which the Trainer does
-    not make views of the buckets)."""
+    not make views of the buckets). Under LoRA the frozen base is in the training dtype and
+    the adapters, which train, are fp32."""
     p = shape.parameters
     if shape.adapters is not None:
         trained = shape.adapters.parameters
-        p += trained  # the adapters are weights too, fp32 like the layers they adapt
+        weights = DTYPE_BYTES[dtype] * p + 4.0 * trained
+        p += trained  # loaded beside the base in fp32
     else:
         trained = p - (shape.encoder_parameters if freeze else 0)
-    parts = [("weights", 4.0 * p), ("gradients", 4.0 * trained), ("optimizer", 8.0 * trained)]
+        weights = 4.0 * p
+    parts = [("weights", weights), ("gradients", 4.0 * trained), ("optimizer", 8.0 * trained)]
     if processes * nodes > 1:
         parts.append(("DDP buckets", 4.0 * trained))
     if DTYPE_BYTES[dtype] == 2:
         parts.append(("autocast copy", 2.0 * trained))
-    # Each process loads the fp32 model on the host before moving it to its GPU.
+    # Each process loads the fp32 model on the host (and casts it there) before moving it to
+    # its GPU.
     return States(Breakdown(tuple(parts)), float(4 * p * processes))
 
 

@@ -12,6 +12,13 @@ as they load, so the parameters ZeRO-3 all-gathers together would mix dtypes, wh
 DeepSpeed 0.19.2's coalesced all-gather on GPUs (deepspeedai/DeepSpeed#8072; TRL passes the
 same flag). DeepSpeed keeps fp32 master copies of what it trains, so nothing is lost.
 
+Without DeepSpeed the Trainer trains the model as it is, under 16-bit autocast, which casts
+every frozen weight again at each use. So there the frozen base is kept in the training
+dtype and what trains (adapters, a classifier's head) in fp32 for the optimizer, as QLoRA and
+PEFT's own examples do (`keep_frozen_in`): half the weight memory, no per-step casts, and the
+same 16-bit matmuls autocast ran before. The merged model is then saved in that dtype, as
+ZeRO-3 saves it.
+
 Under ZeRO-3 every parameter is partitioned across the ranks, so the functions that read or
 change weights after training are collectives: every rank calls them, and each gathers one
 layer's parameters at a time (`GatheredParameters`, a no-op for unpartitioned parameters).
@@ -67,6 +74,32 @@ def apply_lora(
             f"train.lora.target_modules: {reason} The linear layers of this "
             f"{type(model).__name__} are named: {', '.join(linear_layer_names(model))}"
         ) from err
+
+
+def keep_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Frozen floating-point parameters to `dtype`, trainable ones to fp32, in place.
+
+    For a run without DeepSpeed under 16-bit autocast, after the adapters are on and any
+    freezing is done. Modules the model's class keeps in fp32 at that dtype (Hugging Face's
+    `_keep_in_fp32_modules`: T5's `wo` under fp16) stay fp32, as `from_pretrained` leaves
+    them. Tied weights are one parameter and stay tied. Buffers (rotary frequencies) are left.
+    """
+    keep = set(_fp32_modules(model, dtype))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not param.is_floating_point():
+                continue
+            kept = param.requires_grad or not keep.isdisjoint(name.split("."))
+            wanted = torch.float32 if kept else dtype
+            if param.dtype != wanted:
+                param.data = param.data.to(wanted)
+
+
+def _fp32_modules(model: torch.nn.Module, dtype: torch.dtype) -> list[str]:
+    """The module names `model`'s Hugging Face class keeps in fp32 when loaded in `dtype`."""
+    base = model.get_base_model() if is_lora(model) else model  # type: ignore[operator]
+    plan = getattr(base, "_get_dtype_plan", None)
+    return list(plan(dtype)) if callable(plan) else []
 
 
 def is_lora(model: torch.nn.Module) -> bool:

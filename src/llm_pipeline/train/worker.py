@@ -26,7 +26,7 @@ import torch.distributed as dist
 from datasets import Dataset
 from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
 from llm_pipeline.data.labels import LabelSet
@@ -53,7 +53,7 @@ from llm_pipeline.train.checkpoint_sync import (
     release_folder,
 )
 from llm_pipeline.train.classifier_loss import balanced_class_weights
-from llm_pipeline.train.lora import apply_lora
+from llm_pipeline.train.lora import apply_lora, keep_frozen_in
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
 from llm_pipeline.train.preemption import Preempted, SaveOnSignal
@@ -85,7 +85,9 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     args = arguments.trainer_arguments(
         spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
     )
-    model = _build_model(spec, tokenizer, label_set)
+    model = _build_model(
+        spec, tokenizer, label_set, frozen_dtype=_frozen_dtype(spec, train_precision, args)
+    )
     if spec.train.kernels == "liger":  # the arguments checked the GPU and the package
         device_defaults.check_liger_model(str(model.config.model_type))
     clock = counts.Clock()
@@ -180,11 +182,25 @@ def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
     )
 
 
+def _frozen_dtype(spec: WorkerSpec, precision: str, args: TrainingArguments) -> torch.dtype | None:
+    """The dtype a LoRA run keeps its frozen base in: the 16-bit training dtype without
+    DeepSpeed (`lora.keep_frozen_in`); None where the base stays as loaded (no LoRA, fp32,
+    or DeepSpeed, which casts the model itself)."""
+    if spec.train.lora is None or args.deepspeed or precision == "fp32":
+        return None
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
 def _build_model(
-    spec: WorkerSpec, tokenizer: PreTrainedTokenizerBase, label_set: LabelSet | None
+    spec: WorkerSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    label_set: LabelSet | None,
+    *,
+    frozen_dtype: torch.dtype | None = None,
 ) -> PreTrainedModel | PeftModel:
     """The model, seeded, with LoRA adapters and the encoder frozen if the config says so
-    (both: adapters on the decoder alone train); a classifier's head scores `label_set`."""
+    (both: adapters on the decoder alone train); a classifier's head scores `label_set`.
+    `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
     set_seed(spec.train.seed)
     kind = get_task(spec.task).model_kind
     labels = label_set.model_config_fields() if label_set is not None else None
@@ -194,6 +210,8 @@ def _build_model(
     if spec.train.freeze_encoder:
         # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
         freeze_encoder(model)
+    if frozen_dtype is not None:
+        keep_frozen_in(wrapped, frozen_dtype)
     return wrapped
 
 
