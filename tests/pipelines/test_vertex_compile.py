@@ -5,6 +5,7 @@ carries a placeholder Vertex would have to fill in. The specs kept under `pipeli
 exactly what the code compiles."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,28 @@ def compiled(config: PipelineConfig, tmp_path: Path, *, scheduled: bool = False)
     return yaml.safe_load(compile_pipeline(pipeline, tmp_path / "p.yaml").read_text())
 
 
+@pytest.fixture(scope="module")
+def shipped_spec(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """`shipped_spec(name)`: configs/<name> as shipped (for project acme), compiled once for
+    the module; the tests below only read it. Each compile takes about a second, and five
+    tests read each of the seven configs' specs."""
+    specs: dict[str, dict[str, Any]] = {}
+
+    def spec(config_name: str) -> dict[str, Any]:
+        if config_name not in specs:
+            folder = tmp_path_factory.mktemp("vertex-spec")
+            specs[config_name] = compiled(config_of(config_name), folder)
+        return specs[config_name]
+
+    return spec
+
+
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
 def test_finetune_runs_as_a_custom_job_on_the_configured_pools(
-    config_name: str, tmp_path: Path
+    config_name: str, shipped_spec: Callable[[str], dict[str, Any]]
 ) -> None:
     config = config_of(config_name)
-    spec = compiled(config, tmp_path)
+    spec = shipped_spec(config_name)
     cluster = config.cluster
     machine = {
         "machine_type": cluster.machine_type,
@@ -86,11 +103,13 @@ ARGUMENT_PLACEHOLDERS = {
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_no_run_time_value_carries_a_placeholder(config_name: str, tmp_path: Path) -> None:
+def test_no_run_time_value_carries_a_placeholder(
+    config_name: str, shipped_spec: Callable[[str], dict[str, Any]]
+) -> None:
     """The executor placeholder is only where GCPC puts it, in the custom jobs' compiled
     worker pools; whether Vertex would fill in one inside a value passed at run time is not
     documented (see `llm_pipeline.pipelines.custom_jobs`)."""
-    spec = compiled(config_of(config_name), tmp_path)
+    spec = shipped_spec(config_name)
     for name, task in every_task(spec).items():
         for key, value in task.get("inputs", {}).get("parameters", {}).items():
             given = value.get("runtimeValue", {}).get("constant")
@@ -113,9 +132,11 @@ def test_no_run_time_value_carries_a_placeholder(config_name: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_evaluate_runs_on_one_whole_training_node(config_name: str, tmp_path: Path) -> None:
+def test_evaluate_runs_on_one_whole_training_node(
+    config_name: str, shipped_spec: Callable[[str], dict[str, Any]]
+) -> None:
     config = config_of(config_name)
-    values = defaults(compiled(config, tmp_path), "comp-evaluate")
+    values = defaults(shipped_spec(config_name), "comp-evaluate")
     (pool,) = values["worker_pool_specs"]
     assert pool["replica_count"] == 1.0
     assert pool["machine_spec"] == {
@@ -135,9 +156,11 @@ def test_a_cpu_cluster_evaluates_in_a_plain_task(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_parameters_carry_the_configs_values_as_defaults(config_name: str, tmp_path: Path) -> None:
+def test_parameters_carry_the_configs_values_as_defaults(
+    config_name: str, shipped_spec: Callable[[str], dict[str, Any]]
+) -> None:
     config = config_of(config_name)
-    spec = compiled(config, tmp_path)
+    spec = shipped_spec(config_name)
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert set(parameters) == set(RUN_PARAMETERS)
     expected = parameter_defaults(config)
@@ -195,8 +218,10 @@ def test_the_pipeline_root_comes_from_the_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("config_name", VERTEX_CONFIGS)
-def test_deploy_runs_only_when_the_gate_says_so(config_name: str, tmp_path: Path) -> None:
-    spec = compiled(config_of(config_name), tmp_path)
+def test_deploy_runs_only_when_the_gate_says_so(
+    config_name: str, shipped_spec: Callable[[str], dict[str, Any]]
+) -> None:
+    spec = shipped_spec(config_name)
     root = spec["root"]["dag"]["tasks"]
     gate = root["should-deploy"]
     assert sorted(gate["dependentTasks"]) == ["configure", "evaluate"]

@@ -29,7 +29,7 @@ from llm_pipeline.train.job import WORKER_MODULE, FinetuneResult, run_finetune
 
 pytestmark = pytest.mark.slow
 
-MAX_STEPS, SAVE_STEPS = 30, 10
+MAX_STEPS, SAVE_STEPS = 20, 6
 SHM_OP = "deepspeed_shm_comm"
 DRIVER = Path(__file__).with_name("node_driver.py")
 
@@ -128,13 +128,56 @@ def step_args(
     }
 
 
-def test_sigterm_saves_a_checkpoint_that_the_rerun_resumes(step_args: dict[str, Any]) -> None:
+def test_startup_kills_block_nothing_and_sigterm_saves_a_checkpoint_the_rerun_resumes(
+    step_args: dict[str, Any],
+) -> None:
+    """Killed inside start-up twice on one folder, by SIGTERM (a preemption, which the step
+    reports as one) and then by SIGKILL (which also leaves torch's build lock behind, as a
+    loader killed inside the op load does): the second attempt starts its ranks, and the run
+    after both trains, with the stale lock gone. That run is the first of the preemption
+    sequence below (one 2-rank launch serves both checks): whatever either kill left that
+    blocks would stop it."""
     checkpoints = Path(step_args["output_dir"]).parent / "checkpoints"
+    lock = _build_lock()
+    try:
+        _kill_twice_during_startup(step_args)
+        _sigterm_saves_a_checkpoint_that_the_rerun_resumes(step_args, checkpoints, lock)
+    finally:
+        lock.unlink(missing_ok=True)
 
-    # 1. SIGTERM arrives while the stop's own save is being written, and the save does not
-    #    finish (the VM is gone): the periodic checkpoint stays the newest complete one.
+
+def _kill_twice_during_startup(step_args: dict[str, Any]) -> None:
+    """Start the run and kill both its ranks inside start-up, by SIGTERM, then by SIGKILL
+    (leaving a stale build lock as a loader killed inside the op load does)."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        attempt = Attempt(step_args)
+        workers = _wait_for(
+            lambda: len(_workers()) == 2 and _workers(),
+            timeout=60,
+            what=f"the training processes of the attempt killed by {signum.name}",
+        )
+        time.sleep(4)  # inside start-up: imports done, joining the group, loading the op
+        for worker in workers:
+            os.kill(worker.pid, signum)
+        attempt.join(90)
+        assert isinstance(attempt.error, TrainError), attempt.error
+        assert attempt.result is None
+        if signum == signal.SIGTERM:
+            assert isinstance(attempt.error, TrainingPreempted), attempt.error
+        else:
+            _leave_a_stale_build_lock()
+            assert _build_lock().exists()
+
+
+def _sigterm_saves_a_checkpoint_that_the_rerun_resumes(
+    step_args: dict[str, Any], checkpoints: Path, lock: Path
+) -> None:
+    # 1. The run after the start-up kills trains (to its first checkpoint), the stale lock
+    #    gone. SIGTERM then arrives while the stop's own save is being written, and the save
+    #    does not finish (the VM is gone): the periodic checkpoint stays the newest complete.
     first = Attempt(step_args)
     _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
+    assert not lock.exists()
     launcher = _launcher()
     os.kill(launcher.pid, signal.SIGTERM)
     partial = _wait_for(
@@ -152,7 +195,9 @@ def test_sigterm_saves_a_checkpoint_that_the_rerun_resumes(step_args: dict[str, 
     # 2. SIGTERM mid-training with time to save: a complete checkpoint newer than the last
     #    periodic one, and a step that says so.
     second = Attempt(step_args)
-    _wait_for(lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="step 20")
+    _wait_for(
+        lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="the second checkpoint"
+    )
     os.kill(_launcher().pid, signal.SIGTERM)
     second.join(120)
     assert isinstance(second.error, TrainingPreempted), second.error
@@ -197,44 +242,6 @@ def _leave_a_stale_build_lock() -> None:
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-
-
-def test_a_run_killed_during_startup_does_not_block_the_next(
-    step_args: dict[str, Any], train_settings: Callable[..., TrainConfig]
-) -> None:
-    """Killed inside start-up twice on one folder, by SIGTERM (a preemption, which the step
-    reports as one) and then by SIGKILL (which also leaves torch's build lock behind, as a
-    loader killed inside the op load does): the second attempt starts its ranks, and the run
-    after both trains, with the stale lock gone. One run at the end serves both signals:
-    whatever either left that blocks would stop it."""
-    step_args["train"] = train_settings(max_steps=2, save_steps=100, startup_timeout_s=120)
-    lock = _build_lock()
-    try:
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            attempt = Attempt(step_args)
-            workers = _wait_for(
-                lambda: len(_workers()) == 2 and _workers(),
-                timeout=60,
-                what=f"the training processes of the attempt killed by {signum.name}",
-            )
-            time.sleep(4)  # inside start-up: imports done, joining the group, loading the op
-            for worker in workers:
-                os.kill(worker.pid, signum)
-            attempt.join(90)
-            assert isinstance(attempt.error, TrainError), attempt.error
-            assert attempt.result is None
-            if signum == signal.SIGTERM:
-                assert isinstance(attempt.error, TrainingPreempted), attempt.error
-            else:
-                _leave_a_stale_build_lock()
-                assert lock.exists()
-
-        second = run_finetune(**step_args)
-
-        assert second.metrics["global_step"] == 2
-        assert not lock.exists()
-    finally:
-        lock.unlink(missing_ok=True)
 
 
 def test_a_hung_startup_fails_naming_where_it_waits(
@@ -314,7 +321,9 @@ def test_nothing_trains_on_after_its_step_or_launcher_is_killed(
 
     # 2. The rerun resumes; then its torchrun dies: its ranks follow, the step fails.
     second = Attempt(step_args)
-    _wait_for(lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="step 20")
+    _wait_for(
+        lambda: 2 * SAVE_STEPS in _complete(checkpoints), timeout=240, what="the second checkpoint"
+    )
     launcher, workers = _launcher(), _workers()
     assert len(workers) == 2
     launcher.kill()
