@@ -93,7 +93,10 @@ def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(
     bundle = tmp_path / "gpu-bundle"
     roots = [str(Path(os.__file__).parent / "json")]  # a few rows suffice here: seconds
     options = ["--python", PYTHON, "--rows", "40", "--docstring-roots", *roots]
-    options += ["--wheel-cache", str(pytestconfig.cache.mkdir("bundle-wheels"))]
+    # pytest's cache keeps the downloads between sessions (none with -p no:cacheprovider).
+    cache = getattr(pytestconfig, "cache", None)
+    wheels_dir = cache.mkdir("bundle-wheels") if cache else tmp_path / "wheel-cache"
+    options += ["--wheel-cache", str(wheels_dir)]
     built = subprocess.run(
         [*BUILD, str(bundle), *options],
         cwd=REPO,

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_auto_packs_a_causal_lm_on_gpus_and_a_setting_is_taken_as_given(
     packing: bool | str, causal_lm: bool, on_gpus: bool | None, packed: bool
 ) -> None:
-    assert packs(packing, causal_lm=causal_lm, on_gpus=on_gpus) is packed  # type: ignore[arg-type]
+    assert packs(packing, packable=causal_lm, on_gpus=on_gpus) is packed  # type: ignore[arg-type]
 
 
 def _steps_packing(name: str, *overrides: str, target: build.Target = "vertex") -> object:

@@ -187,12 +187,13 @@ class DataConfig(Section):
         return self
 
 
-def packs(packing: bool | Literal["auto"], *, causal_lm: bool, on_gpus: bool | None) -> bool:
+def packs(packing: bool | Literal["auto"], *, packable: bool, on_gpus: bool | None) -> bool:
     """Whether preprocess packs the train split: `data.packing` as given, or for `auto`, a
-    causal LM trained on GPUs. There, a packed row spends no compute on padding, and the
-    default attention (SDPA, whose causal mask transformers builds block-diagonal from the
-    restarting position ids) keeps the examples apart; on the CPU the run stays as it was.
+    `packable` model (a causal LM) trained on GPUs. There, a packed row spends no compute on
+    padding, and the default attention (SDPA, whose causal mask transformers builds
+    block-diagonal from the restarting position ids) keeps the examples apart; on the CPU the
+    run stays as it was.
     `on_gpus` None: not known (a step run on its own), and `auto` does not pack."""
     if packing == "auto":
-        return causal_lm and bool(on_gpus)
+        return packable and bool(on_gpus)
     return packing

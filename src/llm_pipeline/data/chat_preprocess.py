@@ -108,7 +108,7 @@ def preprocess_chats(
         stats = {split: _split_stats(split, table) for split, table in encoded.items()}
         kept = {split: _usable_rows(table) for split, table in encoded.items()}
         packing = None
-        if packs(data.packing, causal_lm=True, on_gpus=None):
+        if packs(data.packing, packable=True, on_gpus=None):
             packing, kept = _packed(kept, model, tokenizer, chat_format, max_length, work)
         report = ChatPreprocessReport(
             max_length=max_length,

@@ -47,10 +47,10 @@ def _config_for_steps(config: PipelineConfig, *, target: Target) -> str:
             update={"registry_dir": str(Path(deploy.registry_dir).expanduser().resolve())}
         )
     data = config.data
-    causal_lm = TASKS[config.task].model_kind == "causal_lm"
-    if data.packing == "auto" and causal_lm:
+    # A task that reads data.packing is one that can pack (a causal LM's).
+    if data.packing == "auto" and "packing" in TASKS[config.task].data_keys:
         on_gpus = trains_on_gpus(config, target=target)
-        data = data.model_copy(update={"packing": packs("auto", causal_lm=True, on_gpus=on_gpus)})
+        data = data.model_copy(update={"packing": packs("auto", packable=True, on_gpus=on_gpus)})
     return config.model_copy(update={"deploy": deploy, "data": data}).model_dump_json()
 
 
