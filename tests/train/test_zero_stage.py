@@ -9,7 +9,7 @@ from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.fit.machines import ACCELERATORS, Place
 from llm_pipeline.fit.memory import Lengths
 from llm_pipeline.fit.shapes import model_shape
-from llm_pipeline.fit.states import ZeroPlan, training_memory
+from llm_pipeline.fit.states import training_memory
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.train.trainer import deepspeed_settings
 from llm_pipeline.train.zero_stage import resolve_zero_stage
@@ -28,7 +28,7 @@ def dataset(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def resolve(train: TrainConfig, dataset: Path, *, place: Place, cuda: bool, model=None):
+def resolve(train: TrainConfig, dataset: Path, *, place: Place, model=None):
     return resolve_zero_stage(
         train,
         model=model or ModelConfig(architecture=dict(TINY_T5), tokenizer=MINILM),
@@ -37,7 +37,6 @@ def resolve(train: TrainConfig, dataset: Path, *, place: Place, cuda: bool, mode
         processes=1,
         nodes=1,
         place=lambda: place,
-        cuda_available=lambda: cuda,
     )
 
 
@@ -45,7 +44,7 @@ def resolve(train: TrainConfig, dataset: Path, *, place: Place, cuda: bool, mode
 def test_auto_on_a_machine_that_holds_the_whole_state_reaches_the_worker_as_no_deepspeed(
     dataset, place
 ):
-    train, choice = resolve(TrainConfig(per_device_batch_size=4), dataset, place=place, cuda=False)
+    train, choice = resolve(TrainConfig(per_device_batch_size=4), dataset, place=place)
     assert (train.zero_stage, choice.stage, choice.source) == (0, 0, "auto")
     assert deepspeed_settings(train, precision="fp32", world_size=1, hidden_size=32) is None
     # Estimated at the lengths preprocess wrote, on this machine's device.
@@ -65,30 +64,24 @@ def test_auto_on_a_machine_that_holds_the_whole_state_reaches_the_worker_as_no_d
 
 def test_a_fixed_stage_is_kept_and_reaches_the_worker_as_it_is(dataset):
     fixed = TrainConfig(zero_stage=3)
-    train, choice = resolve(fixed, dataset, place=LAPTOP, cuda=False)
+    train, choice = resolve(fixed, dataset, place=LAPTOP)
     assert train == fixed and choice.describe() == "3 (train.zero_stage)"
     config = deepspeed_settings(train, precision="fp32", world_size=2, hidden_size=32)
     assert config is not None and config["zero_optimization"]["stage"] == 3
-
-
-def test_gpus_the_fit_check_cannot_see_get_zero_3(dataset):
-    train, choice = resolve(TrainConfig(), dataset, place=LAPTOP, cuda=True)
-    assert choice.plan == ZeroPlan(3) and train.zero_stage == 3
-    assert "this machine's GPUs are not known to the fit check" in choice.reason
 
 
 @pytest.mark.parametrize(("place", "stage"), [(A100, 3), (LAPTOP, 0)], ids=["GPU", "CPU"])
 def test_a_model_whose_shape_is_unknown_gets_the_safe_default(dataset, monkeypatch, place, stage):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     unknown = ModelConfig(source="someone/not-cached")
-    train, choice = resolve(TrainConfig(), dataset, place=place, cuda=False, model=unknown)
+    train, choice = resolve(TrainConfig(), dataset, place=place, model=unknown)
     assert train.zero_stage == choice.stage == stage
     assert choice.reason.startswith("the model's shape is unknown (model.source 'someone/")
 
 
 def test_without_preprocess_json_the_lengths_fall_back_to_the_caps(tmp_path, dataset):
-    _, read = resolve(TrainConfig(), dataset, place=LAPTOP, cuda=False)
-    _, capped = resolve(TrainConfig(), tmp_path / "elsewhere", place=LAPTOP, cuda=False)
+    _, read = resolve(TrainConfig(), dataset, place=LAPTOP)
+    _, capped = resolve(TrainConfig(), tmp_path / "elsewhere", place=LAPTOP)
 
     def gib(reason: str) -> float:
         return float(reason.split("state, ")[1].split(" GiB")[0])

@@ -40,11 +40,10 @@ def resolve_zero_stage(
     processes: int,
     nodes: int,
     place: Callable[[], Place] = this_machine,
-    cuda_available: Callable[[], bool] | None = None,
 ) -> tuple[TrainConfig, StageChoice]:
     """`train` with a concrete stage (and the offload it chose), and the choice with its
-    reason. A stage the config fixes is kept as it is. `place` and `cuda_available` (torch's,
-    unless given) read this machine: seams for tests."""
+    reason. A stage the config fixes is kept as it is. `place` reads this machine, its GPUs
+    as torch sees them (`fit.machines.visible_gpus`): a seam for tests."""
     fixed, _ = configured_stage(train)
     if fixed is not None:
         return train, fixed
@@ -52,14 +51,6 @@ def resolve_zero_stage(
     device: DeviceKind = "cuda" if here.accelerator is not None else "cpu"
     dtype = auto_dtype(here) if train.precision == "auto" else train.precision
     where = Where(here, device, processes, nodes, dtype)
-    if here.accelerator is None and (cuda_available or _cuda_available)():
-        choice = StageChoice(
-            ZeroPlan(3),
-            "auto",
-            "this machine's GPUs are not known to the fit check, so the stage that needs "
-            "least per GPU without offload",
-        )
-        return _with_stage(train, choice), choice
     kind = get_task(task).model_kind
     report = _preprocess_report(dataset_dir)
     # A classifier's head, for the labels preprocess found (model_shape's default without).
@@ -131,14 +122,6 @@ def configured_stage(train: TrainConfig) -> tuple[StageChoice | None, str | None
         ),
     )
     return StageChoice(plan, "train.zero_stage"), note
-
-
-def _cuda_available() -> bool:
-    """Whether torch sees a GPU here (imported on use: the fit check imports this module
-    for `configured_stage`, and needs no torch to read a config)."""
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def _with_stage(train: TrainConfig, choice: StageChoice) -> TrainConfig:
