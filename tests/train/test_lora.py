@@ -328,23 +328,11 @@ def test_summarization_with_lora_through_the_finetune_step(
     """The component's body, under DeepSpeed ZeRO-2 with a checkpoint on the way: the step's
     model artifact is the merged model, loadable as evaluation and the server load any
     other, with the adapter in `adapter/`; the metrics count what trained."""
-    from llm_pipeline import components
-
     train = train_settings(
         max_steps=4, save_steps=2, learning_rate=1e-2, zero_stage=2, lora=LoraSettings(r=8)
     )
-    trained_model = Model(uri=str(tmp_path / "trained_model"))
-    metrics = Metrics(uri=str(tmp_path / "metrics"))
-
-    components.finetune.python_func(
-        task="summarization",
-        model=ModelConfig(source=str(tiny_t5_folder)).model_dump_json(),
-        train=train.model_dump_json(),
-        cluster=ClusterConfig(processes=1).model_dump_json(),
-        dataset=SimpleNamespace(path=str(tokenized_docstrings_tiny)),
-        trained_model=trained_model,
-        metrics=metrics,
-        logs=SimpleNamespace(path=str(tmp_path / "logs")),
+    trained_model, metrics = _finetune_step(
+        tiny_t5_folder, tokenized_docstrings_tiny, train, tmp_path
     )
 
     checkpoint = next((tmp_path / "checkpoints").glob("run-*/checkpoint-2"))
@@ -386,8 +374,6 @@ def test_bf16_lora_without_deepspeed_through_the_finetune_step(
     loadable as evaluation loads any model, equal to the bf16 base plus the adapter."""
     from safetensors import safe_open
 
-    from llm_pipeline import components
-
     train = train_settings(
         max_steps=4,
         save_steps=2,
@@ -396,18 +382,7 @@ def test_bf16_lora_without_deepspeed_through_the_finetune_step(
         precision="bf16",
         lora=LoraSettings(r=8),
     )
-    trained_model = Model(uri=str(tmp_path / "trained_model"))
-
-    components.finetune.python_func(
-        task="summarization",
-        model=ModelConfig(source=str(tiny_t5_folder)).model_dump_json(),
-        train=train.model_dump_json(),
-        cluster=ClusterConfig(processes=1).model_dump_json(),
-        dataset=SimpleNamespace(path=str(tokenized_docstrings_tiny)),
-        trained_model=trained_model,
-        metrics=Metrics(uri=str(tmp_path / "metrics")),
-        logs=SimpleNamespace(path=str(tmp_path / "logs")),
-    )
+    trained_model, _ = _finetune_step(tiny_t5_folder, tokenized_docstrings_tiny, train, tmp_path)
 
     checkpoint = next((tmp_path / "checkpoints").glob("run-*/checkpoint-2"))
     assert {"COMPLETE.json", "adapter_model.safetensors"} <= {p.name for p in checkpoint.iterdir()}
@@ -422,6 +397,28 @@ def test_bf16_lora_without_deepspeed_through_the_finetune_step(
     assert_merged_is_base_plus_adapter(folder, tiny_t5_folder, kept_in=torch.bfloat16)
     resolved = json.loads((folder / "llm_pipeline_config.json").read_text())["resolved"]
     assert resolved["precision"] == "bf16" and resolved["deepspeed"] is None
+
+
+def _finetune_step(
+    model_folder: Path, dataset: Path, train: TrainConfig, tmp_path: Path
+) -> tuple[Model, Metrics]:
+    """The finetune component run as the pipeline runs it, on one process: its Model and
+    Metrics artifacts (checkpoints under `tmp_path/checkpoints`)."""
+    from llm_pipeline import components
+
+    trained_model = Model(uri=str(tmp_path / "trained_model"))
+    metrics = Metrics(uri=str(tmp_path / "metrics"))
+    components.finetune.python_func(
+        task="summarization",
+        model=ModelConfig(source=str(model_folder)).model_dump_json(),
+        train=train.model_dump_json(),
+        cluster=ClusterConfig(processes=1).model_dump_json(),
+        dataset=SimpleNamespace(path=str(dataset)),
+        trained_model=trained_model,
+        metrics=metrics,
+        logs=SimpleNamespace(path=str(tmp_path / "logs")),
+    )
+    return trained_model, metrics
 
 
 def _tiny_t5_parameters(folder: Path) -> list[torch.nn.Parameter]:
