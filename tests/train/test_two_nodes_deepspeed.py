@@ -1,23 +1,29 @@
-"""Two nodes under DeepSpeed's own launcher, for real: per-job ssh keys, sshd, pdsh.
+"""Two nodes under DeepSpeed's own launcher, for real: per-node ssh keys, sshd, pdsh.
 
 Two network namespaces joined by a veth pair, one replica of the finetune step in each, with
-`cluster.launcher = "deepspeed"`. The primary makes the job's ssh keys in the shared
-checkpoint folder (what Vertex's /gcs/ mount is on a cluster), every node starts an sshd on
-port 2022 inside its namespace, and the primary runs `deepspeed --hostfile`, whose pdsh
-reaches both nodes' sshd over the veth link and starts one rank on each.
+`cluster.launcher = "deepspeed"`. Each node makes its own keys in a private folder, the nodes
+exchange only public keys through the shared checkpoint folder (what Vertex's /gcs/ mount is
+on a cluster), every node starts an sshd on port 2022 inside its namespace, and the primary
+runs `deepspeed --hostfile`, whose pdsh reaches both nodes' sshd over the veth link and starts
+one rank on each. While it runs, every process's command line and every file in the shared
+folder are watched for a planted token and for private keys.
 
 ssh reads the client config from the user's home in the password database, not $HOME, so the
-run writes `~/.ssh/config` and `~/.llm-pipeline-ssh/` there; the test removes what it made.
+run writes `~/.ssh/config` and `~/.llm-pipeline-ssh/` there and removes them when it ends;
+the fixture removes whatever a failed run left.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import pwd
 import shutil
+import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,7 +31,7 @@ import pytest
 from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.train.checkpoints import MARKER
 
-from .two_nodes import assert_one_job_of_two_nodes, run_two_replicas
+from .two_nodes import assert_one_job_of_two_nodes, start_two_replicas, wait_for_replicas
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +42,8 @@ PORT = 29527
 # cluster of identical VMs.
 IFNAME = "lpds0"
 SSHD = Path("/usr/sbin/sshd")
+# A token every node has in its environment: the ranks must get it, and nothing else may.
+TOKEN = "hf_planted_secret_123"
 
 
 def _missing_tools() -> list[str]:
@@ -82,7 +90,8 @@ def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
     train_settings: Callable[..., TrainConfig],
 ) -> None:
     job = f"ds-{uuid.uuid4().hex[:8]}"
-    primary, worker = run_two_replicas(
+    shared = tmp_path / "checkpoints" / f"ssh-{job}"
+    processes = start_two_replicas(
         two_namespaces,
         tmp_path,
         dataset_dir=tokenized_docstrings,
@@ -92,13 +101,15 @@ def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
         train=train_settings(max_steps=6, save_steps=3),
         cluster={"processes": 1, "launcher": "deepspeed"},
         # One folder both nodes see, as Vertex's gs:// checkpoint folder under /gcs/: the
-        # nodes exchange the job's ssh keys through it.
+        # nodes exchange public keys through it. Each node has the token in its environment.
         node_env=lambda node: {
             "CLOUD_ML_JOB_ID": job,
             "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+            "HF_TOKEN": TOKEN,
         },
-        timeout_s=240,
     )
+    seen = _watch_while_running(processes, shared)
+    primary, worker = wait_for_replicas(processes, tmp_path, timeout_s=240)
     assert_one_job_of_two_nodes(primary, worker, steps=6, batch=4)
     # The model is written once, by the primary: the output folder, and no other outside the
     # checkpoints (which hold rank 0's copy per checkpoint, as on one node).
@@ -110,6 +121,44 @@ def test_deepspeed_launcher_trains_across_two_nodes_over_ssh(
     assert (checkpoint / MARKER).is_file()
     shards = sorted(p.name for p in checkpoint.glob("global_step3/*optim_states.pt"))
     assert shards == [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)]
-    # The launcher went through ssh: the worker node answered the primary's nonce.
-    done = json.loads((tmp_path / "checkpoints" / f"ssh-{job}" / "done.json").read_text())
-    assert done["exit_code"] == 0
+    # The nodes met through the shared folder (the worker's hello, the primary's ready), no
+    # private key was ever in it, and nothing of it is left.
+    assert {"hello-1.json", "ready.json"} <= seen.shared_files
+    assert not seen.private_keys, seen.private_keys
+    assert not shared.exists()
+    # The token reached a rank on each node, and no command line, log or file of the run.
+    log = (tmp_path / "node0.log").read_text()
+    assert {f"{SUBNET}.{n}: secrets from this node: HF_TOKEN" in log for n in (1, 2)} == {True}
+    assert not seen.token_in_argv
+    assert [
+        p for p in tmp_path.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()
+    ] == []
+    # Nothing of the job's ssh setup is left on the nodes either.
+    assert not (ssh_home / ".ssh" / "config").exists()
+    assert list((ssh_home / ".llm-pipeline-ssh").iterdir()) == []
+
+
+@dataclass
+class _Seen:
+    shared_files: set[str] = field(default_factory=set)
+    private_keys: set[str] = field(default_factory=set)
+    token_in_argv: list[str] = field(default_factory=list)
+
+
+def _watch_while_running(processes: list[subprocess.Popen[bytes]], shared: Path) -> _Seen:
+    """Until both nodes exit: every process's command line, and every file in the shared
+    folder, looked at a few times a second."""
+    seen = _Seen()
+    deadline = time.monotonic() + 240
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                if TOKEN.encode() in cmdline.read_bytes():
+                    seen.token_in_argv.append(str(cmdline))
+        for path in shared.glob("*") if shared.is_dir() else ():
+            seen.shared_files.add(path.name)
+            with contextlib.suppress(OSError):
+                if b"PRIVATE KEY" in path.read_bytes() or TOKEN.encode() in path.read_bytes():
+                    seen.private_keys.add(path.name)
+        time.sleep(0.2)
+    return seen

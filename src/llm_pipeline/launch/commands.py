@@ -7,35 +7,41 @@ would start can be checked whole, and printed for `--dry-run`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from llm_pipeline.launch.cluster import ClusterInfo
+from llm_pipeline.launch.node_files import is_secret
 
 # Static rendezvous waits this long for every node to join. Vertex starts replicas
 # independently and a GPU node may spend minutes pulling the training image, so torch's
 # 600 s default is short.
 DEFAULT_RDZV_TIMEOUT_S = 1800
 
-# Variables that DeepSpeed's launcher should carry to the other nodes, by prefix. An ssh
-# session starts with a near-empty environment, so without these a remote rank would lose
-# PATH, the Vertex AIP_* locations, Hugging Face's offline switches and the NCCL and gloo
-# settings (NCCL_/GLOO_SOCKET_IFNAME).
+# What DeepSpeed's launcher carries to the other nodes (`.deepspeed_env`): an allowlist,
+# since its pdsh runner pastes each variable into its command line as `export KEY=VALUE;`
+# and logs that line. An ssh session starts with a near-empty environment, so without these a
+# remote rank would lose PATH, the Vertex AIP_* locations, Hugging Face's offline switches
+# and caches, and the NCCL and gloo settings (NCCL_/GLOO_SOCKET_IFNAME). Never a secret
+# (`node_files.is_secret`), whatever its prefix: the ranks read those from their own node.
 # Not CLUSTER_SPEC: the ranks get theirs from the launcher, and its JSON quotes cannot pass.
-DEFAULT_ENV_PREFIXES = (
-    "AIP_",
-    "CLOUD_ML_",
-    "CUDA_",
-    "GCSFS_",
-    "GLOO_",
-    "GOOGLE_",
-    "HF_",
-    "LD_LIBRARY_PATH",
-    "NCCL_",
-    "PATH",
-    "TOKENIZERS_",
-    "TORCH_",
-    "TRANSFORMERS_",
+FORWARDED_ENV_NAMES = frozenset(
+    {
+        "GOOGLE_CLOUD_PROJECT",
+        "HF_DATASETS_CACHE",
+        "HF_DATASETS_OFFLINE",
+        "HF_ENDPOINT",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_OFFLINE",
+        "LD_LIBRARY_PATH",
+        "PATH",
+        "TOKENIZERS_PARALLELISM",
+        "TRANSFORMERS_CACHE",
+        "TRANSFORMERS_OFFLINE",
+    }
 )
+FORWARDED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "CUDA_", "GCSFS_", "GLOO_", "NCCL_", "TORCH_")
 # What DeepSpeed's `export KEY="VALUE"` would not carry unchanged.
 _UNSAFE_IN_EXPORT = frozenset('\n\r"$`\\')
 
@@ -131,9 +137,13 @@ def deepspeed_command(
 
 
 def deepspeed_env_file(
-    env: Mapping[str, str], *, prefixes: Sequence[str] = DEFAULT_ENV_PREFIXES
+    env: Mapping[str, str],
+    *,
+    names: Collection[str] = FORWARDED_ENV_NAMES,
+    prefixes: Sequence[str] = FORWARDED_ENV_PREFIXES,
 ) -> str:
-    """Contents of `.deepspeed_env`, which DeepSpeed's launcher exports on every node.
+    """Contents of `.deepspeed_env`, which DeepSpeed's launcher exports on every node: the
+    variables of `env` named in `names` or starting with one of `prefixes`, secrets never.
 
     DeepSpeed reads it from the working or home folder, or from the path in DS_ENV_FILE. It
     pastes each line into a remote shell as `export KEY="VALUE";`, so a value holding a line
@@ -141,14 +151,14 @@ def deepspeed_env_file(
     """
     lines = []
     for name in sorted(env):
-        if not name.startswith(tuple(prefixes)):
+        if is_secret(name) or not (name in names or name.startswith(tuple(prefixes))):
             continue
         value = env[name]
         bad = sorted({c for c in value if c in _UNSAFE_IN_EXPORT})
         if bad:
             raise ValueError(
                 f"{name}: its value holds {bad}, which DeepSpeed's launcher cannot pass to the "
-                "other nodes unchanged; unset it or drop its prefix from prefixes"
+                "other nodes unchanged; unset it"
             )
         lines.append(f"{name}={value}\n")
     return "".join(lines)

@@ -1,21 +1,22 @@
 """Per-job SSH for DeepSpeed's own launcher, which reaches the other nodes over ssh.
 
-Keys are made when the job runs and shared through the job's storage folder, never baked into
-an image: an image is pulled by many jobs and often public, a job's folder is readable only by
-those who can read its outputs. The primary makes two ed25519 pairs there: the user key that
-DeepSpeed logs in with, and one host key that every node's sshd presents, so clients can check
-host keys instead of trusting whatever answers. Every node then copies them into a private
-local folder, because ssh and sshd refuse private keys other users may read and shared storage
-(Vertex's /gcs/ mount) does not keep file modes.
+Every node makes its own keys when the job runs, in a private folder on its own disk, and no
+private key ever leaves the node that made it. Shared storage is no place for one: Vertex's
+/gcs/ mount keeps no file modes, so whoever can read the bucket could read it. Only public
+keys cross the nodes' shared folder (`exchange`): the primary's user key, which every node
+authorizes, and each node's host key, which the primary pins so that its ssh checks every
+host instead of trusting whatever answers. A public key read from that folder is checked to
+be one bare ed25519 key (`public_key`): a line with `command=` options or a second line
+would otherwise go into authorized_keys as written.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import re
 import subprocess
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +27,14 @@ HOST_KEY = "ssh_host_ed25519_key"
 DEFAULT_SSH_PORT = 2022
 # Marks files this module wrote, so an existing ~/.ssh/config of someone else is never replaced.
 _MARK = "# Written by llm-pipeline for one training job; its keys were made when the job ran."
+# An ed25519 public key: its type, then 51 bytes (type name and 32-byte key) in base64.
+_ED25519 = re.compile(r"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI[A-Za-z0-9+/]{43}")
 
 
 @dataclass(frozen=True)
 class SshFiles:
-    """Where one node's ssh setup lives, all inside one private local folder."""
+    """Where one node's ssh setup lives: one private local folder, and the client config
+    (`~/.ssh/config` on a cluster) on the node that runs ssh."""
 
     folder: Path
     identity_file: Path
@@ -41,82 +45,94 @@ class SshFiles:
     client_config: Path
 
 
-def generate_job_keys(shared_dir: str | Path, *, comment: str = "llm-pipeline-job") -> None:
-    """Make the job's user and host key pairs in the job's storage folder (the primary only).
+def node_files(folder: str | Path, *, client_config: str | Path | None = None) -> SshFiles:
+    """The ssh files of the node whose private folder is `folder` (made 0700 here).
 
-    The user public key is written last, so its presence means the set is complete: other
-    nodes wait for `job_keys_ready` before `prepare_node`.
+    With sshd's StrictModes the folder's parents must not be group or world writable either
+    (a folder under the user's home, not /tmp). `client_config` is where ssh looks,
+    `~/.ssh/config` on the cluster: DeepSpeed's launcher runs plain `ssh` and `pdsh`, which
+    read no other file.
     """
-    shared = Path(shared_dir)
-    shared.mkdir(parents=True, exist_ok=True)
-    existing = [n for n in _key_files() if (shared / n).exists()]
-    if existing:
-        raise FileExistsError(f"{shared}: already holds {existing}; each job makes its own keys")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in (HOST_KEY, USER_KEY):
-            _keygen(Path(tmp) / name, comment=comment)
-        for name in _key_files():
-            mode = 0o644 if name.endswith(".pub") else 0o600
-            _write(shared / name, (Path(tmp) / name).read_bytes(), mode, exclusive=True)
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    return SshFiles(
+        folder=root,
+        identity_file=root / USER_KEY,
+        authorized_keys=root / "authorized_keys",
+        host_key=root / HOST_KEY,
+        known_hosts=root / "known_hosts",
+        sshd_config=root / "sshd_config",
+        client_config=Path(client_config) if client_config else root / "ssh_config",
+    )
 
 
-def job_keys_ready(shared_dir: str | Path) -> bool:
-    """Whether the primary has finished writing the job's keys."""
-    return (Path(shared_dir) / f"{USER_KEY}.pub").is_file()
+def make_key(path: Path, *, comment: str = "llm-pipeline-job") -> str:
+    """Make an ed25519 pair at `path` (private, 0600) and `path`.pub; the public key's line.
+
+    Refuses to overwrite: a key is made once, on the node that uses it."""
+    if path.exists():
+        raise FileExistsError(f"{path}: already exists; each node makes its own keys once")
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return public_key(path.with_name(path.name + ".pub").read_text(), what=str(path))
 
 
-def prepare_node(
-    shared_dir: str | Path,
-    local_dir: str | Path,
+def public_key(text: object, *, what: str) -> str:
+    """`text` as one bare ed25519 public key (`ssh-ed25519 AAAA...`, any comment dropped);
+    ValueError naming `what` for anything else."""
+    parts = text.split() if isinstance(text, str) and "\n" not in text.strip() else []
+    key = " ".join(parts[:2])
+    if not _ED25519.fullmatch(key):
+        raise ValueError(f"{what}: not one ed25519 public key, got {str(text)[:80]!r}")
+    return key
+
+
+def authorize(files: SshFiles, user_key: str) -> None:
+    """Let the holder of `user_key` (the primary's user key) log in, and nobody else."""
+    key = public_key(user_key, what="the job's user key")
+    _write(files.authorized_keys, f"{key}\n".encode(), 0o600)
+
+
+def trust_hosts(files: SshFiles, host_keys: Mapping[str, str], *, port: int) -> None:
+    """Pin each host's key: ssh then refuses a host that presents another one."""
+    lines = [
+        f"[{host}]:{port} {public_key(key, what=f'host key of {host}')}\n"
+        for host, key in host_keys.items()
+    ]
+    _write(files.known_hosts, "".join(lines).encode(), 0o644)
+
+
+def write_sshd_config(
+    files: SshFiles,
     *,
-    hosts: Sequence[str],
     port: int = DEFAULT_SSH_PORT,
     user: str | None = None,
-    client_config: str | Path | None = None,
-) -> SshFiles:
-    """Install the job's keys on this node and write its sshd and ssh client configs.
-
-    `local_dir` becomes mode 0700; with sshd's StrictModes its parents must not be group or
-    world writable either (a folder under the user's home, not /tmp). `client_config` is where
-    ssh looks, `~/.ssh/config` on the cluster: DeepSpeed's launcher runs plain `ssh` and
-    `pdsh`, which read no other file. A file there that this module did not write is refused.
-    """
-    if not hosts:
-        raise ValueError("hosts: need every node's hostname, got none")
-    if not 1 <= port <= 65535:
-        raise ValueError(f"port: must be a TCP port (1-65535), got {port}")
-    if not job_keys_ready(shared_dir):
-        raise FileNotFoundError(f"{shared_dir}: the job's ssh keys are not there (yet)")
-    shared, folder = Path(shared_dir), Path(local_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o700)
-    user = user or getpass.getuser()
-    files = SshFiles(
-        folder=folder,
-        identity_file=folder / USER_KEY,
-        authorized_keys=folder / "authorized_keys",
-        host_key=folder / HOST_KEY,
-        known_hosts=folder / "known_hosts",
-        sshd_config=folder / "sshd_config",
-        client_config=Path(client_config) if client_config else folder / "ssh_config",
+    session_env: Mapping[str, str] | None = None,
+) -> None:
+    """Write an sshd config that takes this node's authorized key only (`sshd_config_text`)."""
+    text = sshd_config_text(
+        files, port=port, user=user or getpass.getuser(), session_env=session_env or {}
     )
-    _write(files.identity_file, (shared / USER_KEY).read_bytes(), 0o600)
-    _write(files.host_key, (shared / HOST_KEY).read_bytes(), 0o600)
-    user_pub = (shared / f"{USER_KEY}.pub").read_text().strip()
-    host_pub = (shared / f"{HOST_KEY}.pub").read_text().strip()
-    _write(files.authorized_keys, f"{user_pub}\n".encode(), 0o600)
-    known = ",".join(f"[{host}]:{port}" for host in hosts)
-    _write(files.known_hosts, f"{known} {host_pub}\n".encode(), 0o644)
-    _write(files.sshd_config, sshd_config_text(files, port=port, user=user).encode(), 0o644)
-    _refuse_foreign(files.client_config)
-    files.client_config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    client = ssh_client_config_text(files, hosts=hosts, port=port, user=user)
-    _write(files.client_config, client.encode(), 0o600)
-    return files
+    _write(files.sshd_config, text.encode(), 0o600)
 
 
-def sshd_config_text(files: SshFiles, *, port: int, user: str) -> str:
-    """An sshd that accepts only the job's key, for one user, on one port."""
+def sshd_config_text(
+    files: SshFiles, *, port: int, user: str, session_env: Mapping[str, str]
+) -> str:
+    """An sshd that accepts only the job's key, for one user, on one port.
+
+    `session_env` is set in every session it starts (sshd's SetEnv): what the node itself,
+    not the client, tells the processes started through it.
+    """
+    _check_port(port)
+    settings = [f"{name}={value}" for name, value in sorted(session_env.items())]
+    for setting in settings:
+        if any(c.isspace() or c in "\"'\\" for c in setting):
+            raise ValueError(f"session_env: {setting!r} cannot go into sshd's SetEnv unquoted")
     return "\n".join(
         [
             _MARK,
@@ -134,14 +150,37 @@ def sshd_config_text(files: SshFiles, *, port: int, user: str) -> str:
             "UsePAM no",
             "X11Forwarding no",
             "AllowTcpForwarding no",
+            "PermitUserEnvironment no",
             "PrintMotd no",
+            *([f"SetEnv {' '.join(settings)}"] if settings else []),
             "",
         ]
     )
 
 
+def write_client_config(
+    files: SshFiles, *, hosts: Sequence[str], port: int = DEFAULT_SSH_PORT, user: str | None = None
+) -> None:
+    """Point ssh at the job's key and pinned host keys for the job's hosts only.
+
+    A client config there that this module did not write is refused, never replaced."""
+    if not hosts:
+        raise ValueError("hosts: need every node's hostname, got none")
+    _refuse_foreign(files.client_config)
+    files.client_config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    text = ssh_client_config_text(files, hosts=hosts, port=port, user=user or getpass.getuser())
+    _write(files.client_config, text.encode(), 0o600)
+
+
+def remove_client_config(files: SshFiles) -> None:
+    """Remove the client config if this module wrote it: its key is gone with the job."""
+    if files.client_config.is_file() and _ours(files.client_config):
+        files.client_config.unlink()
+
+
 def ssh_client_config_text(files: SshFiles, *, hosts: Sequence[str], port: int, user: str) -> str:
-    """ssh settings for the job's hosts only: its key, its port, its pinned host key."""
+    """ssh settings for the job's hosts only: its key, its port, its pinned host keys."""
+    _check_port(port)
     return "\n".join(
         [
             _MARK,
@@ -169,32 +208,24 @@ def sshd_command(config: str | Path, *, sshd: str = "/usr/sbin/sshd") -> list[st
     return [sshd, "-D", "-e", "-f", str(config)]
 
 
-def _key_files() -> tuple[str, ...]:
-    # Order matters to generate_job_keys: the user public key last.
-    return (HOST_KEY, f"{HOST_KEY}.pub", USER_KEY, f"{USER_KEY}.pub")
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port: must be a TCP port (1-65535), got {port}")
 
 
-def _keygen(path: Path, *, comment: str) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        capture_output=True,
-    )
+def _ours(path: Path) -> bool:
+    return path.read_text().startswith(_MARK)
 
 
 def _refuse_foreign(path: Path) -> None:
-    if path.exists() and not path.read_text().startswith(_MARK):
+    if path.exists() and not _ours(path):
         raise FileExistsError(
             f"{path}: exists and was not written by llm-pipeline; not replacing it"
         )
 
 
-def _write(path: Path, data: bytes, mode: int, *, exclusive: bool = False) -> None:
-    """Write with `mode` from the first byte, so a private key is never briefly readable."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
-    with os.fdopen(os.open(path, flags, mode), "wb") as out:
-        if not exclusive:
-            # O_TRUNC keeps an existing file's mode; set it. (Exclusive files are new, and
-            # shared storage such as gcsfuse may refuse chmod.)
-            os.fchmod(out.fileno(), mode)
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write with `mode` from the first byte, so a private file is never briefly readable."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
+        os.fchmod(out.fileno(), mode)  # O_TRUNC keeps an existing file's mode
         out.write(data)

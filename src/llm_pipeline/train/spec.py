@@ -6,12 +6,15 @@ worker sees exactly the settings the step was given and nothing is lost in quoti
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.errors import TrainError
+from llm_pipeline.launch.node_files import SPEC_FILE, node_file
 from llm_pipeline.tasks import DEFAULT_TASK
 
 RESULT_FILE = "result.json"
@@ -42,10 +45,37 @@ class WorkerSpec:
         return Path(self.work_dir) / RESULT_FILE
 
     def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self._payload(), indent=2) + "\n", encoding="utf-8")
+
+    def digest(self) -> str:
+        """SHA-256 of what every node's copy must agree on: all but `work_dir`, each node's own.
+
+        DeepSpeed's multi-node launcher puts the primary's digest on every rank's command
+        line; a rank runs its node's copy only if it has the same (`read_node_copy`)."""
+        payload = self._payload()
+        del payload["work_dir"]
+        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def read_node_copy(cls, digest: str) -> WorkerSpec:
+        """The spec this node wrote in its private folder (`launch.node_files`), refused
+        unless its digest is `digest`, the primary's."""
+        path = node_file(SPEC_FILE)
+        spec = cls.read(path)
+        if spec.digest() != digest:
+            raise TrainError(
+                f"{path}: this node's spec differs from the primary's (digest "
+                f"{spec.digest()[:12]}, primary {digest[:12]}); every node must run the same "
+                "config, and a spec changed after its node wrote it is not run"
+            )
+        return spec
+
+    def _payload(self) -> dict[str, Any]:
         payload = asdict(self)
         payload["model"] = self.model.model_dump(mode="json")
         payload["train"] = self.train.model_dump(mode="json")
-        Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        return payload
 
     @classmethod
     def read(cls, path: str | Path) -> WorkerSpec:

@@ -11,9 +11,11 @@ imports below, which take seconds.
 from __future__ import annotations
 
 from llm_pipeline.launch.lifetime import die_with_parent
+from llm_pipeline.launch.node_files import load_node_secrets
 
 if __name__ == "__main__":
     die_with_parent()
+    load_node_secrets()  # under DeepSpeed's multi-node launcher: HF_TOKEN and the like
 
 import argparse
 import sys
@@ -263,7 +265,14 @@ def _report_preemption(spec: WorkerSpec, layout: CheckpointLayout, stop: Preempt
 @record
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True, help="The WorkerSpec JSON run_finetune wrote.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="The WorkerSpec JSON run_finetune wrote.")
+    source.add_argument(
+        "--node-spec",
+        metavar="DIGEST",
+        help="Run the spec this node wrote in its private folder (DeepSpeed's multi-node "
+        "launcher), if its digest is DIGEST.",
+    )
     parser.add_argument(
         "--sampling",
         choices=["group_by_length", "random", "sequential"],
@@ -275,7 +284,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     try:
-        run(WorkerSpec.read(options.spec), sampling=options.sampling)
+        spec = (
+            WorkerSpec.read(options.spec)
+            if options.spec
+            else WorkerSpec.read_node_copy(options.node_spec)
+        )
+        run(spec, sampling=options.sampling)
     except Preempted as stop:
         print(f"stopped by {stop} after saving step {stop.step}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTED_EXIT_CODE)
