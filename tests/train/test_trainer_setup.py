@@ -11,6 +11,7 @@ import torch
 
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.launch.node_files import NODE_DIR_ENV
 from llm_pipeline.train.arguments import largest_adapter
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import (
@@ -139,3 +140,37 @@ def test_worker_spec_round_trips_through_json(tmp_path: Path) -> None:
     )
     spec.write(tmp_path / "spec.json")
     assert WorkerSpec.read(tmp_path / "spec.json") == spec
+
+
+def test_a_rank_runs_its_nodes_spec_only_if_the_primary_has_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under DeepSpeed's multi-node launcher a rank reads the spec its own node wrote, with
+    the primary's digest on its command line; a spec changed after its node wrote it, or a
+    node whose config differs, is refused before anything runs."""
+    from llm_pipeline.train import worker
+
+    spec = WorkerSpec(
+        dataset_dir="/gcs/b/data",
+        output_dir="/gcs/b/model",
+        model=ModelConfig(architecture={"model_type": "t5", "d_model": 32}, tokenizer="tok"),
+        train=TrainConfig(max_steps=3, precision="fp32"),
+        checkpoint_root="/gcs/b/ckpt",
+        tensorboard_dir=None,
+        tensorboard_mirror=None,
+        work_dir=str(tmp_path / "node1-work"),
+        node_count=2,
+        procs_per_node=1,
+    )
+    folder = tmp_path / "node1"
+    folder.mkdir(mode=0o700)
+    spec.write(folder / "spec.json")
+    monkeypatch.setenv(NODE_DIR_ENV, str(folder))
+    # Each node's copy has its own work folder; the rest is what the digest covers.
+    primary = replace(spec, work_dir=str(tmp_path / "node0-work"))
+    assert WorkerSpec.read_node_copy(primary.digest()) == spec
+    tampered = json.loads((folder / "spec.json").read_text())
+    tampered["dataset_dir"] = "/gcs/someone-elses/data"
+    (folder / "spec.json").write_text(json.dumps(tampered))
+    with pytest.raises(TrainError, match=r"spec\.json: this node's spec differs from the prim"):
+        worker.main(["--node-spec", primary.digest()])
