@@ -316,3 +316,16 @@ def test_the_reference_projects_zone_and_cluster_prefix_reach_the_job() -> None:
     config = load_config(raw=raw).config
     assert config.vertex.region == "europe-west4"
     assert custom_job_settings(config)["display_name"] == f"t5-run-{config.name}"
+
+
+def test_no_token_of_the_compiling_environment_reaches_the_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec is uploaded and shown in the console: a token set where it was compiled
+    stays out of it, with DeepSpeed's multi-node launcher too."""
+    token = "hf_planted_secret_123"
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN"):
+        monkeypatch.setenv(name, token)
+    config = config_of("small2vm16gpu.json", "cluster.launcher=deepspeed")
+    pipeline = build_pipeline(config, target="vertex")
+    assert token not in compile_pipeline(pipeline, tmp_path / "p.yaml").read_text()

@@ -19,7 +19,7 @@ class ClusterConfig(Section):
     launcher: Literal["torchrun", "deepspeed"] = Field(
         default="torchrun",
         description="`torchrun` (one launcher per node) or DeepSpeed's ssh launcher with a "
-        "hostfile and per-job SSH keys.",
+        "hostfile and SSH keys each node makes for the job.",
     )
     local_gpus: int = Field(
         default=0,
