@@ -113,6 +113,7 @@ def launch_with_deepspeed(
     prefix = f"node{info.node_rank}-"
     with private_node_folder(home / ".llm-pipeline-ssh", prefix=prefix) as local:
         spec.write(local / SPEC_FILE)
+        (local / SPEC_FILE).chmod(0o600)  # whatever the umask: the ranks check
         write_secrets(local, env)
         files = ssh.node_files(local, client_config=home / ".ssh" / "config")
         node = _Node(info, shared, files, ssh_port)
