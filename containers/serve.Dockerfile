@@ -10,8 +10,6 @@
 # registers serve-cuda.Dockerfile's image instead.
 FROM python:3.11-slim
 
-ARG TORCH_VERSION=2.13.0
-
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 
@@ -21,12 +19,13 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 
 # Every package from requirements.lock, each file checked against its hash, at the versions
 # CI tests; then torch's CPU build from PyTorch's own index (PyPI's Linux wheel brings GBs of
-# CUDA) at the version the lock was resolved with, whose requirements the lock holds.
+# CUDA) at the version the lock was resolved with, whose requirements the lock holds, checked
+# against its hash too (containers/torch-cpu.txt).
 WORKDIR /opt/llm-pipeline
-COPY requirements.lock ./
+COPY requirements.lock containers/torch-cpu.txt ./
 RUN pip install --require-hashes --no-deps -r requirements.lock \
-    && pip install --no-deps --index-url https://download.pytorch.org/whl/cpu \
-        "torch==${TORCH_VERSION}"
+    && pip install --require-hashes --no-deps --index-url https://download.pytorch.org/whl/cpu \
+        -r torch-cpu.txt
 
 # The package from this checkout; the build fails unless `python3` is this environment's,
 # torch is the CPU build, and every package is at its locked version with every requirement

@@ -81,6 +81,19 @@ RUN pip install --no-deps --no-build-isolation . \
     && python3 -m llm_pipeline.cli.image_check train --lock requirements.lock \
         --ops async_io,cpu_adam,fused_adam,pin_memory
 
+# The user everything here runs as: KFP's components, a custom job's replicas, their training
+# processes, and the sshd of DeepSpeed's launcher. Not root, so code a tampered bucket or
+# model repository gets to run cannot rewrite the image's packages or read other users'
+# files. No step needs root: sshd listens on 2022 (llm_pipeline.launch.ssh), above the
+# privileged ports, and as a non-root process it can log in only the user it runs as, the
+# one user DeepSpeed's launcher logs in as; a real shell, since pdsh runs commands through
+# it. /run/sshd is made now, owned by root: Debian's sshd refuses to start without it, and
+# only root can make it. Numeric, as in the serve images, so runAsNonRoot can check it.
+RUN useradd --create-home --uid 10001 --shell /bin/bash train \
+    && mkdir -p /run/sshd
+USER 10001
+WORKDIR /home/train
+
 # `train --config ...` runs a Vertex custom job's replica; any other command (KFP's
 # `python3 -m kfp.dsl.executor_main ...`, `sh -c ...`) is run unchanged. Vertex and KFP
 # replace the entrypoint with their own command anyway; `docker run IMAGE CMD` lands here.

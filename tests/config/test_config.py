@@ -9,6 +9,7 @@ import pytest
 
 from llm_pipeline.config import ConfigError, PipelineConfig, load_config, parse_override
 
+from ..offline_models import MINILM
 from .minimal_config import MINIMAL, REPO, run_cli, with_change
 
 CONFIGS = sorted((REPO / "configs").glob("*.json"))
@@ -80,6 +81,27 @@ def test_minimal_config_takes_defaults() -> None:
     assert config.cluster.node_count == 1
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        # A hub repository pinned to a commit: the code that runs is the code reviewed.
+        {"source": "google-t5/t5-small", "revision": "0" * 39 + "f", "trust_remote_code": True},
+        # A folder (made absolute by the loader), a bucket, a package: no hub repository,
+        # so nothing a revision could pin; their code is the files the user points at.
+        {"source": "./configs", "trust_remote_code": True},
+        {"source": "gs://bucket/model", "trust_remote_code": True},
+        {
+            "encoder_decoder": {"encoder": MINILM, "decoder": MINILM},
+            "trust_remote_code": True,
+        },
+    ],
+)
+def test_remote_code_is_taken_from_a_pinned_commit_or_a_location_the_user_holds(
+    model: dict[str, Any],
+) -> None:
+    assert load_config(raw={**MINIMAL, "model": model}).config.model.trust_remote_code
+
+
 BAD_CONFIGS = [
     # (description, raw config, expected message fragment)
     ("unknown top-level key", with_change("taks", "x"), "taks: unknown key; did you mean 'task'?"),
@@ -112,6 +134,30 @@ BAD_CONFIGS = [
         "architecture without tokenizer",
         {**MINIMAL, "model": {"architecture": {"model_type": "t5"}}},
         "model: architecture initialises random weights and has no tokenizer: set tokenizer",
+    ),
+    (
+        "remote code from a hub repository without a pinned revision",
+        with_change("model.trust_remote_code", True),
+        "model: trust_remote_code true runs code from the hub repository 'google-t5/t5-small': "
+        "set revision to the commit hash you reviewed (40 hex characters, as git prints it), "
+        "got None",
+    ),
+    (
+        "remote code pinned to a branch, which its owner can move",
+        {**MINIMAL, "model": {**MINIMAL["model"], "trust_remote_code": True, "revision": "main"}},
+        "model: trust_remote_code true runs code from the hub repository 'google-t5/t5-small': "
+        "set revision to the commit hash you reviewed (40 hex characters, as git prints it), "
+        "got 'main'",
+    ),
+    (
+        "remote code from a hub tokenizer the revision does not pin",
+        {
+            **MINIMAL,
+            "model": {"source": "./configs", "tokenizer": "o/t", "trust_remote_code": True},
+        },
+        "model: trust_remote_code true would run code from the hub repository of tokenizer "
+        "'o/t', which revision does not pin (it pins source only): load it from a folder, a "
+        "bucket or source itself",
     ),
     (
         "nvme offload without a path",

@@ -3,7 +3,10 @@ relies on. No Docker engine runs here, so each build step is read and checked as
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -16,6 +19,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from llm_pipeline.cli.image_check import TRAIN_OPS
+from llm_pipeline.launch.ssh import DEFAULT_SSH_PORT
 from llm_pipeline.lockfile import TORCH_VERSION, read_lock
 
 from .dockerfile import CONTAINERS, REPO, VENV_PYTHON, env_values, exec_form, instructions, run_args
@@ -28,6 +32,8 @@ SERVE_CUDA = CONTAINERS / "serve-cuda.Dockerfile"
 IMAGE_OF = {TRAIN: "train", SERVE: "serve", SERVE_CUDA: "serve-cuda"}
 #: Images on PyTorch's CUDA base, whose interpreter with torch is the base's.
 GPU_IMAGES = (TRAIN, SERVE_CUDA)
+#: The hashes of torch's CPU build, which the CPU serve image installs with them.
+TORCH_CPU = CONTAINERS / "torch-cpu.txt"
 
 
 def _hadolint() -> str | None:
@@ -98,6 +104,35 @@ def test_python_and_python3_on_path_are_the_venvs(dockerfile: Path) -> None:
     assert on_path < first_pip
 
 
+def ignored_by_docker(relative: str) -> bool:
+    """Whether .dockerignore keeps `relative` out of the build context: its last pattern
+    matching the path or a folder above it decides (`!` lets it back in), as Docker reads it."""
+    ignored = False
+    for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pattern = line.lstrip("!").rstrip("/").removeprefix("**/")
+        parts = relative.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatchcase(p, pattern) for p in prefixes) or (
+            line.startswith("**/") and any(fnmatch.fnmatchcase(part, pattern) for part in parts)
+        ):
+            ignored = not line.startswith("!")
+    return ignored
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_every_file_an_image_copies_is_in_the_build_context(dockerfile: Path) -> None:
+    """`docker build` sends only what .dockerignore admits; a COPY of anything else fails."""
+    for name, rest in instructions(dockerfile):
+        if name == "COPY":
+            *sources, _ = shlex.split(rest)
+            for source in sources:
+                assert (REPO / source).exists(), source
+                assert not ignored_by_docker(source.rstrip("/")), f"{source} is in .dockerignore"
+
+
 def test_kfp_runs_the_components_with_python3_by_name() -> None:
     """What the venv's bin/ on PATH must answer: the interpreter KFP's command names."""
     spec = yaml.safe_load((REPO / "components" / "download.yaml").read_text())
@@ -124,7 +159,7 @@ def test_gpu_images_build_their_venv_over_the_bases_python_that_has_torch(
     assert "torch.version.cuda" in made and "sys.exit(" in made
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+@pytest.mark.parametrize("dockerfile", GPU_IMAGES, ids=lambda path: path.name)
 def test_torch_is_the_version_the_lock_was_resolved_with(dockerfile: Path) -> None:
     args = dict(
         rest.split("=", 1)
@@ -133,29 +168,74 @@ def test_torch_is_the_version_the_lock_was_resolved_with(dockerfile: Path) -> No
     )
     assert args["TORCH_VERSION"] == TORCH_VERSION
     (base,) = [rest for name, rest in instructions(dockerfile) if name == "FROM"]
-    if dockerfile in GPU_IMAGES:
-        assert base.startswith(f"pytorch/pytorch:{TORCH_VERSION}-cuda"), base
+    assert base.startswith(f"pytorch/pytorch:{TORCH_VERSION}-cuda"), base
+
+
+def torch_cpu_wheels() -> tuple[str, dict[str, str]]:
+    """torch-cpu.txt's requirement, and {wheel file name: sha256} from its comments."""
+    text = TORCH_CPU.read_text(encoding="utf-8")
+    (requirement,) = re.findall(r"^(torch==\S+)", text, flags=re.MULTILINE)
+    names = re.findall(r"^# sha256 of (\S+\.whl)$", text, flags=re.MULTILINE)
+    hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", text)
+    assert len(names) == len(hashes) >= 1, (names, hashes)
+    return requirement, dict(zip(names, hashes, strict=True))
+
+
+def test_the_cpu_serve_images_torch_is_the_locks_version_for_its_python() -> None:
+    requirement, wheels = torch_cpu_wheels()
+    assert requirement == f"torch=={TORCH_VERSION}+cpu"
+    (base,) = [rest for name, rest in instructions(SERVE) if name == "FROM"]
+    python = re.fullmatch(r"python:(\d+)\.(\d+)-slim", base)
+    assert python, base
+    tag = f"cp{python[1]}{python[2]}"
+    for name in wheels:
+        assert name.startswith(f"torch-{TORCH_VERSION}+cpu-{tag}-{tag}-"), name
+        assert name.endswith("_x86_64.whl"), name
+
+
+def test_torch_cpu_hashes_are_those_of_the_real_wheels() -> None:
+    """The hash pip checks is the real file's: the wheel this machine's environment was
+    installed from (pip's find-links, PIP_FIND_LINKS), downloaded from PyTorch's CPU index."""
+    _, wheels = torch_cpu_wheels()
+    folders = [Path(f) for f in os.environ.get("PIP_FIND_LINKS", "").split() if Path(f).is_dir()]
+    found = {name: f / name for name in wheels for f in folders if (f / name).is_file()}
+    if not found:
+        pytest.skip(f"none of {sorted(wheels)} in pip's find-links ({folders or 'none'})")
+    for name, path in found.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == wheels[name], name
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
 def test_every_package_comes_from_the_lock_with_its_hash(dockerfile: Path) -> None:
     """Each pip install is of lock entries (--require-hashes, --no-deps), the package itself
-    (`.`, whose requirements the lock holds), or, in the CPU serve image, torch's CPU build."""
+    (`.`, whose requirements the lock holds), or, in the CPU serve image, torch's CPU build
+    from torch-cpu.txt, hash-checked too. The GPU images install no torch: theirs is the
+    base's (checked for its version and CUDA build before anything else)."""
     installs = pip_installs(dockerfile)
     assert ["--require-hashes", "--no-deps", "-r", "requirements.lock"] in installs
     for args in installs:
+        # A requirement naming torch (`torch`, `torch==...`), which no hash would check.
+        assert not any(re.fullmatch(r"['\"]?torch([=<>~!\[].*)?", arg) for arg in args), args
         if "-r" in args:
             assert "--require-hashes" in args and "--no-deps" in args, args
-        elif args[-1] == ".":
-            assert "--no-deps" in args, args
         else:
-            assert dockerfile == SERVE, args
-            assert args == [
+            assert args[-1] == "." and "--no-deps" in args, args
+    torch = [args for args in installs if "torch-cpu.txt" in args]
+    if dockerfile == SERVE:
+        assert torch == [
+            [
+                "--require-hashes",
                 "--no-deps",
                 "--index-url",
                 "https://download.pytorch.org/whl/cpu",
-                "torch==${TORCH_VERSION}",
+                "-r",
+                "torch-cpu.txt",
             ]
+        ]
+        copied = [rest for name, rest in instructions(SERVE) if name == "COPY"]
+        assert any("containers/torch-cpu.txt" in rest for rest in copied), copied
+    else:
+        assert torch == [], torch
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
@@ -222,10 +302,34 @@ def test_train_image_builds_deepspeed_for_a100_and_h100_at_the_locked_version() 
     assert locked in SpecifierSet(required), (locked, required)
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_every_image_runs_as_an_unprivileged_user_it_creates(dockerfile: Path) -> None:
+    """Nothing an image runs is root: the last USER is a numeric uid other than 0 (so
+    runAsNonRoot can check it), made by the build with a home, and no RUN comes after it."""
+    steps = instructions(dockerfile)
+    users = [i for i, (name, _) in enumerate(steps) if name == "USER"]
+    assert users, f"{dockerfile.name} has no USER: it runs as root"
+    uid = steps[users[-1]][1]
+    assert uid.isdigit() and uid != "0", uid
+    assert all(name != "RUN" for name, _ in steps[users[-1] :])
+    made = [run for run in run_args(dockerfile) if f"useradd --create-home --uid {uid} " in run]
+    assert made, f"no user with uid {uid} is made"
+    (workdir,) = [rest for name, rest in steps[users[-1] :] if name == "WORKDIR"]
+    assert workdir.startswith("/home/"), workdir
+
+
+def test_deepspeeds_sshd_runs_as_the_train_images_user() -> None:
+    """DeepSpeed's launcher starts sshd in the train image as its unprivileged user: on a
+    port above the privileged ones, with a shell for pdsh's commands, and /run/sshd (which
+    Debian's sshd requires and only root can make) made at build time."""
+    assert DEFAULT_SSH_PORT > 1024
+    (made,) = [run for run in run_args(TRAIN) if "useradd" in run]
+    assert "--shell /bin/bash" in made and "mkdir -p /run/sshd" in made
+
+
 def test_serve_images_run_unprivileged_on_vertexs_port_with_a_healthcheck() -> None:
     for dockerfile in (SERVE, SERVE_CUDA):
         found = dict(instructions(dockerfile))
-        assert found["USER"].isdigit() and found["USER"] != "0"
         assert found["EXPOSE"] == "8080"
         assert "AIP_HEALTH_ROUTE" in found["HEALTHCHECK"]
         assert "AIP_HTTP_PORT" in found["HEALTHCHECK"]

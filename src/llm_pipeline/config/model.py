@@ -1,10 +1,22 @@
 """Which network is fine-tuned, and where its weights and tokenizer come from."""
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from llm_pipeline.config.base import Section
+from llm_pipeline.storage import is_remote, looks_like_path
+
+#: A git commit as the hub names it: the one revision that cannot move after review.
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def _may_be_hub_id(location: str) -> bool:
+    """Whether a model location may name a Hugging Face hub repository (whose contents its
+    owner can change) rather than a folder, a bucket or a package. The config loader has
+    already made local paths absolute, so `owner/name` here is a hub id."""
+    return not (location.startswith("package:") or is_remote(location) or looks_like_path(location))
 
 
 class EncoderDecoderSource(Section):
@@ -61,9 +73,18 @@ class ModelConfig(Section):
         description="Tokenizer location; defaults to `source` (or the encoder, or "
         "`warm_start_decoder`).",
     )
-    revision: str | None = Field(default=None, description="Hub revision of `source` to pin.")
+    revision: str | None = Field(
+        default=None,
+        description="Hub revision of `source` to pin (branch, tag or commit); a commit hash "
+        "when `trust_remote_code` is on.",
+    )
     trust_remote_code: bool = Field(
-        default=False, description="Allow model code from the hub to run. Off unless needed."
+        default=False,
+        description="Let the model repository's own Python code (its `auto_map`) run where "
+        "the source checkpoint and tokenizer load (preprocess, finetune, evaluate's "
+        "base-model score); the fit check never runs it. Off unless needed. A hub `source` "
+        "then needs `revision` pinned to a commit hash; any other location must be a "
+        "folder, bucket or package.",
     )
 
     @model_validator(mode="after")
@@ -86,6 +107,44 @@ class ModelConfig(Section):
                     "architecture initialises random weights and has no tokenizer: set tokenizer"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _remote_code_pinned(self) -> "ModelConfig":
+        """Code from the hub runs only as the commit the user reviewed: a branch or tag can
+        be moved to other code by whoever can push to the repository."""
+        if not self.trust_remote_code:
+            return self
+        unpinnable = [
+            f"{key} {location!r}"
+            for key, location in self._locations()
+            if location != self.source and _may_be_hub_id(location)
+        ]
+        if unpinnable:
+            raise ValueError(
+                f"trust_remote_code true would run code from the hub repository of "
+                f"{', '.join(unpinnable)}, which revision does not pin (it pins source only): "
+                "load it from a folder, a bucket or source itself"
+            )
+        pinned = self.revision is not None and _COMMIT.fullmatch(self.revision)
+        if self.source is not None and _may_be_hub_id(self.source) and not pinned:
+            raise ValueError(
+                f"trust_remote_code true runs code from the hub repository {self.source!r}: "
+                "set revision to the commit hash you reviewed (40 hex characters, as git "
+                f"prints it), got {self.revision!r}"
+            )
+        return self
+
+    def _locations(self) -> list[tuple[str, str]]:
+        """(key, location) of every checkpoint or tokenizer this config loads."""
+        pair = self.encoder_decoder
+        found = [
+            ("source", self.source),
+            ("tokenizer", self.tokenizer),
+            ("warm_start_decoder", self.warm_start_decoder),
+            ("encoder_decoder.encoder", pair.encoder if pair else None),
+            ("encoder_decoder.decoder", pair.decoder if pair else None),
+        ]
+        return [(key, location) for key, location in found if location is not None]
 
     @property
     def tokenizer_source(self) -> str:

@@ -12,6 +12,12 @@ DistilBERT, RoBERTa, DeBERTa: the model types transformers builds a masked LM of
 LM's decoder stack, with its head. Under LoRA the shape also carries the adapters PEFT would
 add (`adapters.py`), and a classifier's head, which trains whole beside them.
 
+No repository's code runs: configs, tokenizers and the meta model load with
+`trust_remote_code=False` whatever `model.trust_remote_code` says, because the fit check
+runs where the user compiles and submits, before anything is reviewed. A model that needs its
+own code has no shape here (a note says so), or, when transformers knows its `model_type`,
+transformers' own class stands in for it (a note says that too).
+
 The hub is asked only when it can be reached (a 3-second connection probe: offline, a
 failed request costs half a minute of retries). Otherwise the Hugging Face cache is used,
 then `known_models`, the published configs of the models the shipped configs name.
@@ -116,8 +122,22 @@ def model_shape(
     (a classifier's head scoring `labels` labels).
 
     Raises ShapeUnavailable."""
-    config, name, note = _config(model)
-    return shape_of(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
+    try:
+        config, name, note = _config(model)
+        shape = shape_of(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
+    except ShapeUnavailable as exc:
+        if model.trust_remote_code:
+            raise ShapeUnavailable(f"{exc}; {_NO_REMOTE_CODE}") from exc
+        raise
+    if model.trust_remote_code:
+        own = config.model_type
+        stand_in = f"estimated with transformers' own {own!r} classes: {_NO_REMOTE_CODE}"
+        shape = replace(shape, source_note="; ".join(filter(None, [shape.source_note, stand_in])))
+    return shape
+
+
+#: Why a model with `trust_remote_code` may have no shape, or an approximate one.
+_NO_REMOTE_CODE = "the fit check never runs a repository's code (model.trust_remote_code)"
 
 
 def shape_of(
@@ -252,13 +272,15 @@ def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
     try:
         with torch.device("meta"):
             if kind == "causal_lm":
-                model: Any = AutoModelForCausalLM.from_config(config)
+                model: Any = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
             elif kind == "classifier":
-                model = AutoModelForSequenceClassification.from_config(config)
+                model = AutoModelForSequenceClassification.from_config(
+                    config, trust_remote_code=False
+                )
             elif config.model_type == "encoder-decoder":
                 model = EncoderDecoderModel(config=config)
             else:
-                model = AutoModelForSeq2SeqLM.from_config(config)
+                model = AutoModelForSeq2SeqLM.from_config(config, trust_remote_code=False)
     except (ValueError, KeyError, TypeError) as exc:
         what = {"causal_lm": "causal LM", "classifier": "classifier"}.get(kind, "seq2seq model")
         raise ShapeUnavailable(f"not a {what} transformers can build ({first_line(exc)})") from exc
@@ -414,7 +436,7 @@ def _source_config(
     from transformers import AutoConfig
 
     revision = model.revision if source == model.source else None
-    trust = model.trust_remote_code
+    trust = False  # never the repository's code (module docstring)
     if is_remote(source):
         with tempfile.TemporaryDirectory(prefix="fit-config-") as folder:
             try:
@@ -451,7 +473,7 @@ def _tokenizer_size(model: ModelConfig) -> int:
     from llm_pipeline.models.sources import load_tokenizer
 
     try:
-        return len(load_tokenizer(model))
+        return len(load_tokenizer(model.model_copy(update={"trust_remote_code": False})))
     except Exception as exc:
         raise ShapeUnavailable(
             f"model.architecture has no vocab_size and the tokenizer {model.tokenizer!r} "
