@@ -26,6 +26,7 @@ from fsspec.core import url_to_fs
 from fsspec.utils import get_protocol
 
 from llm_pipeline.output_files import Step
+from llm_pipeline.safe_paths import copy_tree, key_destination
 
 #: Vertex AI mounts Cloud Storage here with gcsfuse: `/gcs/BUCKET/KEY` is `gs://BUCKET/KEY`.
 GCS_MOUNT = Path("/gcs")
@@ -92,7 +93,8 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
     them. Vertex's `/gcs/` mount counts as remote: each read there is a Cloud Storage
     request, so processes that read a folder many times (every rank, every epoch) read a
     copy. A folder is copied whole, keeping its layout. Raises FileNotFoundError when `uri`
-    does not exist.
+    does not exist, and `UnsafePathError` for an object whose name would land outside the copy
+    (`safe_paths`), before anything is copied.
     """
     if not is_remote(uri):
         local = Path(to_uri(uri)).expanduser()
@@ -103,7 +105,7 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
         target = Path(dest_dir) / local.name
         target.parent.mkdir(parents=True, exist_ok=True)
         if local.is_dir():
-            shutil.copytree(local, target, copy_function=shutil.copyfile, dirs_exist_ok=True)
+            copy_tree(local, target)  # gcsfuse shows objects as links: never followed
         else:
             shutil.copyfile(local, target)
         return target
@@ -117,7 +119,10 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
         fs.get_file(root, str(target))
         return target
     remote_files = fs.find(root)
-    local_files = [str(target / PurePosixPath(name).relative_to(root)) for name in remote_files]
+    # Every key is checked before anything is written: none may land outside `target`.
+    local_files = [
+        str(key_destination(name, root, target, where=str(uri))) for name in remote_files
+    ]
     for name in local_files:
         Path(name).parent.mkdir(parents=True, exist_ok=True)
     target.mkdir(parents=True, exist_ok=True)  # an empty remote folder is still a folder

@@ -9,6 +9,7 @@ import fsspec
 import pytest
 
 from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.errors import UnsafePathError
 from llm_pipeline.train import checkpoints
 from llm_pipeline.train.checkpoints import MARKER
 
@@ -130,3 +131,40 @@ def test_upload_and_download_split_files_by_rank(tmp_path: Path) -> None:
     ]
     checkpoints.delete_checkpoint(remote)
     assert checkpoints.list_checkpoints("memory://bucket/run") == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["global_step5/../../../../ESCAPED.pt", "../checkpoint-4/rng_state_0.pth"],
+    ids=["dotdot-deep", "sibling"],
+)
+def test_download_refuses_a_key_that_leaves_the_checkpoint_and_writes_nothing(
+    tmp_path: Path, planted: str
+) -> None:
+    """Every rank resumes from what a download writes: a tampered bucket must not place
+    files (a module imported later, say) anywhere else on the training machine."""
+    remote = "memory://tampered/run/checkpoint-5"
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/tampered/run/checkpoint-5/trainer_state.json", b"{}")
+    fs.pipe(f"/tampered/run/checkpoint-5/{planted}", b"bytes from whoever can write the bucket")
+    local = tmp_path / "a" / "b" / "c" / "d" / "checkpoint-5"
+    try:
+        with pytest.raises(UnsafePathError, match=f"object key '{planted}'"):
+            checkpoints.download(remote, local, ranks=[0])
+    finally:
+        fs.rm("/tampered", recursive=True)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("tag", ["../../../tmp/elsewhere", "/etc", "global_step5/../.."])
+def test_a_latest_tag_naming_anything_but_a_global_step_folder_is_refused(
+    tmp_path: Path, tag: str
+) -> None:
+    checkpoint = _checkpoint(tmp_path, 5, complete=True)
+    (checkpoint / checkpoints.LATEST_TAG).write_text("global_step5\n")
+    checkpoints.check_latest_tag(checkpoint)
+
+    (checkpoint / checkpoints.LATEST_TAG).write_text(tag)
+
+    with pytest.raises(UnsafePathError, match=r"latest file names .*not a global_step"):
+        checkpoints.check_latest_tag(checkpoint)
