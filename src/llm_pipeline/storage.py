@@ -32,6 +32,8 @@ from llm_pipeline.safe_paths import copy_tree, key_destination
 GCS_MOUNT = Path("/gcs")
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+#: fsspec's names for Cloud Storage (gcsfs registers both).
+_GCS_PROTOCOLS = frozenset({"gs", "gcs"})
 
 #: Written last into a step's output folder on the /gcs/ mount, where the folder cannot be
 #: renamed into place: a folder there, or at its gs:// address, without it is unfinished.
@@ -65,6 +67,11 @@ def is_remote(uri: str | Path) -> bool:
     reading, it is as remote as `gs://` (`on_gcs_mount`).
     """
     return get_protocol(to_uri(uri)) not in _LOCAL_PROTOCOLS
+
+
+def is_gcs(uri: str | Path) -> bool:
+    """Whether `uri` is a Cloud Storage object or folder (`gs://`, or `/gcs/` off Vertex)."""
+    return get_protocol(to_uri(uri)) in _GCS_PROTOCOLS
 
 
 def on_gcs_mount(path: str | Path) -> bool:

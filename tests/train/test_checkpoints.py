@@ -9,8 +9,8 @@ import fsspec
 import pytest
 
 from llm_pipeline.config import ModelConfig, TrainConfig
-from llm_pipeline.errors import UnsafePathError
-from llm_pipeline.train import checkpoints
+from llm_pipeline.errors import TrainError, UnsafePathError
+from llm_pipeline.train import checkpoints, lease
 from llm_pipeline.train.checkpoints import MARKER
 
 
@@ -75,6 +75,15 @@ def test_checkpoint_root_prefers_vertex_then_config_then_beside_the_output() -> 
     assert checkpoints.resolve_checkpoint_root({}, configured=None, output_dir="/o/m") == (
         "/o/checkpoints"
     )
+
+
+def test_a_vertex_checkpoint_dir_on_a_store_without_a_lease_is_refused() -> None:
+    with pytest.raises(TrainError, match="AIP_CHECKPOINT_DIR: 's3://b/c': checkpoints go to"):
+        checkpoints.resolve_checkpoint_root(
+            {"AIP_CHECKPOINT_DIR": "s3://b/c"}, configured=None, output_dir="/o/m"
+        )
+    with pytest.raises(ValueError, match="the checkpoint lease needs Cloud Storage"):
+        lease.acquire("memory://bucket/run", job=None)
 
 
 def test_fingerprint_ignores_how_often_things_are_saved_not_what_is_trained() -> None:

@@ -28,7 +28,8 @@ from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 
 from llm_pipeline.config import ModelConfig, TrainConfig
-from llm_pipeline.errors import UnsafePathError
+from llm_pipeline.config.train import checkpoint_folder_problem
+from llm_pipeline.errors import TrainError, UnsafePathError
 from llm_pipeline.safe_paths import key_destination
 from llm_pipeline.storage import is_remote, to_uri, write_atomic
 
@@ -73,7 +74,11 @@ def resolve_checkpoint_root(
     The last keeps a retried KFP task's checkpoints next to the artifact it is producing, so a
     rerun of the same task finds them; output folders themselves are written whole at the end.
     """
-    chosen = env.get("AIP_CHECKPOINT_DIR", "").strip() or configured
+    from_vertex = env.get("AIP_CHECKPOINT_DIR", "").strip()
+    problem = checkpoint_folder_problem(from_vertex) if from_vertex else None
+    if problem:
+        raise TrainError(f"AIP_CHECKPOINT_DIR: {problem}")
+    chosen = from_vertex or configured
     if chosen:
         return chosen.rstrip("/")
     parent = PurePosixPath(to_uri(output_dir).rstrip("/")).parent
