@@ -95,6 +95,12 @@ def copy_tree(source: str | os.PathLike[str], target: str | os.PathLike[str]) ->
         os.close(fd)
 
 
+def copy_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Copy the regular file `source` to `target`; a symbolic link is refused, not followed."""
+    shown = Path(source)
+    _copy_file(None, str(shown), shown, Path(target))
+
+
 def _copy_folder(fd: int, shown: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     with os.scandir(fd) as listing:
@@ -117,7 +123,7 @@ def _copy_folder(fd: int, shown: Path, target: Path) -> None:
             )
 
 
-def _copy_file(fd: int, name: str, shown: Path, target: Path) -> None:
+def _copy_file(fd: int | None, name: str, shown: Path, target: Path) -> None:
     source = _open_no_link(name, fd, shown, 0)
     with open(source, "rb") as reader:
         status = os.fstat(reader.fileno())
@@ -128,8 +134,9 @@ def _copy_file(fd: int, name: str, shown: Path, target: Path) -> None:
     os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
 
 
-def _open_no_link(name: str, fd: int, shown: Path, flags: int) -> int:
-    """Open `name` in the folder `fd` without following a link that replaced it meanwhile."""
+def _open_no_link(name: str, fd: int | None, shown: Path, flags: int) -> int:
+    """Open `name` (in the folder `fd`, if given) without following a link, even one that
+    replaced it since it was listed."""
     try:
         return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=fd)
     except OSError as err:

@@ -26,7 +26,7 @@ from fsspec.core import url_to_fs
 from fsspec.utils import get_protocol
 
 from llm_pipeline.output_files import Step
-from llm_pipeline.safe_paths import copy_tree, key_destination
+from llm_pipeline.safe_paths import copy_file, copy_tree, key_destination
 
 #: Vertex AI mounts Cloud Storage here with gcsfuse: `/gcs/BUCKET/KEY` is `gs://BUCKET/KEY`.
 GCS_MOUNT = Path("/gcs")
@@ -114,7 +114,7 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
         if local.is_dir():
             copy_tree(local, target)  # gcsfuse shows objects as links: never followed
         else:
-            shutil.copyfile(local, target)
+            copy_file(local, target)
         return target
     fs, root = url_to_fs(to_uri(uri))
     root = root.rstrip("/")
