@@ -121,6 +121,13 @@ def test_a_symlink_in_the_run_folder_is_refused_not_followed(registry, run_dir, 
     assert not list((registry.root / ".staging").iterdir())
 
 
+def test_the_run_folder_named_may_itself_be_a_link(registry, run_dir, tmp_path):
+    latest = tmp_path / "latest"
+    latest.symlink_to(run_dir)
+
+    assert model_files(register(registry, latest)) == MODEL_FILES
+
+
 def test_metrics_labels_run_config_and_serving_env_round_trip(registry, run_dir):
     config = {"train": {"epochs": 3, "lr": 3e-4}, "data": {"path": Path("/data/x.jsonl")}}
     registered = registry.register(

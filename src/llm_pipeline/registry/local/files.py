@@ -121,7 +121,10 @@ def fsync_tree(folder: Path) -> None:
 
 
 def model_source(model_dir: str) -> Path | None:
-    """The local model folder to copy from, checked; None for a remote one (downloaded)."""
+    """The local model folder to copy from, checked; None for a remote one (downloaded).
+
+    The folder named may itself be a link (`runs/latest`): the user chose it. Links inside it
+    are refused (`put_model`)."""
     if is_remote(model_dir):
         return None
     folder = Path(to_uri(model_dir)).expanduser()
@@ -129,7 +132,7 @@ def model_source(model_dir: str) -> Path | None:
         raise RegistryError(f"model_dir {model_dir}: no such folder")
     if not any(folder.iterdir()):
         raise RegistryError(f"model_dir {model_dir}: the folder is empty")
-    return folder
+    return folder.resolve()
 
 
 def put_model(target: Path, source: Path | None, model_dir: str) -> None:
