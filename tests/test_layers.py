@@ -23,7 +23,16 @@ LAYERS: list[set[str]] = [
     {"launch"},
     {"models"},
     {"config"},
-    {"storage", "errors", "tasks", "output_files", "progress", "lockfile", "__init__"},
+    {
+        "storage",
+        "safe_paths",
+        "errors",
+        "tasks",
+        "output_files",
+        "progress",
+        "lockfile",
+        "__init__",
+    },
 ]
 
 

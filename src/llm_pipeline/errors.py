@@ -155,6 +155,12 @@ class ServeError(UserError):
     """A serving problem the user can fix; the message names the setting, path or route."""
 
 
+class UnsafePathError(UserError, OSError):
+    """A name read from outside (an object key, a split name, a symbolic link) that would
+    reach outside the folder it belongs in; the message names it. An OSError, so code that
+    reports a failed copy or read ("cannot read gs://...: ...") reports this one too."""
+
+
 class ParameterError(ValueError):
     """A request parameter the loaded model cannot take (a bound that only the model knows,
     such as a classifier's number of labels): `name` is the parameter, `what` the problem."""

@@ -26,11 +26,14 @@ from fsspec.core import url_to_fs
 from fsspec.utils import get_protocol
 
 from llm_pipeline.output_files import Step
+from llm_pipeline.safe_paths import copy_file, copy_tree, key_destination
 
 #: Vertex AI mounts Cloud Storage here with gcsfuse: `/gcs/BUCKET/KEY` is `gs://BUCKET/KEY`.
 GCS_MOUNT = Path("/gcs")
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+#: fsspec's names for Cloud Storage (gcsfs registers both).
+_GCS_PROTOCOLS = frozenset({"gs", "gcs"})
 
 #: Written last into a step's output folder on the /gcs/ mount, where the folder cannot be
 #: renamed into place: a folder there, or at its gs:// address, without it is unfinished.
@@ -66,6 +69,11 @@ def is_remote(uri: str | Path) -> bool:
     return get_protocol(to_uri(uri)) not in _LOCAL_PROTOCOLS
 
 
+def is_gcs(uri: str | Path) -> bool:
+    """Whether `uri` is a Cloud Storage object or folder (`gs://`, or `/gcs/` off Vertex)."""
+    return get_protocol(to_uri(uri)) in _GCS_PROTOCOLS
+
+
 def on_gcs_mount(path: str | Path) -> bool:
     """Whether `path` lies under Vertex's Cloud Storage mount (gcsfuse), present here."""
     text = str(path)
@@ -92,7 +100,8 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
     them. Vertex's `/gcs/` mount counts as remote: each read there is a Cloud Storage
     request, so processes that read a folder many times (every rank, every epoch) read a
     copy. A folder is copied whole, keeping its layout. Raises FileNotFoundError when `uri`
-    does not exist.
+    does not exist, and `UnsafePathError` for an object whose name would land outside the copy
+    (`safe_paths`), before anything is copied.
     """
     if not is_remote(uri):
         local = Path(to_uri(uri)).expanduser()
@@ -103,9 +112,9 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
         target = Path(dest_dir) / local.name
         target.parent.mkdir(parents=True, exist_ok=True)
         if local.is_dir():
-            shutil.copytree(local, target, copy_function=shutil.copyfile, dirs_exist_ok=True)
+            copy_tree(local, target)  # gcsfuse shows objects as links: never followed
         else:
-            shutil.copyfile(local, target)
+            copy_file(local, target)
         return target
     fs, root = url_to_fs(to_uri(uri))
     root = root.rstrip("/")
@@ -117,7 +126,10 @@ def local_copy(uri: str | Path, dest_dir: str | Path) -> Path:
         fs.get_file(root, str(target))
         return target
     remote_files = fs.find(root)
-    local_files = [str(target / PurePosixPath(name).relative_to(root)) for name in remote_files]
+    # Every key is checked before anything is written: none may land outside `target`.
+    local_files = [
+        str(key_destination(name, root, target, where=str(uri))) for name in remote_files
+    ]
     for name in local_files:
         Path(name).parent.mkdir(parents=True, exist_ok=True)
     target.mkdir(parents=True, exist_ok=True)  # an empty remote folder is still a folder

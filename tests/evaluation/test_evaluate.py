@@ -163,9 +163,10 @@ def test_refuses_a_folder_without_config(
     )
 
 
-def test_refuses_zero_shards_and_says_how_to_consolidate(
+def test_refuses_zero_shards_and_points_at_the_safe_consolidated_weights(
     tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
 ) -> None:
+    """Before: it told users to run DeepSpeed's zero_to_fp32.py, which unpickles the shards."""
     folder = tmp_path / "checkpoint"
     folder.mkdir()
     for name in ("config.json", "generation_config.json"):
@@ -173,7 +174,8 @@ def test_refuses_zero_shards_and_says_how_to_consolidate(
     (folder / "global_step100").mkdir()
     (folder / "latest").write_text("global_step100")
     _assert_refused(
-        "ZeRO shards.*zero_to_fp32",
+        "ZeRO shards.*the finetune step writes consolidated model.safetensors.*Do not run "
+        "DeepSpeed's zero_to_fp32.py",
         model_dir=folder,
         dataset_dir=eval_dataset_dir,
         output_dir=tmp_path / "out",

@@ -4,7 +4,7 @@
     python local_writer.py deploy ROOT MODEL@VERSION ENDPOINT
 
 `--ready FILE --go FILE`: write FILE (ready), then wait for the other to exist, so two
-writers start registering at the same moment. `--pause-at link|rename|replace --paused
+writers start registering at the same moment. `--pause-at utime|rename|replace --paused
 FILE`: the first call of that `os` function writes FILE and sleeps instead of returning,
 so a test can SIGKILL the writer at a known point inside a write (the registry itself has
 no such hook).
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--run", default="writer")
     parser.add_argument("--ready", type=Path)
     parser.add_argument("--go", type=Path)
-    parser.add_argument("--pause-at", choices=["link", "rename", "replace"])
+    parser.add_argument("--pause-at", choices=["utime", "rename", "replace"])
     parser.add_argument("--paused", type=Path)
     args = parser.parse_args()
 

@@ -4,6 +4,7 @@ a check, rollback, concurrent writer processes, writers killed mid-write, damage
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from llm_pipeline.errors import UnsafePathError
 from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError
 from llm_pipeline.registry.local import files
 from llm_pipeline.registry.local.registry import LocalRegistry
@@ -93,20 +95,37 @@ def test_versions_are_numbered_and_outlive_the_run_folder(registry, run_dir):
     assert model_files(registry.version("summarizer", "2")) == MODEL_FILES
 
 
-def test_files_are_hard_linked_on_one_filesystem_and_copied_when_links_are_refused(
-    registry, run_dir, monkeypatch
-):
-    linked = register(registry, run_dir)
-    source = run_dir / "model.safetensors"
-    assert (Path(linked.uri) / "model.safetensors").stat().st_ino == source.stat().st_ino
+def test_editing_a_run_file_in_place_leaves_the_version_as_registered(registry, run_dir):
+    version = register(registry, run_dir)
 
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise OSError(18, "Invalid cross-device link")
+    with open(run_dir / "model.safetensors", "r+b") as weights:  # rewritten in place
+        weights.write(b"tampered")
 
-    monkeypatch.setattr(os, "link", refuse)
-    copied = register(registry, run_dir)
-    assert (Path(copied.uri) / "model.safetensors").stat().st_ino != source.stat().st_ino
-    assert model_files(copied) == MODEL_FILES
+    assert model_files(registry.version("summarizer", version.version)) == MODEL_FILES
+
+
+@pytest.mark.parametrize("where", ["model.safetensors", "tokenizer"], ids=["file", "folder"])
+def test_a_symlink_in_the_run_folder_is_refused_not_followed(registry, run_dir, tmp_path, where):
+    outside = tmp_path / "outside"
+    (outside / "tokenizer").mkdir(parents=True)
+    (outside / "model.safetensors").write_bytes(b"a file from elsewhere")
+    (outside / "tokenizer" / "spiece.model").write_bytes(b"a file from elsewhere")
+    link = run_dir / where
+    shutil.rmtree(link) if link.is_dir() else link.unlink()
+    link.symlink_to(outside / where)
+
+    with pytest.raises(UnsafePathError, match=f"{link}: a symbolic link .*refused"):
+        register(registry, run_dir)
+
+    assert registry.models() == []
+    assert not list((registry.root / ".staging").iterdir())
+
+
+def test_the_run_folder_named_may_itself_be_a_link(registry, run_dir, tmp_path):
+    latest = tmp_path / "latest"
+    latest.symlink_to(run_dir)
+
+    assert model_files(register(registry, latest)) == MODEL_FILES
 
 
 def test_metrics_labels_run_config_and_serving_env_round_trip(registry, run_dir):
@@ -379,7 +398,7 @@ def test_two_writer_processes_get_distinct_numbers_and_lose_nothing(registry, ru
 @pytest.mark.parametrize(
     ("action", "pause_at"),
     [
-        ("register", "link"),  # copying the model files: only its staging folder is locked
+        ("register", "utime"),  # copying the model files: only its staging folder is locked
         ("register", "rename"),  # holding the registry lock, about to publish the version
         ("deploy", "replace"),  # holding the registry lock, about to replace the endpoint
     ],

@@ -9,7 +9,8 @@ import fsspec
 import pytest
 
 from llm_pipeline.config import ModelConfig, TrainConfig
-from llm_pipeline.train import checkpoints
+from llm_pipeline.errors import TrainError, UnsafePathError
+from llm_pipeline.train import checkpoints, lease
 from llm_pipeline.train.checkpoints import MARKER
 
 
@@ -76,6 +77,15 @@ def test_checkpoint_root_prefers_vertex_then_config_then_beside_the_output() -> 
     )
 
 
+def test_a_vertex_checkpoint_dir_on_a_store_without_a_lease_is_refused() -> None:
+    with pytest.raises(TrainError, match="AIP_CHECKPOINT_DIR: 's3://b/c': checkpoints go to"):
+        checkpoints.resolve_checkpoint_root(
+            {"AIP_CHECKPOINT_DIR": "s3://b/c"}, configured=None, output_dir="/o/m"
+        )
+    with pytest.raises(ValueError, match="the checkpoint lease needs Cloud Storage"):
+        lease.acquire("memory://bucket/run", job=None)
+
+
 def test_fingerprint_ignores_how_often_things_are_saved_not_what_is_trained() -> None:
     model = ModelConfig(source="t5-small")
 
@@ -130,3 +140,40 @@ def test_upload_and_download_split_files_by_rank(tmp_path: Path) -> None:
     ]
     checkpoints.delete_checkpoint(remote)
     assert checkpoints.list_checkpoints("memory://bucket/run") == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["global_step5/../../../../ESCAPED.pt", "../checkpoint-4/rng_state_0.pth"],
+    ids=["dotdot-deep", "sibling"],
+)
+def test_download_refuses_a_key_that_leaves_the_checkpoint_and_writes_nothing(
+    tmp_path: Path, planted: str
+) -> None:
+    """Every rank resumes from what a download writes: a tampered bucket must not place
+    files (a module imported later, say) anywhere else on the training machine."""
+    remote = "memory://tampered/run/checkpoint-5"
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/tampered/run/checkpoint-5/trainer_state.json", b"{}")
+    fs.pipe(f"/tampered/run/checkpoint-5/{planted}", b"bytes from whoever can write the bucket")
+    local = tmp_path / "a" / "b" / "c" / "d" / "checkpoint-5"
+    try:
+        with pytest.raises(UnsafePathError, match=f"object key '{planted}'"):
+            checkpoints.download(remote, local, ranks=[0])
+    finally:
+        fs.rm("/tampered", recursive=True)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("tag", ["../../../tmp/elsewhere", "/etc", "global_step5/../.."])
+def test_a_latest_tag_naming_anything_but_a_global_step_folder_is_refused(
+    tmp_path: Path, tag: str
+) -> None:
+    checkpoint = _checkpoint(tmp_path, 5, complete=True)
+    (checkpoint / checkpoints.LATEST_TAG).write_text("global_step5\n")
+    checkpoints.check_latest_tag(checkpoint)
+
+    (checkpoint / checkpoints.LATEST_TAG).write_text(tag)
+
+    with pytest.raises(UnsafePathError, match=r"latest file names .*not a global_step"):
+        checkpoints.check_latest_tag(checkpoint)

@@ -5,12 +5,27 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from llm_pipeline.config.base import Section
+from llm_pipeline.storage import is_gcs, is_remote
 
 Offload = Literal["none", "cpu", "nvme"]
 #: `train.zero_stage`'s default: chosen from the fit check's estimate where the step runs.
 AUTO: Literal["auto"] = "auto"
 ZeroStage = Literal["auto", 0, 1, 2, 3]
 ALL_LINEAR: Literal["all-linear"] = "all-linear"
+
+
+def checkpoint_folder_problem(folder: str) -> str | None:
+    """Why checkpoints cannot go to `folder`, or None: a local folder (Vertex's /gcs/ mount
+    included) or `gs://` only, the two places a run can keep a second run out of its folder
+    (a kernel lock on disk, a lease with Cloud Storage's generation preconditions)."""
+    if not is_remote(folder) or is_gcs(folder):
+        return None
+    scheme = folder.split("://", 1)[0]
+    return (
+        f"{folder!r}: checkpoints go to a local folder or gs://; {scheme}:// offers no way to "
+        "keep two runs out of one folder (the lease there needs Cloud Storage's generation "
+        "preconditions), so they would delete each other's checkpoints"
+    )
 
 
 class LoraSettings(Section):
@@ -176,7 +191,8 @@ class TrainConfig(Section):
     )
     checkpoint_dir: str | None = Field(
         default=None,
-        description="Checkpoint folder (local or `gs://`); on Vertex `AIP_CHECKPOINT_DIR` wins.",
+        description="Checkpoint folder: local or `gs://` (other stores are refused: nothing "
+        "there keeps two runs out of one folder); on Vertex `AIP_CHECKPOINT_DIR` wins.",
     )
     collective_timeout_s: int = Field(
         default=1800,
@@ -189,6 +205,14 @@ class TrainConfig(Section):
         description="A training process that has not reached its first step after this long "
         "fails the step, naming what it was waiting on (a build lock, a peer, a download).",
     )
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_dir_scheme(cls, value: str | None) -> str | None:
+        problem = checkpoint_folder_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("zero_stage", mode="before")
     @classmethod

@@ -20,7 +20,8 @@ from datasets.exceptions import DatasetGenerationError
 from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstring_packages, docstrings
 from llm_pipeline.data.hub import load_hub_dataset
-from llm_pipeline.errors import DataError, exception_chain
+from llm_pipeline.data.saved import saved_split_names
+from llm_pipeline.errors import DataError, UnsafePathError, exception_chain
 from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
 
 logger = logging.getLogger(__name__)
@@ -191,14 +192,16 @@ def _load_files(
 
 def _load_saved(path: Path, shown: str, train_split: str) -> dict[str, datasets.Dataset]:
     """The splits of a `save_to_disk` folder (a DatasetDict, or one Dataset = train)."""
-    if not (path / "dataset_dict.json").is_file():
-        return {train_split: _load_saved_split(path, shown, train_split)}
     try:
-        names = json.loads((path / "dataset_dict.json").read_text())["splits"]
+        names = saved_split_names(path, where=f"data.dataset: {shown}")
+    except UnsafePathError:
+        raise
     except (ValueError, KeyError, TypeError, OSError) as exc:
         raise DataError(
             f"data.dataset: cannot read {shown} as a save_to_disk folder: {_reason(exc)}"
         ) from exc
+    if names is None:
+        return {train_split: _load_saved_split(path, shown, train_split)}
     # Split by split: one empty split makes `datasets.load_from_disk` of the whole folder
     # fail with an IndexError, and the user should hear which split is empty.
     return {name: _load_saved_split(path / name, shown, name) for name in names}

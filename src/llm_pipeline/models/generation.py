@@ -237,10 +237,15 @@ def _check_weights(folder: Path, error: type[UserError]) -> None:
     if any((folder / name).is_file() for name in _WEIGHT_FILES):
         return
     if any(folder.glob("global_step*")) or (folder / "latest").is_file():
+        # Not DeepSpeed's zero_to_fp32.py: it unpickles the shards (weights_only=False), so a
+        # tampered file in a shared bucket would run code. The finetune step consolidates
+        # with the engine (16-bit gather) into every checkpoint and the final model instead.
         raise error(
             f"model folder {folder} holds DeepSpeed ZeRO shards, not consolidated weights: "
-            "evaluate the finetune step's final model folder, or consolidate this checkpoint "
-            "with its zero_to_fp32.py"
+            "give the finetune step's model folder, or a checkpoint-<step> folder of a full "
+            "fine-tune (the finetune step writes consolidated model.safetensors into both). "
+            "Do not run DeepSpeed's zero_to_fp32.py on shards you did not write yourself: it "
+            "unpickles them, so a tampered file runs code"
         )
     raise error(f"model folder {folder}: no model weights; expected {_EXPECTED}")
 

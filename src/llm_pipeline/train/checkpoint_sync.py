@@ -178,6 +178,7 @@ def prepare_resume(layout: CheckpointLayout) -> str | None:
         remote = checkpoints.checkpoint_path(layout.folder, step)
         checkpoints.download(remote, local, ranks=layout.node_ranks)
     dist.barrier()
+    checkpoints.check_latest_tag(local)
     logger.info("resuming from the complete checkpoint at step %d (%s)", step, layout.folder)
     return local
 

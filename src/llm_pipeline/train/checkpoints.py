@@ -28,6 +28,9 @@ from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 
 from llm_pipeline.config import ModelConfig, TrainConfig
+from llm_pipeline.config.train import checkpoint_folder_problem
+from llm_pipeline.errors import TrainError, UnsafePathError
+from llm_pipeline.safe_paths import key_destination
 from llm_pipeline.storage import is_remote, to_uri, write_atomic
 
 MARKER = "COMPLETE.json"
@@ -71,7 +74,11 @@ def resolve_checkpoint_root(
     The last keeps a retried KFP task's checkpoints next to the artifact it is producing, so a
     rerun of the same task finds them; output folders themselves are written whole at the end.
     """
-    chosen = env.get("AIP_CHECKPOINT_DIR", "").strip() or configured
+    from_vertex = env.get("AIP_CHECKPOINT_DIR", "").strip()
+    problem = checkpoint_folder_problem(from_vertex) if from_vertex else None
+    if problem:
+        raise TrainError(f"AIP_CHECKPOINT_DIR: {problem}")
+    chosen = from_vertex or configured
     if chosen:
         return chosen.rstrip("/")
     parent = PurePosixPath(to_uri(output_dir).rstrip("/")).parent
@@ -166,6 +173,24 @@ def add_latest_tag(checkpoint: str | Path) -> None:
     write_atomic(folder / LATEST_TAG, tags[0])
 
 
+def check_latest_tag(checkpoint: str | Path) -> None:
+    """Refuse a checkpoint whose DeepSpeed `latest` names anything but a `global_step<N>`.
+
+    DeepSpeed joins that text to the checkpoint folder and loads the shards it finds there;
+    from a tampered bucket, `../../..` would make every rank resume from files elsewhere on
+    the machine.
+    """
+    tag_file = Path(checkpoint) / LATEST_TAG
+    if not tag_file.is_file():
+        return
+    tag = tag_file.read_text(encoding="utf-8").strip()
+    if not _TAG.match(tag):
+        raise UnsafePathError(
+            f"{checkpoint}: DeepSpeed's {LATEST_TAG} file names {tag[:200]!r}, not a "
+            "global_step<N> folder in it; refused"
+        )
+
+
 def delete_checkpoint(checkpoint: str) -> None:
     """Remove a checkpoint: its marker first, so it is never half-deleted yet "complete"."""
     fs, path = _fs(checkpoint)
@@ -237,22 +262,29 @@ def upload(local_dir: str | Path, remote_dir: str, *, shared_files: bool) -> int
 
 
 def download(remote_dir: str, local_dir: str | Path, *, ranks: Iterable[int]) -> int:
-    """Fetch a checkpoint's shared files and those of `ranks` (this node's) into `local_dir`."""
+    """Fetch a checkpoint's shared files and those of `ranks` (this node's) into `local_dir`.
+
+    An object whose name would land outside `local_dir` stops it before anything is written
+    (`UnsafePathError`): every rank resumes from what lands there.
+    """
     wanted = set(ranks)
+    local_dir = Path(local_dir)
     fs, root = _fs(remote_dir)
     root = root.rstrip("/")
     sources, targets = [], []
     for name in fs.find(root):
-        relative = PurePosixPath(name).relative_to(root).as_posix()
+        target = key_destination(name, root, local_dir, where=remote_dir)
+        relative = target.relative_to(local_dir).as_posix()
         rank = rank_of_file(relative)
         if relative == MARKER or (rank is not None and rank not in wanted):
             continue
-        target = Path(local_dir) / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
         sources.append(name)
-        targets.append(str(target))
+        targets.append(target)
+    # Folders are made only once every key has been checked (`key_destination`).
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
     if sources:
-        fs.get(sources, targets)
+        fs.get(sources, [str(target) for target in targets])
     return len(sources)
 
 

@@ -34,6 +34,8 @@ from typing import Any
 from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 
+from llm_pipeline.storage import is_gcs
+
 LEASE = "LEASE.json"
 TTL_S = 600.0
 RENEW_S = 60.0
@@ -89,7 +91,13 @@ class Lease:
 
 
 def acquire(folder: str, *, job: str | None) -> Lease | str:
-    """Take the lease on `folder`; the Lease, or a description of its live holder."""
+    """Take the lease on `folder`; the Lease, or a description of its live holder.
+
+    Cloud Storage only: the lease rests on its object generations and their preconditions,
+    which other stores lack (`config.train.checkpoint_folder_problem` refuses them first).
+    """
+    if not is_gcs(folder):
+        raise ValueError(f"{folder}: the checkpoint lease needs Cloud Storage (gs://)")
     fs, root = url_to_fs(folder)
     path = f"{root.rstrip('/')}/{LEASE}"
     now = time.time()

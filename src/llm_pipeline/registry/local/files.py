@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from llm_pipeline.registry.base import RegistryError
+from llm_pipeline.safe_paths import copy_tree
 from llm_pipeline.storage import fsync_dir, is_remote, local_copy, to_uri
 
 #: Seconds a writer waits for the registry lock before giving up. Writers hold it for
@@ -107,24 +108,6 @@ def remove_abandoned(parent: Path) -> None:
             os.close(fd)
 
 
-def link_or_copy_tree(source: Path, target: Path) -> None:
-    """Copy the folder `source` to `target`, hard-linking files where the filesystem allows.
-
-    A hard link costs no space or time, and the copy keeps its files when `source` is
-    deleted; across filesystems (or where links are refused) files are copied instead.
-    Symlinks are followed, so `target` never depends on what they point at.
-    """
-    shutil.copytree(source, target, copy_function=_link_or_copy)
-
-
-def _link_or_copy(source: str, target: str) -> str:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-    return target
-
-
 def fsync_tree(folder: Path) -> None:
     """Flush every file and folder under `folder` (itself included) to disk."""
     for current, _folders, files in os.walk(folder):
@@ -138,7 +121,10 @@ def fsync_tree(folder: Path) -> None:
 
 
 def model_source(model_dir: str) -> Path | None:
-    """The local model folder to link from, checked; None for a remote one (downloaded)."""
+    """The local model folder to copy from, checked; None for a remote one (downloaded).
+
+    The folder named may itself be a link (`runs/latest`): the user chose it. Links inside it
+    are refused (`put_model`)."""
     if is_remote(model_dir):
         return None
     folder = Path(to_uri(model_dir)).expanduser()
@@ -146,13 +132,19 @@ def model_source(model_dir: str) -> Path | None:
         raise RegistryError(f"model_dir {model_dir}: no such folder")
     if not any(folder.iterdir()):
         raise RegistryError(f"model_dir {model_dir}: the folder is empty")
-    return folder
+    return folder.resolve()
 
 
 def put_model(target: Path, source: Path | None, model_dir: str) -> None:
-    """Put the model files at `target`: linked or copied from `source`, else downloaded."""
+    """Put the model files at `target`: copied from `source`, else downloaded.
+
+    Copied, not hard-linked: a hard link is the run's file itself, so editing a run file would
+    change the registered version (and making it read-only would make the run's file read-only
+    too: one inode). A symbolic link in `source` is refused, never followed
+    (`safe_paths.copy_tree`): it would pull a file from outside the run into the registry.
+    """
     if source is not None:
-        link_or_copy_tree(source, target)
+        copy_tree(source, target)
         return
     try:
         downloaded = local_copy(model_dir, target.parent / "download")

@@ -5,7 +5,7 @@ Layout under the registry root::
     root/
       registry.lock                   flock-ed by writers; its mere existence means nothing
       models/<model>/<n>/             version n (1, 2, 3, ...) of <model>, appears whole
-        model/                        the model files: hard links to the run's, else copies
+        model/                        the model files: copies of the run's
         version.json                  created, source, run, metrics, labels, config,
                                       serving_env
       endpoints/<endpoint>.json       deployed: [{model, version, traffic}] (percent, adding
@@ -17,12 +17,12 @@ Readers take no lock: every file is replaced atomically and every version folder
 into place complete, so they see a registry as it was before or after a write. Writers
 serialise on `registry.lock` (flock: released by the kernel when a writer dies), allocate
 version numbers under it, and re-read an endpoint under it before changing it. Model files
-are linked or copied before the lock is taken, so a large copy never holds up a deploy or a
+are copied before the lock is taken, so a large copy never holds up a deploy or a
 rollback. What a killed writer leaves under hidden names is removed by the next writer.
 
-Hard links share the run's files rather than copy them: deleting the run folder leaves the
-version intact, but a file rewritten in place would change both (steps never do that: they
-write outputs once, through `atomic_output_dir`).
+A version's files are copies, never hard links to the run's (a link is the same file: editing
+the run's would change the version), and a symbolic link in the run folder is refused rather
+than followed (`safe_paths.copy_tree`).
 """
 
 import os
@@ -97,9 +97,10 @@ class LocalRegistry(Registry):
     ) -> ModelVersion:
         """Add `model_dir` as the next version of `model` (created on first use).
 
-        The files are hard-linked (else copied) into the registry, so deleting the run
-        folder later does not break the version. `model_dir` may also be remote (gs://...):
-        it is then downloaded. `config` is stored as JSON (Paths and the like as strings).
+        The files are copied into the registry, so deleting or editing the run folder later
+        does not change the version; a symbolic link there is refused. `model_dir` may also be
+        remote (gs://...): it is then downloaded. `config` is stored as JSON (Paths and the
+        like as strings).
         """
         name = checked_name(model, "model")
         record = local_records.version_record(
