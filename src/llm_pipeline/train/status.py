@@ -35,6 +35,13 @@ class TrainingStatus(TrainerCallback):
             where = f" (resumed at step {state.global_step})" if state.global_step else ""
             status(f"training for {state.max_steps} steps{where}")
 
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # The last step is always logged (on every rank: the Trainer gathers the loss), so a
+        # run shorter than train.logging_steps still shows its training loss, here and in
+        # the report's loss curve.
+        if state.global_step >= state.max_steps:
+            control.should_log = True
+
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
