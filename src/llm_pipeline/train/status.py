@@ -19,7 +19,8 @@ from llm_pipeline.train.step_health import lost_steps_warning
 class TrainingStatus(TrainerCallback):
     """`step 40/200 · loss 3.21 · eval loss 3.05 · 1.3 steps/s · 2 min 05 s left`, and a
     warning line after a period that lost steps (skipped, or with non-finite gradients:
-    the counts `FinetuneTrainer.log` adds to a period's entry)."""
+    the counts `FinetuneTrainer.log` adds to a period's entry). The last step is always
+    logged."""
 
     def __init__(self) -> None:
         self._started = 0.0
