@@ -29,7 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
 from llm_pipeline.launch.failures import out_of_memory_message
 from llm_pipeline.models.loading import freeze_encoder, load_model
@@ -203,7 +203,10 @@ def _build_model(
     `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
     set_seed(spec.train.seed)
     kind = get_task(spec.task).model_kind
-    labels = label_set.model_config_fields() if label_set is not None else None
+    labels = None
+    if label_set is not None:  # a classifier: its labels, and whether it reads text pairs
+        pairs = training_data.reads_text_pairs(spec)
+        labels = label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: pairs}
     model = load_model(spec.model, tokenizer, kind=kind, labels=labels)
     lora = spec.train.lora
     wrapped = apply_lora(model, lora, kind=kind) if lora is not None else model
