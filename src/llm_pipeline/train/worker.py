@@ -123,6 +123,10 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         "deepspeed": args.deepspeed,
         "world_size": dist.get_world_size(),
     }
+    if template := training_data.chat_template(spec):
+        # Saved with the tokenizer, so whatever serves or loads the folder renders chats
+        # (history included) as training did, with no setting to pass along.
+        tokenizer.chat_template = template
     save_final_model(trainer, tokenizer, spec, resolved=resolved)
     write_result(spec, _result(trainer, layout, metrics))
     process_group.leave()
