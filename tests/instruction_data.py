@@ -10,6 +10,7 @@ answered by the docstring's summary line), so these tests need no preprocess ste
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 #: The plain instruction/response layout a prompt is rendered in.
@@ -55,4 +56,10 @@ def write_instruction_dataset(
             for name, pairs in splits.items()
         }
     ).save_to_disk(str(tokenized))
+    # What preprocess records beside a chat dataset: the template its chats were rendered
+    # with (the plain layout: MiniLM's tokenizer has no template of its own).
+    from llm_pipeline.tasks.chat import DEFAULT_CHAT_TEMPLATE
+
+    report = {"chat_template": DEFAULT_CHAT_TEMPLATE}
+    (tokenized / "preprocess.json").write_text(json.dumps(report), encoding="utf-8")
     return tokenized

@@ -205,20 +205,20 @@ def test_fit_to_length_cuts_the_prompt_oldest_first_and_a_long_response_at_its_e
     [
         ("What is two plus two?", "not a list of turns (got str)"),
         ([], "no turns"),
-        ([{"role": "user"}], "turn 0: not an object with `role` and `content`"),
+        ([{"role": "user"}], "turn 1 of 1: not an object with `role` and `content`"),
         (
             [{"role": "user", "content": "hi"}, {"role": "bot", "content": "hello"}],
-            "turn 1: unknown role 'bot' (roles: system, user, assistant)",
+            "turn 2 of 2: unknown role 'bot' (roles: system, user, assistant)",
         ),
         (
             [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "turn 0: content is not text (got list)",
+            "turn 1 of 1: content is not text (got list)",
         ),
-        ([{"role": "user", "content": " "}], "turn 0: no text"),
+        ([{"role": "user", "content": " "}], "turn 1 of 1: no text"),
         ([{"role": "user", "content": "hi"}], "no assistant turn to learn"),
         (
             [{"role": "assistant", "content": "hello"}],
-            "turn 0: an assistant turn with no system or user turn before it",
+            "turn 1 of 1: an assistant turn with no system or user turn before it",
         ),
     ],
 )
@@ -237,15 +237,16 @@ def test_bad_chats_are_dropped_and_counted_and_a_split_of_none_is_refused(
     report, out = _run(tmp_path, {"train": [good, bad, text, bad]}, model)
     stats = report.splits["train"]
     assert (stats.rows_in, stats.rows_dropped, stats.rows_out) == (4, 2, 2)
-    assert (
-        stats.first_dropped == "row 1: turn 1: unknown role 'bot' (roles: system, user, assistant)"
+    # Rows and turns as a person counts them: the second row's second turn.
+    assert stats.first_dropped == (
+        "row 2: turn 2 of 2: unknown role 'bot' (roles: system, user, assistant)"
     )
     assert out["train"][0]["input_ids"] == out["train"][1]["input_ids"]
-    assert "2 dropped (unusable chat, first: row 1: turn 1: unknown role 'bot'" in caplog.text
+    assert "2 dropped (unusable chat, first: row 2: turn 2 of 2: unknown role 'bot'" in caplog.text
     with pytest.raises(DataError) as caught:
         _run(tmp_path / "again", {"train": [good], "validation": [bad, bad]}, model)
     assert str(caught.value) == (
-        "split 'validation': none of its 2 rows is a usable chat; the first: row 0: turn 1: "
+        "split 'validation': none of its 2 rows is a usable chat; the first: row 1: turn 2 of 2: "
         "unknown role 'bot' (roles: system, user, assistant)"
     )
 
@@ -254,7 +255,7 @@ def test_a_blank_response_is_named_by_its_column(tmp_path: Path) -> None:
     model = _words(tmp_path, None)
     rows = [{"prompt": "name a colour", "response": "blue ."}, {"prompt": "x", "response": " "}]
     report, _ = _run(tmp_path, {"train": rows}, model)
-    assert report.splits["train"].first_dropped == "row 1: response: no text"
+    assert report.splits["train"].first_dropped == "row 2: response: no text"
 
 
 def test_a_max_length_with_no_room_for_prompt_and_response_is_refused(tmp_path: Path) -> None:

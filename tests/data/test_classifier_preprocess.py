@@ -208,10 +208,10 @@ def test_empty_texts_are_left_out_and_counted(tmp_path, caplog) -> None:
     assert out["train"]["text"] == ["good", "bad"]
     stats = payload["splits"]["train"]
     assert stats["rows_dropped"]["empty_text"] == 3
-    assert stats["first_dropped"] == {"empty_text": "row 1: text is empty"}
+    assert stats["first_dropped"] == {"empty_text": "row 2: text is empty"}
     # A label only an empty text has is not in the label set.
     assert payload["label_set"]["names"] == ["neg", "pos"]
-    assert "train: 3 of 5 rows left out: empty text (first: row 1: text is empty)" in (
+    assert "train: 3 of 5 rows left out: empty text (first: row 2: text is empty)" in (
         caplog.messages
     )
 
@@ -220,7 +220,7 @@ def test_an_empty_text_pair_is_an_empty_text(tmp_path) -> None:
     train = {"text": ["q1", "q2", "q3"], "text_pair": ["p1", " ", "p3"], "label": [0, 1, 1]}
     _, payload, _ = _preprocess(tmp_path, {"train": train})
     assert payload["splits"]["train"]["first_dropped"] == {
-        "empty_text": "row 1: text_pair is empty"
+        "empty_text": "row 2: text_pair is empty"
     }
 
 
@@ -246,7 +246,7 @@ def test_unusable_label_values_are_left_out_naming_the_first(
         tmp_path, {"train": rows}, json_labels=True, multi_label=multi_label
     )
     stats = payload["splits"]["train"]
-    assert stats["first_dropped"]["malformed_label"].startswith(f"row 2: {problem}")
+    assert stats["first_dropped"]["malformed_label"].startswith(f"row 3: {problem}")
     assert stats["rows_dropped"]["malformed_label"] == 2 and stats["rows_out"] == 2
 
 
@@ -256,8 +256,8 @@ def test_a_split_with_no_usable_rows_is_refused_naming_it(tmp_path) -> None:
     with pytest.raises(DataError) as caught:
         _preprocess(tmp_path, {"train": train, "test": test})
     assert str(caught.value) == (
-        "split 'test': none of its 2 rows is usable: 1 empty text (first: row 1: text is "
-        "empty); 1 labels outside the label set (first: row 0: label 'mixed'); set "
+        "split 'test': none of its 2 rows is usable: 1 empty text (first: row 2: text is "
+        "empty); 1 labels outside the label set (first: row 1: label 'mixed'); set "
         "data.test_split to null to evaluate on validation instead"
     )
 

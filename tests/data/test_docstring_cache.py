@@ -18,6 +18,7 @@ import pytest
 from llm_pipeline.data import docstring_cache, docstrings
 from llm_pipeline.data.docstring_packages import build_package_splits
 from llm_pipeline.data.docstrings import DocstringPair, build_instruction_splits
+from llm_pipeline.progress import parse_status
 
 REPO = Path(__file__).resolve().parents[2]
 PROSE = (
@@ -111,6 +112,21 @@ def test_the_cached_pairs_are_the_parsed_ones_in_the_same_order(
     assert [path.name for path in cache_dir.iterdir()] == [
         next(cache_dir.glob("pairs-*.jsonl.gz")).name
     ]  # no temporary file left behind
+
+
+def test_a_first_load_says_it_builds_the_cache_and_how_far_it_is(
+    roots: list[Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setattr(docstrings, "PROGRESS_EVERY_S", 0.0)  # a line per file
+    _pairs(roots)
+    (stored,) = cache_dir.glob("pairs-*.jsonl.gz")
+    assert [parse_status(line) for line in capsys.readouterr().out.splitlines()] == [
+        f"building the docstring cache {stored} (once; later runs read it in seconds): "
+        "parsing 3 Python files",
+        *(f"docstring cache: {done} of 3 files parsed" for done in (1, 2, 3)),
+    ]
+    _pairs(roots)
+    assert capsys.readouterr().out == ""  # read back at once: nothing to announce
 
 
 def test_the_three_builtins_share_one_parse(

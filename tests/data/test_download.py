@@ -81,8 +81,9 @@ def test_single_file_is_train_and_validation_is_carved(
 
     rows = download_dataset(source_config(path, validation_fraction=0.25), TASK, output)
 
-    # No test split in the source: none in the output (evaluate scores validation).
-    assert rows == {"train": 30, "validation": 10}
+    # No test split in the source: none in the output (evaluate scores validation). A quarter
+    # of 40 is raised towards the minimum carve, up to half.
+    assert rows == {"train": 20, "validation": 20}
     saved = datasets.load_from_disk(str(output))
     assert set(saved) == {"train", "validation"}
     assert set(saved["train"]["document"]) | set(saved["validation"]["document"]) == set(
@@ -109,7 +110,7 @@ def test_save_to_disk_folder_of_one_dataset_is_train(tmp_path, source_rows, sour
 
     rows = download_dataset(source_config(source), TASK, tmp_path / "out")
 
-    assert rows == {"train": 38, "validation": 2}  # ceil(5% of 40) carved
+    assert rows == {"train": 20, "validation": 20}  # 5% of 40 raised towards 30, up to half
     # The user's folder is read, never written (no index caches beside their files).
     assert sorted(entry.name for entry in source.iterdir()) == sorted(
         ["data-00000-of-00001.arrow", "dataset_info.json", "state.json"]
@@ -156,8 +157,8 @@ def test_gcs_folder_file_and_save_to_disk(tmp_path, source_rows, write, source_c
     )
 
     assert folder == {"train": 40, "validation": 8, "test": 6}
-    assert single == {"train": 7, "validation": 1}
-    assert from_saved == {"train": 38, "validation": 2}
+    assert single == {"train": 4, "validation": 4}
+    assert from_saved == {"train": 20, "validation": 20}
     copy = datasets.load_from_disk(str(tmp_path / "folder"))
     assert copy["train"]["summary"] == [row["summary"] for row in source_rows["train"]]
 
@@ -194,12 +195,47 @@ def test_max_samples_apply_after_the_carve(tmp_path, source_rows, write, source_
     )
     capped = download_dataset(capped_config, TASK, tmp_path / "b")
 
-    assert full == {"train": 30, "validation": 10}
+    assert full == {"train": 20, "validation": 20}
     assert capped == {"train": 7, "validation": 4}
     # Capping does not change which rows were carved: validation is the same draw, cut.
     whole = list(datasets.load_from_disk(str(tmp_path / "a"))["validation"]["document"])
     cut = list(datasets.load_from_disk(str(tmp_path / "b"))["validation"]["document"])
     assert cut == whole[:4]
+
+
+@pytest.mark.parametrize(
+    ("rows", "fields", "expected"),
+    [
+        # 5% of 48 is 3 rows, too few to judge a model by: raised towards the minimum (30),
+        # up to half, so train keeps as many rows as validation.
+        (48, {}, {"train": 24, "validation": 24}),
+        (100, {}, {"train": 70, "validation": 30}),
+        (5, {}, {"train": 3, "validation": 2}),
+        # A larger share asked for is taken as asked.
+        (100, {"validation_fraction": 0.4}, {"train": 60, "validation": 40}),
+        # The validation cap is how many rows the carve takes: more, up to half of train ...
+        (48, {"max_samples": {"validation": 16}}, {"train": 32, "validation": 16}),
+        (48, {"max_samples": {"validation": 64}}, {"train": 24, "validation": 24}),
+        # ... or fewer, and the rows it leaves stay in train instead of being capped away.
+        (100, {"max_samples": {"validation": 10}}, {"train": 90, "validation": 10}),
+    ],
+)
+def test_the_carve_takes_a_minimum_of_rows_and_honours_the_validation_cap(
+    tmp_path, docstring_data, write, source_config, rows, fields, expected
+):
+    train = [
+        {"text": row["document"], "summary": row["summary"]}
+        for row in docstring_data.rows("train", rows)
+    ]
+    path = write(tmp_path / "mine", train, "csv")
+
+    counts = download_dataset(source_config(path, **fields), TASK, tmp_path / "out")
+
+    assert counts == expected
+    info = json.loads((tmp_path / "out" / "download.json").read_text())
+    assert info["splits"]["validation"]["from"] == (
+        f"carved from 'train' ({expected['validation']} of {rows} rows, seed 42)"
+    )
 
 
 def test_carved_validation_is_seeded_and_disjoint_from_train(
@@ -217,7 +253,7 @@ def test_carved_validation_is_seeded_and_disjoint_from_train(
     train_again, validation_again = carve(7, "again")
     _, validation_other_seed = carve(8, "other")
 
-    assert len(validation) == 8
+    assert len(validation) == 20
     assert (train, validation) == (train_again, validation_again)
     assert validation_other_seed != validation
     assert not set(train) & set(validation)

@@ -183,6 +183,8 @@ def test_the_report_shows_scores_baselines_labels_matrix_and_wrong_examples_firs
     wrong = sum(not row["correct"] for row in evaluated.rows)
     assert verdicts == ["wrong"] * wrong + ["right"] * (len(verdicts) - wrong)
     assert "<script" not in page
+    # 26 rows are too few for a gate to trust, and the page says so before the scores.
+    assert f"evaluated on {TEST_ROWS} test row(s), fewer than the 30 a gate can trust" in page
 
 
 def test_the_confusion_matrix_renders_darker_for_larger_counts(

@@ -10,6 +10,7 @@ import datasets
 import numpy as np
 import pytest
 
+from llm_pipeline.config.data import MIN_EVALUATION_ROWS
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation import ROUGE_TYPES, compute_rouge, lead_k
@@ -106,10 +107,11 @@ def test_report_is_written_beside_the_predictions(evaluated: EvaluationResult) -
     assert evaluated.report_path.name == EVALUATION_REPORT_FILE
     assert '<table id="scores">' in page
     assert "lead-3" in page
+    assert 'id="evaluation-warning"' not in page  # 100 rows: enough for a gate
 
 
-def test_test_split_is_preferred_and_max_samples_caps_it(
-    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+def test_test_split_is_preferred_max_samples_caps_it_and_too_few_rows_are_warned(
+    tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     validation = _validation(eval_dataset_dir)
     folder = _save(tmp_path, validation=validation, test=validation.select(range(10, 30)))
@@ -126,6 +128,12 @@ def test_test_split_is_preferred_and_max_samples_caps_it(
         *("gen_len", "samples", "seconds", "generation_seconds", "distinct_predictions"),
     }
     assert result.baseline is None
+    # 6 rows are too few for the gate: said in the step's progress and atop its page.
+    warning = f"evaluated on 6 test row(s), fewer than the {MIN_EVALUATION_ROWS} a gate can trust"
+    assert f"::status:: warning: {warning}" in capsys.readouterr().out
+    page = result.report_path.read_text(encoding="utf-8")
+    assert f'<p id="evaluation-warning" class="warning"><b>Warning:</b> {warning}' in page
+    assert page.index("evaluation-warning") < page.index('<table id="scores">')
 
 
 def _assert_refused(

@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 
+from llm_pipeline.config.data import MIN_EVALUATION_ROWS
 from llm_pipeline.evaluation import compute_rouge, lead_k
-from llm_pipeline.evaluation.report import EXAMPLES_EACH, render_report
+from llm_pipeline.evaluation.report import (
+    EXAMPLES_EACH,
+    few_rows_warning,
+    render_report,
+    warn_if_few_rows,
+)
 
 from ..chromium import render_in_chromium
 from ..docstring_data import DocstringData
@@ -129,3 +135,19 @@ def test_renders_in_headless_chromium(page: str, tmp_path: Path) -> None:
     assert len(shown.colours) > 1, "the screenshot is blank"
     assert '<table id="scores">' in shown.dom
     assert "rougeLsum" in shown.dom and "<svg" in shown.dom
+
+
+def test_fewer_rows_than_a_gate_can_trust_are_warned_of_and_enough_are_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert few_rows_warning(MIN_EVALUATION_ROWS, "test") is None
+    warning = warn_if_few_rows(MIN_EVALUATION_ROWS - 1, "validation")
+    assert warning is not None
+    assert warning.startswith(
+        f"evaluated on {MIN_EVALUATION_ROWS - 1} validation row(s), fewer than the "
+        f"{MIN_EVALUATION_ROWS} a gate can trust: one row moves a 0-100 score by 3 points"
+    )
+    assert "data.max_samples.validation" in warning  # what to change
+    assert capsys.readouterr().out == f"::status:: warning: {warning}\n"
+    assert warn_if_few_rows(MIN_EVALUATION_ROWS, "validation") is None
+    assert capsys.readouterr().out == ""

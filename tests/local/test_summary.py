@@ -1,9 +1,11 @@
 """The summary a person reads when a local run ends, and the run report it points at."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
+from llm_pipeline.evaluation.charts import loss_chart
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
 from llm_pipeline.local.summary import format_summary
@@ -127,6 +129,17 @@ def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None
     assert "Gate: deploy." in page and "demo@1" in page
     assert "&quot;epochs&quot;: 2" in page
     assert f'<p id="zero-stage">ZeRO stage: {ZERO.replace("<x>", "&lt;x&gt;")}</p>' in page
+
+
+def test_a_run_shorter_than_logging_steps_draws_its_one_step_from_zero() -> None:
+    """20 steps with train.logging_steps 25: the last step is logged (train/status.py), and
+    the chart spans steps 0 to 20 with whole-number ticks, not a 1-step window '20 20 21'."""
+    chart = loss_chart([{"step": 20, "loss": 3.5}, {"step": 20, "eval_loss": 3.75}])
+    assert re.findall(r'<text class="x-tick"[^>]*>(\d+)</text>', chart) == ["0", "10", "20"]
+    assert "train loss 3.500 at step 20" in chart and "eval loss 3.750 at step 20" in chart
+    # Two logged steps: the ticks are whole steps, each once.
+    chart = loss_chart([{"step": 1, "loss": 3.5}, {"step": 2, "loss": 3.0}])
+    assert re.findall(r'<text class="x-tick"[^>]*>(\d+)</text>', chart) == ["1", "2"]
 
 
 def test_the_zero_stage_comes_from_the_trained_models_metadata(tmp_path: Path) -> None:

@@ -84,6 +84,14 @@ def test_completions_are_the_same_batched_or_alone(llama_dir: Path) -> None:
     assert together.texts[0]
 
 
+def test_an_answer_starts_at_its_first_word(llama_dir: Path) -> None:
+    """WordPiece decodes the prompt and the answer with a space between them; an answer
+    (every prompt here ends where an answer turn begins) does not start with it."""
+    model, tokenizer = load_causal_lm(llama_dir, device=torch.device("cpu"))
+    texts = complete(model, tokenizer, PROMPTS, settings=CompletionSettings(max_new_tokens=6))
+    assert all(text and not text[0].isspace() for text in texts.texts), texts.texts
+
+
 def test_a_stop_string_ends_the_completion_before_it(llama_dir: Path) -> None:
     model, tokenizer = load_causal_lm(llama_dir, device=torch.device("cpu"))
     free = complete(model, tokenizer, PROMPTS[:1], settings=CompletionSettings(max_new_tokens=6))

@@ -35,42 +35,43 @@ BAD_CHATS = [
     (
         "turn not an object",
         chat(USER, "hi", USER),
-        "instances[1].messages: turn 1: not an object with `role` and `content`",
+        "instances[1].messages: turn 2 of 3: not an object with `role` and `content`",
     ),
     (
         "unknown role",
         chat(USER, ANSWER, {"role": "bot", "content": "hi"}),
-        "instances[1].messages: turn 2: unknown role 'bot' (roles: system, user, assistant)",
+        "instances[1].messages: turn 3 of 3: unknown role 'bot' (roles: system, user, assistant)",
     ),
     (
         "no role",
         chat({"content": "hi"}),
-        "instances[1].messages: turn 0: not an object with `role` and `content`",
+        "instances[1].messages: turn 1 of 1: not an object with `role` and `content`",
     ),
     (
         "turn without text",
         chat(USER, ANSWER, {"role": "user"}),
-        "instances[1].messages: turn 2: not an object with `role` and `content`",
+        "instances[1].messages: turn 3 of 3: not an object with `role` and `content`",
     ),
     (
         "blank text",
         chat(USER, ANSWER, {"role": "user", "content": "  "}),
-        "instances[1].messages: turn 2: no text",
+        "instances[1].messages: turn 3 of 3: no text",
     ),
     (
         "text not a string",
         chat({"role": "user", "content": ["hi"]}),
-        "instances[1].messages: turn 0: content is not text (got list)",
+        "instances[1].messages: turn 1 of 1: content is not text (got list)",
     ),
     (
         "answer before a question",
         chat(ANSWER, USER),
-        "instances[1].messages: turn 0: an assistant turn with no system or user turn before it",
+        "instances[1].messages: turn 1 of 2: an assistant turn with no system or user turn "
+        "before it",
     ),
     (
         "ends with the assistant",
         chat(USER, ANSWER),
-        "instances[1].messages: turn 1: the chat ends with the assistant's turn; it must end "
+        "instances[1].messages: turn 2 of 2: the chat ends with the assistant's turn; it must end "
         "with the user's",
     ),
     ("empty prompt", {"instances": ["ok", " "]}, "instances[1]: prompt is empty"),

@@ -89,6 +89,21 @@ def test_labels_page_is_self_contained_and_asks_for_every_label(
     assert 'id="text_pair"' in page.text and 'type="number"' not in page.text
 
 
+def test_a_model_of_single_texts_gets_no_second_text_box_in_chromium(
+    multi_label_server: Server, tmp_path: Path
+) -> None:
+    with devtools(work=tmp_path) as page:
+        page.open(multi_label_server.url + "/")
+        assert page.evaluate("document.getElementById('text_pair')") is None
+        assert "Second text" not in page.evaluate("document.body.innerText")
+        page.click("#text")
+        page.type(QUESTION)
+        page.click("#go")
+        page.wait_until("['done', 'error'].includes(document.body.dataset.state)", what="labels")
+        assert page.evaluate("document.body.dataset.state") == "done"
+        assert len(page.evaluate(ROWS)) == len(CLASSIFIER_LABELS)
+
+
 def test_a_labels_page_served_while_the_model_loads_says_to_reload() -> None:
     html = render_page(Settings(task="text_classification"), None)
     assert "const MODEL = null;" in html

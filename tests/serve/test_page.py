@@ -24,6 +24,13 @@ VIRTUAL_TIME = "--virtual-time-budget=20000"
 SUMMARY_BACKGROUND = (0xFF, 0xF3, 0xC4)
 
 
+def test_nothing_asked_yet_shows_no_summary_box_in_chromium(server: Server, tmp_path: Path) -> None:
+    shot = tmp_path / "idle.png"
+    run_chromium("--window-size=1000,800", f"--screenshot={shot}", server.url + "/", work=tmp_path)
+    _, _, pixels = png_pixels(shot)
+    assert not any(SUMMARY_BACKGROUND in row for row in pixels), "an empty summary box is drawn"
+
+
 def test_page_summarizes_pasted_text_in_chromium(
     server: Server, reference: Any, tmp_path: Path
 ) -> None:

@@ -210,7 +210,12 @@ CLASSIFIER_LABELS = ("question", "bug report", "feature request")
 
 
 def save_tiny_classifier(
-    output_dir: Path, *, multi_label: bool = False, threshold: float = 0.5, seed: int = 0
+    output_dir: Path,
+    *,
+    multi_label: bool = False,
+    threshold: float = 0.5,
+    seed: int = 0,
+    text_pair: bool | None = None,
 ) -> Path:
     """A randomly initialised tiny BERT with a classification head over CLASSIFIER_LABELS and
     MiniLM's tokenizer, its config carrying the label set as training writes it
@@ -219,7 +224,7 @@ def save_tiny_classifier(
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from llm_pipeline.data.labels import LabelSet
+    from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
     labels = LabelSet(names=CLASSIFIER_LABELS, multi_label=multi_label, threshold=threshold)
@@ -234,6 +239,8 @@ def save_tiny_classifier(
         **labels.model_config_fields(),
     )
     config.architectures = ["BertForSequenceClassification"]
+    if text_pair is not None:  # whether it was trained on pairs, as the finetune step records
+        setattr(config, TEXT_PAIR_ATTRIBUTE, text_pair)
     torch.manual_seed(seed)
     model = BertForSequenceClassification(config)
     with torch.no_grad():

@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import datasets
 import pytest
@@ -98,6 +99,10 @@ def test_zero3_on_two_ranks_trains_a_causal_lm_that_checkpoints_and_completes(
 
     model, tokenizer = load_causal_lm(output, device=torch.device("cpu"))
     assert isinstance(model, LlamaForCausalLM) and tokenizer.pad_token_id is not None
+    # The folder carries the template its chats were rendered with in training: a server
+    # given nothing else renders a chat's history as training did.
+    report = json.loads((tokenized_instructions / "preprocess.json").read_text())
+    assert tokenizer.chat_template == report["chat_template"]
     prompts = list(train["prompt"][:2])
     done = complete(model, tokenizer, prompts, settings=CompletionSettings(max_new_tokens=5))
     assert all(0 < count <= 5 for count in done.token_counts)
@@ -109,3 +114,15 @@ def test_zero3_on_two_ranks_trains_a_causal_lm_that_checkpoints_and_completes(
         for part in ("model_states", "optim_states"):
             name = f"global_step4/zero_pp_rank_{rank}_mp_rank_00_{part}.pt"
             assert safe_torch_load(str(checkpoint.parent / name), map_location="cpu")
+
+
+def test_the_worker_reads_the_chat_template_preprocess_rendered_with(tmp_path: Path) -> None:
+    from llm_pipeline.train import training_data
+
+    spec = SimpleNamespace(work_dir=str(tmp_path))
+    (tmp_path / training_data._NOTE).write_text(str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    assert training_data.chat_template(spec) is None  # no report: nothing to record
+    report = {"tokenizer": "t", "chat_template": "{{ messages[0]['content'] }}"}
+    (tmp_path / "data" / "preprocess.json").write_text(json.dumps(report))
+    assert training_data.chat_template(spec) == "{{ messages[0]['content'] }}"

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -374,6 +375,25 @@ def test_lora_trains_the_head_whole_and_merges_into_the_adapted_model(
     torch.testing.assert_close(_predict(reloaded, tokenizer, texts), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("columns", "pairs"), [(("text", "label"), False), (("text", "text_pair", "label"), True)]
+)
+def test_the_worker_reads_whether_rows_are_text_pairs_from_the_kept_columns(
+    tmp_path: Path, columns: tuple[str, ...], pairs: bool
+) -> None:
+    """Preprocess keeps a classifier's text columns beside the ids; the saved model records
+    whether there were two (its served page offers a second text box only then)."""
+    from datasets import Dataset, DatasetDict
+
+    from llm_pipeline.train import training_data
+
+    rows = {column: ["a", "b"] for column in columns} | {"input_ids": [[1, 2], [3]]}
+    DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "data"))
+    (tmp_path / training_data._NOTE).write_text(str(tmp_path / "data"))
+    spec = SimpleNamespace(work_dir=str(tmp_path), task="text_classification")
+    assert training_data.reads_text_pairs(spec) is pairs
+
+
 def test_a_tiny_bert_learns_the_topics_through_the_finetune_step(
     single_label_data: Path, tmp_path: Path, train_settings: Callable[..., TrainConfig]
 ) -> None:
@@ -408,6 +428,7 @@ def test_a_tiny_bert_learns_the_topics_through_the_finetune_step(
     assert config["label2id"] == {"weather": 0, "sports": 1, "cooking": 2}
     assert config["problem_type"] == "single_label_classification"
     assert config["classification_threshold"] == 0.5
+    assert config["classification_text_pair"] is False  # single texts: no second box served
     model = AutoModelForSequenceClassification.from_pretrained(output)
     tokenizer = AutoTokenizer.from_pretrained(output)
     assert LabelSet.from_model_config(model.config) == SINGLE

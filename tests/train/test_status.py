@@ -1,8 +1,11 @@
 """Training prints a status line per logging period: step, loss, eval loss, time left."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
+from transformers import Trainer, TrainingArguments
 
 from llm_pipeline.progress import MARK
 from llm_pipeline.train.status import TrainingStatus
@@ -56,3 +59,40 @@ def test_a_period_that_lost_steps_is_followed_by_a_warning(
         "(2 skipped in this run)",
         f"{MARK}warning: 1 of the last 25 steps had non-finite gradients, applied (3 in this run)",
     ]
+
+
+class _Line(torch.nn.Module):
+    """The smallest model a Trainer trains: y = w·x + b, squared error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fit = torch.nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": ((self.fit(x).squeeze(-1) - labels) ** 2).mean()}
+
+
+def test_a_run_shorter_than_logging_steps_still_logs_its_training_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """3 steps with logging_steps 25: the last step is logged, so the report's loss curve
+    and the status line show the training loss instead of nothing."""
+    rows = [
+        {"x": torch.tensor([float(i), 1.0]), "labels": torch.tensor(float(i))} for i in range(8)
+    ]
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        logging_steps=25,
+        per_device_train_batch_size=2,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=_Line(), args=arguments, train_dataset=rows, callbacks=[TrainingStatus()]
+    )
+    trainer.train()
+    assert [entry["step"] for entry in trainer.state.log_history if "loss" in entry] == [3]
+    assert f"{MARK}step 3/3 · loss " in capsys.readouterr().out

@@ -7,6 +7,13 @@ from pydantic import Field, field_validator, model_validator
 
 from llm_pipeline.config.base import Section
 
+#: Evaluation rows below which a score is too noisy to decide a deployment on: one row then
+#: moves a 0-100 score by more than 3 points, and a mean of so few skewed per-row scores
+#: (ROUGE's pile up near 0) is far from the normal shape that its percentile-bootstrap 95%
+#: interval relies on, so the interval is too narrow. 30 is the usual rule of thumb for a
+#: sample mean. The validation carve takes at least this many rows where the data allows.
+MIN_EVALUATION_ROWS = 30
+
 
 class DataConfig(Section):
     """The dataset: its source, splits, columns and the preprocessing of its text."""
@@ -50,7 +57,9 @@ class DataConfig(Section):
         gt=0,
         lt=1,
         description="Share of train carved out as validation when the source has no "
-        "validation split.",
+        f"validation split. The carve takes at least {MIN_EVALUATION_ROWS} rows (on fewer, "
+        "the gate compares noise) as long as train keeps as many; with "
+        "`max_samples.validation` set, it takes that many rows instead, up to half of train.",
     )
     max_samples: dict[str, int] = Field(
         default_factory=dict,

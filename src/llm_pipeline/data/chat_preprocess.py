@@ -228,9 +228,10 @@ class _EncodeChats:
                 except TemplateError as exc:
                     problem = f"the chat template refuses it: {exc}"
                 except ChatTemplateError as exc:
-                    raise DataError(f"row {index}: {exc}") from None
+                    raise DataError(f"row {index + 1}: {exc}") from None
             if problem is not None:
-                self._append(out, problem=f"row {index}: {problem}")
+                # Rows and turns counted from 1, as a person reading the file counts them.
+                self._append(out, problem=f"row {index + 1}: {problem}")
                 continue
             fitted = fit_to_length(
                 segments, self.max_length, lead=len(self.chat_format.leading_ids)

@@ -229,16 +229,17 @@ class _EncodeRows:
         multi = self.label_set.multi_label
         checked: list[tuple[str, str, list[str]]] = []  # (reason, problem, names or unseen)
         for i, index in enumerate(indices):
+            where = f"row {index + 1}"  # counted from 1, as a person reading the file does
             problem = _text_problem([batch[role][i] for role in self.roles], self.roles)
             if problem is not None:
-                checked.append(("empty_text", f"row {index}: {problem}", []))
+                checked.append(("empty_text", f"{where}: {problem}", []))
                 continue
             names, problem = label_names(batch[self.label_column][i], multi)
             unseen = [name for name in names if name not in label2id]
             if problem is not None:
-                checked.append(("malformed_label", f"row {index}: {problem}", []))
+                checked.append(("malformed_label", f"{where}: {problem}", []))
             elif unseen:
-                checked.append(("unseen_label", f"row {index}: label {unseen[0]!r}", unseen))
+                checked.append(("unseen_label", f"{where}: label {unseen[0]!r}", unseen))
             else:
                 checked.append(("", "", sorted(names, key=label2id.__getitem__)))
         kept = [i for i, (reason, _, _) in enumerate(checked) if not reason]

@@ -51,6 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_pipeline.progress import status
+
 logger = logging.getLogger(__name__)
 
 
@@ -126,6 +128,11 @@ def cached_pairs(
             time.monotonic() - started,
         )
         return pairs
+    # The parse takes a minute or more: say so, or a first run sits silent on its dataset.
+    status(
+        f"building the docstring cache {path} (once; later runs read it in seconds): "
+        f"parsing {len(files):,} Python files"
+    )
     pairs = build()
     _write(path, key, pairs)
     return pairs

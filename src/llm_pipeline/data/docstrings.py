@@ -39,6 +39,7 @@ split) is kept on disk for the next load and every dataset built from it
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.metadata
 import inspect
@@ -54,6 +55,7 @@ from pathlib import Path
 
 from llm_pipeline.data import docstring_cache
 from llm_pipeline.data.docstring_cache import DocstringPair
+from llm_pipeline.progress import status
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ BODY_WORDS = (20, 250)
 SKIPPED_FOLDERS = frozenset(
     {"tests", "test", "testing", "_vendor", "vendor", "vendored", "__pycache__", "site-packages"}
 )
+#: Seconds between the parse's progress lines.
+PROGRESS_EVERY_S = 10.0
 #: Files larger than this are generated tables, not hand-written code.
 LARGEST_FILE = 2_000_000
 #: Marks of generated code, looked for in a file's first bytes.
@@ -341,18 +345,24 @@ def _definitions(node: ast.AST, prefix: str) -> Iterator[tuple[str, str, bool]]:
 def _pairs_of_files(
     files: list[Path], modules: list[str], workers: int | None
 ) -> list[DocstringPair]:
-    """Every file's pairs, in file order; parsed in `workers` processes (default: CPUs)."""
+    """Every file's pairs, in file order; parsed in `workers` processes (default: CPUs).
+    Progress is a status line every `PROGRESS_EVERY_S` seconds."""
     workers = workers or len(os.sched_getaffinity(0))
-    if workers == 1 or len(files) < 100:
-        return [
-            pair
-            for path, module in zip(files, modules, strict=True)
-            for pair in docstring_pairs(path, module)
-        ]
-    chunk = max(1, len(files) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        found = pool.map(docstring_pairs, files, modules, chunksize=chunk)
-        return [pair for pairs in found for pair in pairs]
+    with contextlib.ExitStack() as stack:
+        if workers == 1 or len(files) < 100:
+            found: Iterable[list[DocstringPair]] = map(docstring_pairs, files, modules)
+        else:
+            chunk = max(1, len(files) // (workers * 8))
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
+            found = pool.map(docstring_pairs, files, modules, chunksize=chunk)
+        pairs: list[DocstringPair] = []
+        shown = time.monotonic()
+        for done, file_pairs in enumerate(found, 1):
+            pairs += file_pairs
+            if time.monotonic() - shown >= PROGRESS_EVERY_S:
+                shown = time.monotonic()
+                status(f"docstring cache: {done:,} of {len(files):,} files parsed")
+        return pairs
 
 
 def _by_draw(row: tuple[float, DocstringPair]) -> tuple[float, str, str]:

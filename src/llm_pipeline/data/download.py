@@ -5,7 +5,9 @@ What later steps can rely on in the output folder (read it with `datasets.load_f
 - splits named `train`, `validation` and, when the source has one, `test`, whatever the
   source calls them (`data.train_split`, `data.validation_split`, `data.test_split`);
 - `validation` is the source's own, or a seeded share of train (`data.validation_fraction`,
-  `data.seed`) carved out when the source has none: the same seed gives the same rows;
+  `data.seed`) carved out when the source has none: the same seed gives the same rows; the
+  carve takes at least `config.data.MIN_EVALUATION_ROWS` rows where train keeps as many,
+  and exactly the `data.max_samples` cap on validation where one is set (`carve_size`);
 - only the task's columns, named by role (summarization: `document`, `summary`);
 - label columns as values a reader can use: a hub `ClassLabel` (or a list of them, for
   multi-label data) becomes its names, a missing or -1 id (unlabelled test splits) None;
@@ -33,6 +35,7 @@ import datasets
 import numpy as np
 
 from llm_pipeline.config import DataConfig
+from llm_pipeline.config.data import MIN_EVALUATION_ROWS
 from llm_pipeline.data.sources import Source, load_source
 from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
@@ -190,7 +193,7 @@ def _carve_validation(
 ) -> tuple[dict[str, datasets.Dataset], dict[str, str]]:
     """A seeded random share of train becomes validation; the rest stays train."""
     train = splits["train"]
-    size = math.ceil(train.num_rows * config.validation_fraction)
+    size = carve_size(train.num_rows, config)
     if size >= train.num_rows:
         raise DataError(
             f"data.validation_fraction: split {config.train_split!r} of {source.where} has "
@@ -205,8 +208,32 @@ def _carve_validation(
         "train": train.select(np.sort(order[size:]), keep_in_memory=True),
         "validation": train.select(order[:size], keep_in_memory=True),
     }
-    how = f"validation_fraction {config.validation_fraction}, seed {config.seed}"
+    how = f"{size} of {train.num_rows} rows, seed {config.seed}"
+    if size < MIN_EVALUATION_ROWS:
+        logger.warning(
+            "validation: %d row(s) carved from %d, fewer than the %d a gate can trust "
+            "(train keeps at least as many rows as validation)",
+            size,
+            train.num_rows,
+            MIN_EVALUATION_ROWS,
+        )
     return carved, {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
+
+
+def carve_size(rows: int, config: DataConfig) -> int:
+    """How many of train's `rows` the validation carve takes.
+
+    `data.validation_fraction` of them, raised to `MIN_EVALUATION_ROWS` (a handful of
+    rows would leave the gate comparing noise) or, when set, to `data.max_samples`'s
+    validation cap, which is also the most it takes (rows carved only to be capped away
+    would be lost to training). Raising never takes more than half: train keeps at least
+    as many rows as validation.
+    """
+    size = math.ceil(rows * config.validation_fraction)
+    cap = config.max_samples.get("validation")
+    wanted = MIN_EVALUATION_ROWS if cap is None else cap
+    size = max(size, min(wanted, rows // 2))
+    return size if cap is None else min(size, cap)
 
 
 def _check_caps(caps: dict[str, int]) -> None:

@@ -24,6 +24,10 @@ LABEL_SET_KEY = "label_set"
 #: Where a trained model's config.json keeps the multi-label threshold (transformers keeps
 #: unknown config attributes through save and load).
 THRESHOLD_ATTRIBUTE = "classification_threshold"
+#: Where a trained classifier's config.json says whether it read pairs of texts (a text and
+#: a `text_pair`): its page offers a second text box only then. Absent (a folder saved
+#: before it was recorded): not known, and the box is offered.
+TEXT_PAIR_ATTRIBUTE = "classification_text_pair"
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,9 @@ def loss_chart(history: Sequence[dict[str, Any]]) -> str:
         return "<p>No loss was logged (fewer steps than train.logging_steps).</p>"
     steps = [x for _, _, points in series for x, _ in points]
     losses = [y for _, _, points in series for _, y in points]
-    x_low, x_high = min(steps), max(max(steps), min(steps) + 1)
+    # One logged step (a short run) is drawn from step 0, not in a 1-step-wide window.
+    x_low, x_high = min(steps), max(steps)
+    x_low = 0.0 if x_low == x_high else x_low
     y_low, y_high = min(0.0, min(losses)), max(losses) * 1.05 or 1.0
     width, height, left, bottom, top = 760, 280, 48, 36, 24
     plot_w, plot_h = width - left - 16, height - bottom - top
@@ -199,10 +201,11 @@ def loss_chart(history: Sequence[dict[str, Any]]) -> str:
         parts.append(
             f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:.2f}</text>'
         )
-    for value in (x_low, (x_low + x_high) / 2, x_high):
+    # Steps are whole numbers: a tick at a half step would show as its neighbour's twin.
+    for value in sorted({round(v) for v in (x_low, (x_low + x_high) / 2, x_high)}):
         parts.append(
-            f'<text x="{x(value):.1f}" y="{top + plot_h + 14}" text-anchor="middle">'
-            f"{value:.0f}</text>"
+            f'<text class="x-tick" x="{x(value):.1f}" y="{top + plot_h + 14}" '
+            f'text-anchor="middle">{value}</text>'
         )
     for i, (name, colour, points) in enumerate(series):
         path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in points)

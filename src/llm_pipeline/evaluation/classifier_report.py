@@ -23,6 +23,7 @@ from llm_pipeline.evaluation.report import (
     facts_line,
     folded_text,
     report_page,
+    warning_line,
 )
 
 __all__ = ["ClassifiedRow", "render_classifier_report"]
@@ -55,10 +56,11 @@ def render_classifier_report(
     multi_label: bool = False,
     facts: Mapping[str, str] | None = None,
     words: ReportWords | None = None,
+    warning: str | None = None,
 ) -> str:
     """The page: headline scores beside the baselines, per-label scores, the confusion
     matrix and examples (wrong first). `baselines` maps a name (`majority class`, `before
-    fine-tuning`) to its scores on the same rows."""
+    fine-tuning`) to its scores on the same rows; `warning` is shown under the facts."""
     words = words or ReportWords()
     if len(rows) != len(model.correct):
         raise ValueError(f"{len(rows)} rows for {len(model.correct)} scored examples")
@@ -66,6 +68,7 @@ def render_classifier_report(
     sections = [
         f"<h1>{escape(words.title)}</h1>",
         facts_line(facts or {}),
+        warning_line(warning),
         PIPELINE_VIEW,
         "<h2>Scores</h2>",
         _scores_table(model, baselines or {}),

@@ -28,7 +28,7 @@ from llm_pipeline.evaluation.classification import (
 )
 from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.classifier_report import ClassifiedRow, render_classifier_report
-from llm_pipeline.evaluation.report import ReportWords
+from llm_pipeline.evaluation.report import ReportWords, warn_if_few_rows
 from llm_pipeline.evaluation.scoring import BASE_MODEL
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,
@@ -64,6 +64,7 @@ def score_classifier_and_write(
     predictions.jsonl, metrics.json, confusion_matrix.json and report.html (all or
     nothing); returns the flat metrics. `labels` is the model's label set."""
     status(f"scoring {len(probabilities)} predicted labels")
+    warning = warn_if_few_rows(len(probabilities), examples.split)
     k, rows = len(labels.names), len(probabilities)
     predictions = predicted_labels(
         probabilities, multi_label=labels.multi_label, threshold=labels.threshold
@@ -114,6 +115,7 @@ def score_classifier_and_write(
                 output=task.output_label,
                 prediction=task.prediction_label,
             ),
+            warning=warning,
         )
         (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
     return metrics

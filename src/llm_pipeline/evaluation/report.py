@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from llm_pipeline.config.data import MIN_EVALUATION_ROWS
 from llm_pipeline.evaluation.charts import escape, length_histogram
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
+from llm_pipeline.progress import status
 
 __all__ = [
     "PIPELINE_VIEW",
@@ -26,6 +28,8 @@ __all__ = [
     "folded_text",
     "render_report",
     "report_page",
+    "warn_if_few_rows",
+    "warning_line",
 ]
 
 #: Where the run report puts the pipeline's view (steps, loss curve, gate) into this page.
@@ -75,6 +79,7 @@ text-align:right}th:first-child,td:first-child{text-align:left}thead th{backgrou
 .ex h3{font-size:13px;margin:0 0 6px;color:#57606a;font-weight:600}
 .ex dl{display:grid;grid-template-columns:90px 1fr;gap:4px 10px;margin:0}
 .ex dt{font-weight:600}.ex dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
+.warning{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:8px 12px}
 details summary{cursor:pointer}svg text{font:11px system-ui,sans-serif;fill:#1f2328}
 """
 
@@ -90,13 +95,15 @@ def render_report(
     words: ReportWords | None = None,
     rouge_types: Sequence[str] = ROUGE_TYPES,
     others: Sequence[OtherScore] = (),
+    warning: str | None = None,
 ) -> str:
     """The report page: scores beside the baselines, output lengths, best and worst examples.
 
     `baselines` maps a name (`lead-3`, `before fine-tuning`) to its scores on the same
     examples. `facts` are short "name: value" items shown under the title (model, split,
     samples...). `rouge_types` are the ROUGE rows shown (examples are ranked by rougeLsum
-    when it is among them, else by the first), `others` the rows after them.
+    when it is among them, else by the first), `others` the rows after them. `warning`, about
+    the whole evaluation (`few_rows_warning`), is shown under the facts.
     """
     words = words or ReportWords()
     n = model.n_examples
@@ -111,6 +118,7 @@ def render_report(
     sections = [
         f"<h1>{escape(words.title)}</h1>",
         facts_line(facts or {}),
+        warning_line(warning),
         PIPELINE_VIEW,
         "<h2>Scores</h2>",
         _scores_table(model, baselines or {}, rouge_types, others),
@@ -139,6 +147,38 @@ def facts_line(facts: Mapping[str, str]) -> str:
     """The short "name: value" items shown under a report's title."""
     items = "".join(f"<span><b>{escape(k)}:</b> {escape(v)}</span>" for k, v in facts.items())
     return f'<p class="facts">{items}</p>'
+
+
+def few_rows_warning(rows: int, split: str) -> str | None:
+    """Why `rows` evaluated rows of `split` are too few for the gate to trust (a score it
+    compares with a served model's should not rest on a handful of rows in silence); None
+    when there are enough (`MIN_EVALUATION_ROWS`, which says why that many)."""
+    if rows >= MIN_EVALUATION_ROWS:
+        return None
+    swing = 100 / max(rows, 1)
+    return (
+        f"evaluated on {rows} {split} row(s), fewer than the {MIN_EVALUATION_ROWS} a gate can "
+        f"trust: one row moves a 0-100 score by {swing:.0f} points and the 95% intervals of "
+        "so few rows are too narrow, so the deploy decision rests on noise; give evaluate "
+        f"more rows (a larger {split} split in the source, or a higher "
+        f"data.max_samples.{split} or evaluate.max_samples)"
+    )
+
+
+def warn_if_few_rows(rows: int, split: str) -> str | None:
+    """`few_rows_warning`, also printed as the step's status (the console) when there is
+    one; the page shows it too (`warning_line`), so the run's report.html opens with it."""
+    warning = few_rows_warning(rows, split)
+    if warning is not None:
+        status(f"warning: {warning}")
+    return warning
+
+
+def warning_line(warning: str | None) -> str:
+    """A warning about the whole evaluation, where it is seen first; "" when there is none."""
+    if warning is None:
+        return ""
+    return f'<p id="evaluation-warning" class="warning"><b>Warning:</b> {escape(warning)}</p>'
 
 
 def _best_and_worst(scores: np.ndarray) -> tuple[list[int], list[int]]:

@@ -21,7 +21,12 @@ from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.exact_match import ExactMatch, exact_match
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.perplexity import ResponseLoss, perplexity
-from llm_pipeline.evaluation.report import OtherScore, ReportWords, render_report
+from llm_pipeline.evaluation.report import (
+    OtherScore,
+    ReportWords,
+    render_report,
+    warn_if_few_rows,
+)
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
 from llm_pipeline.evaluation.runs import ModelOutputs
 from llm_pipeline.evaluation.sentences import lead_k
@@ -74,6 +79,7 @@ def score_and_write(
     or nothing); returns the flat metrics, the model's ROUGE and the lead-k baseline's."""
     generated = outputs.generated
     status(f"scoring {len(generated.texts)} {task.output_label} outputs")
+    warning = warn_if_few_rows(len(generated.texts), examples.split)
     scores = _score(task, generated.texts, examples.references, outputs.losses, config)
     baselines: dict[str, Scores] = {}
     lead_name = f"lead-{config.lead_k}"
@@ -99,7 +105,7 @@ def score_and_write(
     with atomic_output_dir(output_dir) as staging:
         _write_predictions(staging / PREDICTIONS_FILE, task, examples, generated, scores)
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-        page = _report(task, examples, generated.texts, scores, baselines, metrics)
+        page = _report(task, examples, generated.texts, scores, baselines, metrics, warning)
         (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
     lead = baselines.get(lead_name)
     return metrics, scores.rouge, lead.rouge if lead is not None else None
@@ -169,6 +175,7 @@ def _report(
     scores: Scores,
     baselines: dict[str, Scores],
     metrics: dict[str, float],
+    warning: str | None,
 ) -> str:
     others = []
     if scores.exact is not None:
@@ -215,4 +222,5 @@ def _report(
             "distinct predictions": f"{100 * metrics['distinct_predictions']:.0f}%",
             "seconds": f"{metrics['seconds']:.1f}",
         },
+        warning=warning,
     )

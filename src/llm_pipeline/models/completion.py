@@ -13,7 +13,8 @@ The causal-LM counterpart of `generation` (which serves seq2seq models), shared 
 * A prompt longer than `max_prompt_tokens`, or than the model's positions leave room for
   beside the new tokens, loses its start, never its end: the end is what the answer
   continues (a chat's latest turn). Its leading special tokens stay.
-* Only the new tokens are decoded, so a completion never repeats its prompt; a stop string
+* Only the new tokens are decoded, so a completion never repeats its prompt, and it starts
+  at its first word (not with the space a decoder puts after the prompt); a stop string
   ends generation for its row and the text is cut before its first occurrence, so the stop
   string itself is never returned. Stops are looked for in each row's decoded new text
   (microseconds a step) rather than with transformers' `StopStringCriteria`, which rebuilds
@@ -232,7 +233,9 @@ def complete(
             )
             for i, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
                 kept = _until_end(new, stops, pad_id)
-                text = new_text(tokenizer, input_ids[i], kept)
+                # Every prompt ends where an answer turn begins: the space a decoder puts
+                # between the prompt and the first new word is not part of the answer.
+                text = new_text(tokenizer, input_ids[i], kept).lstrip()
                 texts[i] = cut_at_stop(text, settings.stop)
                 counts[i] = len(kept)
     return Generated(texts=texts, token_counts=counts)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import ParameterError, ServeError
 from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.schemas import GenerationParameters
@@ -122,4 +122,7 @@ class Classifier:
             "labels": list(self.labels.names),
             "multi_label": self.labels.multi_label,
             "threshold": self.labels.threshold,
+            # Whether it was trained on pairs of texts (None: not recorded): the page's
+            # second text box.
+            "text_pair": getattr(self.model.config, TEXT_PAIR_ATTRIBUTE, None),
         }

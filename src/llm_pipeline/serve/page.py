@@ -4,7 +4,7 @@
 * `chat` (instruction tuning): a system prompt, the turns so far, a message box, and the
   model's answers; each send posts the whole conversation as one `{"messages": [...]}`
   instance, as any client would.
-* `labels` (a classifier): paste a text (and, for a pair, a second one), see every label's
+* `labels` (a classifier): paste a text (and, for a model of pairs, a second one), see every label's
   score as a bar, highest first; the page asks for all of them (`top_k` = the number of
   labels the loaded model scores).
 
@@ -43,6 +43,7 @@ _STYLE = """
   #summary, .turn.assistant { white-space: pre-wrap; background: #fff3c4;
              border-left: 4px solid #e5a50a; padding: .75rem 1rem; min-height: 1.5rem;
              font-size: 1.1rem; }
+  #summary:empty { display: none; }
   #turns { display: flex; flex-direction: column; gap: .5rem; margin: 1rem 0; }
   .turn { white-space: pre-wrap; padding: .6rem 1rem; border-radius: 4px; }
   .turn.user { background: #dbe8fb; border-left: 4px solid #1a5fb4; }
@@ -178,10 +179,7 @@ _LABELS = """
 every label's score is drawn as a bar.</p>
 <form id="form">
   <textarea id="text" name="text" placeholder="__PLACEHOLDER__" required></textarea>
-  <label class="block" for="text_pair">Second text (optional: the other half of a pair,
-  such as the passage for a question)</label>
-  <textarea id="text_pair" name="text_pair"
-    placeholder="Leave empty to classify the text alone"></textarea>
+  __PAIR_BOX__
   <div class="row">
     <button type="submit" id="go">__ACTION__</button>
     <span id="status"></span>
@@ -194,7 +192,7 @@ every label's score is drawn as a bar.</p>
 __COMMON__
 const MODEL = __MODEL_JSON__;  // the loaded model's labels; null if it was still loading
 const text = document.getElementById("text");
-const pair = document.getElementById("text_pair");
+const pair = document.getElementById("text_pair");  // null for a model of single texts
 const labelsBox = document.getElementById("labels");
 document.getElementById("rule").textContent = MODEL === null ? "" : MODEL.multi_label
   ? "Labels in bold reach the model's threshold (" + MODEL.threshold + ") and are predicted."
@@ -230,14 +228,15 @@ async function run() {
     document.body.dataset.state = "error";
     return;
   }
-  const instance = pair.value.trim() ? {text: text.value, text_pair: pair.value} : text.value;
+  const instance = pair && pair.value.trim() ? {text: text.value, text_pair: pair.value}
+    : text.value;
   const scored = await predict(instance, {top_k: MODEL.labels.length});
   if (scored !== null) draw(scored);
 }
 
 form.addEventListener("submit", (event) => { event.preventDefault(); run(); });
 const query = new URLSearchParams(location.search);
-if (query.get("text_pair")) pair.value = query.get("text_pair");
+if (pair && query.get("text_pair")) pair.value = query.get("text_pair");
 if (query.get("text")) { text.value = query.get("text"); run(); }
 </script>
 """
@@ -291,6 +290,12 @@ async function predict(instance, fixed = {}) {
 
 _LAYOUTS = {"document": _DOCUMENT, "chat": _CHAT, "labels": _LABELS}
 
+#: The labels page's second box, offered unless the model says it reads single texts.
+_PAIR_BOX = """<label class="block" for="text_pair">Second text (optional: the other half of a
+  pair, such as the passage for a question)</label>
+  <textarea id="text_pair" name="text_pair"
+    placeholder="Leave empty to classify the text alone"></textarea>"""
+
 
 def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> str:
     """The served task's page, pointed at this server's predict route; `model` is what the
@@ -308,6 +313,7 @@ def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> s
         "__SETTINGS_JSON__": _as_js(list(offered)),
         "__MODEL_JSON__": _as_js(labels),
         "__SETTINGS__": _settings_inputs(offered, settings),
+        "__PAIR_BOX__": "" if model is not None and model.get("text_pair") is False else _PAIR_BOX,
         "__PREDICT__": html.escape(route),
         "__ACTION__": html.escape(page.action),
         "__PLACEHOLDER__": html.escape(page.placeholder),

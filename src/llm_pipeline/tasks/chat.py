@@ -55,7 +55,8 @@ def as_chat(value: Any) -> Any:
 
 
 def chat_problem(chat: Any, *, need_assistant: bool) -> str | None:
-    """What makes `chat` unusable, naming the turn (counted from 0); None when it is fine.
+    """What makes `chat` unusable, naming the turn as a person counts it (`turn 2 of 3`,
+    `turn_name`); None when it is fine.
 
     `need_assistant`: training needs an assistant turn to learn; a chat sent for a
     completion does not.
@@ -66,21 +67,27 @@ def chat_problem(chat: Any, *, need_assistant: bool) -> str | None:
         return "no turns"
     seen_prompt = False
     for index, turn in enumerate(chat):
+        where = turn_name(index, chat)
         if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
-            return f"turn {index}: not an object with `role` and `content`"
+            return f"{where}: not an object with `role` and `content`"
         role, content = turn["role"], turn["content"]
         if role not in ROLES:
-            return f"turn {index}: unknown role {role!r} (roles: {', '.join(ROLES)})"
+            return f"{where}: unknown role {role!r} (roles: {', '.join(ROLES)})"
         if not isinstance(content, str):
-            return f"turn {index}: content is not text (got {type(content).__name__})"
+            return f"{where}: content is not text (got {type(content).__name__})"
         if not content.strip():
-            return f"turn {index}: no text"
+            return f"{where}: no text"
         if role == "assistant" and not seen_prompt:
-            return f"turn {index}: an assistant turn with no system or user turn before it"
+            return f"{where}: an assistant turn with no system or user turn before it"
         seen_prompt = True
     if need_assistant and not any(turn["role"] == "assistant" for turn in chat):
         return "no assistant turn to learn"
     return None
+
+
+def turn_name(index: int, chat: Sequence[Any]) -> str:
+    """`turn 2 of 3` for `chat[1]`: counted from 1, as a person reading the chat counts."""
+    return f"turn {index + 1} of {len(chat)}"
 
 
 def last_assistant(turns: Sequence[Turn]) -> int:
@@ -209,10 +216,10 @@ class ChatFormat:
             answered = self.render(turns[: index + 1], generation_prompt=False)
             if not asked.startswith(done) or not answered.startswith(asked):
                 raise ChatTemplateError(
-                    f"the chat template renders turn {index} differently once the turns after "
-                    "it follow, so prompt and response tokens cannot be told apart; use a "
-                    "template whose rendering of a chat starts with its rendering of each "
-                    "shorter chat (data.chat_template, for a tokenizer without its own)"
+                    f"the chat template renders {turn_name(index, turns)} differently once "
+                    "the turns after it follow, so prompt and response tokens cannot be told "
+                    "apart; use a template whose rendering of a chat starts with its rendering "
+                    "of each shorter chat (data.chat_template, for a tokenizer without its own)"
                 )
             prompt = self._ids(asked[len(done) :])
             response = self._ids(answered[len(asked) :])
@@ -247,4 +254,5 @@ __all__ = [
     "last_assistant",
     "resolved_chat_template",
     "special_tokens_around",
+    "turn_name",
 ]

@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
 from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
-from llm_pipeline.tasks.chat import ChatFormat, TemplateError, as_chat, chat_problem
+from llm_pipeline.tasks.chat import (
+    ChatFormat,
+    TemplateError,
+    as_chat,
+    chat_problem,
+    turn_name,
+)
 
 
 class InstructionTuning(Task):
@@ -120,8 +126,8 @@ class InstructionTuning(Task):
         last = len(chat) - 1
         if chat[last]["role"] != "user":
             raise InstanceError(
-                f"turn {last}: the chat ends with the {chat[last]['role']}'s turn; it must end "
-                "with the user's, which the model answers",
+                f"{turn_name(last, chat)}: the chat ends with the {chat[last]['role']}'s "
+                "turn; it must end with the user's, which the model answers",
                 ("messages",),
             )
         return [{"role": turn["role"], "content": turn["content"]} for turn in chat]

@@ -19,7 +19,8 @@ from llm_pipeline.train.step_health import lost_steps_warning
 class TrainingStatus(TrainerCallback):
     """`step 40/200 · loss 3.21 · eval loss 3.05 · 1.3 steps/s · 2 min 05 s left`, and a
     warning line after a period that lost steps (skipped, or with non-finite gradients:
-    the counts `FinetuneTrainer.log` adds to a period's entry)."""
+    the counts `FinetuneTrainer.log` adds to a period's entry). The last step is always
+    logged."""
 
     def __init__(self) -> None:
         self._started = 0.0
@@ -34,6 +35,13 @@ class TrainingStatus(TrainerCallback):
         if state.is_world_process_zero:
             where = f" (resumed at step {state.global_step})" if state.global_step else ""
             status(f"training for {state.max_steps} steps{where}")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # The last step is always logged (on every rank: the Trainer gathers the loss), so a
+        # run shorter than train.logging_steps still shows its training loss, here and in
+        # the report's loss curve.
+        if state.global_step >= state.max_steps:
+            control.should_log = True
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any

@@ -4,6 +4,7 @@ a classifier's label set, which preprocess wrote beside them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from datasets import Dataset
 from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.errors import TrainError, UserError
-from llm_pipeline.output_files import Step
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import check_output_complete, local_copy
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train.spec import WorkerSpec
 
 #: The file in the run's work folder that says where this node's copy of the dataset is.
@@ -55,6 +57,27 @@ def label_set(spec: WorkerSpec) -> LabelSet:
         return read_label_set(_copied_dataset(spec))
     except UserError as err:
         raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
+
+
+def reads_text_pairs(spec: WorkerSpec) -> bool:
+    """Whether a classifier's rows are pairs of texts: preprocess keeps the text columns of
+    the task's role set beside the ids (call after `load_splits`, which copies them)."""
+    task = get_task(spec.task)
+    data = load_saved_dataset(_copied_dataset(spec), made_by=Step.PREPROCESS, error=TrainError)
+    columns = data["train"]
+    roles = task.role_set_among(columns.column_names) or ()
+    return len([role for role in roles if role != task.target_role]) > 1
+
+
+def chat_template(spec: WorkerSpec) -> str | None:
+    """The chat template preprocess rendered the chats with (a causal LM's dataset), or None
+    (call after `load_splits`, which copies the dataset)."""
+    report = _copied_dataset(spec) / PREPROCESS_REPORT_FILE
+    try:
+        template = json.loads(report.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return template if isinstance(template, str) else None
 
 
 def _model_inputs(split: Dataset) -> Dataset:

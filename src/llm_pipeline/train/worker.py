@@ -31,7 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
 from llm_pipeline.launch.failures import out_of_memory_message
 from llm_pipeline.models.loading import freeze_encoder, load_model
@@ -125,6 +125,10 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         "deepspeed": args.deepspeed,
         "world_size": dist.get_world_size(),
     }
+    if template := training_data.chat_template(spec):
+        # Saved with the tokenizer, so whatever serves or loads the folder renders chats
+        # (history included) as training did, with no setting to pass along.
+        tokenizer.chat_template = template
     save_final_model(trainer, tokenizer, spec, resolved=resolved)
     write_result(spec, _result(trainer, layout, metrics))
     process_group.leave()
@@ -205,7 +209,10 @@ def _build_model(
     `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
     set_seed(spec.train.seed)
     kind = get_task(spec.task).model_kind
-    labels = label_set.model_config_fields() if label_set is not None else None
+    labels = None
+    if label_set is not None:  # a classifier: its labels, and whether it reads text pairs
+        pairs = training_data.reads_text_pairs(spec)
+        labels = label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: pairs}
     model = load_model(spec.model, tokenizer, kind=kind, labels=labels)
     lora = spec.train.lora
     wrapped = apply_lora(model, lora, kind=kind) if lora is not None else model
