@@ -55,6 +55,8 @@ class StepConsole(io.TextIOBase):
     timings: dict[str, StepTiming] = field(default_factory=dict)
     _partial: str = ""
     _current: str | None = None
+    #: The run is being stopped (Ctrl-C, SIGTERM): a step that ends now was stopped.
+    _stopping: bool = False
     _tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
     def writable(self) -> bool:
@@ -98,6 +100,8 @@ class StepConsole(io.TextIOBase):
         took = format_duration(timing.seconds)
         if state == "SUCCESS":
             self._show(f"✓ {name} ({took})")
+        elif self._stopping:
+            self._show(f"■ {name} stopped after {took}")
         else:
             self._show(f"✗ {name} failed after {took}; its last lines:")
             for line in self._tail:
@@ -108,6 +112,14 @@ class StepConsole(io.TextIOBase):
         now = time.monotonic()
         self.timings[name] = StepTiming(started=now, ended=now, cache_key=key)
         self._show(f"✓ {name} ({REUSED})")
+
+    def stopping(self, line: str) -> None:
+        """Say that the run is being stopped, and why (`line`), in verbose mode too; the
+        steps that end from now on were stopped, not failed (no last lines shown)."""
+        self._stopping = True
+        self.log.write(line + "\n")
+        self.terminal.write(line + "\n")
+        self.flush()
 
     def _show(self, line: str) -> None:
         if not self.verbose:
