@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,10 @@ MB = 1_000_000
 
 def _run(root: Path, stamp: str, *, checkpoints: int = 2) -> Path:
     """A finished run's folder: data, tokenized data, a model, checkpoints, the evaluation,
-    its report and log; and the KFP cache entry for its download step."""
-    run = root / f"llm-pipeline-local-2026-11-26-{stamp}-000001"
+    its report and log, each written a minute after the run started (`stamp`, which its name
+    holds, as KFP names it); and the KFP cache entry for its download step."""
+    started = datetime.strptime(f"2020-01-01-{stamp}", "%Y-%m-%d-%H-%M-%S").timestamp()
+    run = root / f"llm-pipeline-local-2020-01-01-{stamp}-000001"
     files = {
         "download/dataset/train/data.arrow": MB,
         "download/metrics": 10,
@@ -44,6 +47,8 @@ def _run(root: Path, stamp: str, *, checkpoints: int = 2) -> Path:
     for name, size in files.items():
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_bytes(b"x" * size)
+    for path in [run, *run.rglob("*")]:
+        os.utime(path, (started + 60, started + 60))
     cache = root / ".kfp_cache"
     cache.mkdir(exist_ok=True)
     entry = {"dataset": {"uri": str(run / "download" / "dataset")}}
@@ -78,6 +83,19 @@ def test_clean_removes_old_runs_data_models_and_checkpoints_only(
         ]
     )
     assert sum(r.size for r in planned) > 10 * MB
+
+
+def test_checkpoints_a_newer_run_resumed_from_and_wrote_stay(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A run resumed from a stopped one's checkpoints (`--set train.checkpoint_dir=...`, as
+    the stop line prints) goes on writing them in the stopped run's folder."""
+    root, old, _ = runs
+    written = old / "finetune" / "checkpoints" / "run-abc" / "checkpoint-3"
+    written.mkdir()  # now, after the newest run started
+    planned = [r.path for r in plan_cleanup(root, keep=1, temp_dir=tmp_path / "no-temp")]
+    assert old / "finetune" / "checkpoints" not in planned
+    assert old / "finetune" / "trained_model" in planned
 
 
 def test_clean_command_dry_run_then_for_real(

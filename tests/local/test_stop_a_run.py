@@ -100,6 +100,8 @@ def test_a_signal_during_finetune_ends_the_whole_run(
     assert (Path(folder) / checkpoint_name / "COMPLETE.json").is_file()
     resume = shlex.split(last.split("; resume: ")[1].split("; clean up: ")[0])
     assert f"train.checkpoint_dir={Path(folder).parent}" in resume
+    assert f"Stopping the run ({name}): training saves a checkpoint at its next step" in output
+    assert "■ finetune stopped after " in output and "finetune failed after" not in output
     assert "[STOP] finetune" in output and "Pipeline stopped" in output
     assert "Kept on disk: " in output
 

@@ -11,7 +11,9 @@ that point into them (a later run would otherwise reuse data that is gone). Also
 KFP's temporary folders in the system's temp folder that runs before this version left
 (`tmp.*` holding only the step's `ephemeral_component.py`), and run scratch folders whose
 run is gone (`scratch`). A run folder without its `pipeline.log` that changed in the last
-`RECENT_S` may still be running and is left alone.
+`RECENT_S` may still be running and is left alone, and so are checkpoints written since the
+oldest kept run started: a run resumed from a stopped one's checkpoints
+(`train.checkpoint_dir`) keeps writing them in the stopped run's folder.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from llm_pipeline.local.disk import folder_size
@@ -66,7 +69,8 @@ def run_folders(root: Path) -> list[Path]:
 def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> list[Removal]:
     """What `clean` removes under `root` (and in `temp_dir`, default the system's)."""
     runs = run_folders(root)
-    old = runs[: max(len(runs) - keep, 0)]
+    old, kept = runs[: max(len(runs) - keep, 0)], runs[max(len(runs) - keep, 0) :]
+    since = _started(kept[0]) if kept else float("inf")
     removals: list[Removal] = []
     for run in old:
         if _may_be_running(run):
@@ -74,7 +78,7 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
         for step in INTERMEDIATE_STEPS:
             folder = run / step.display_name
             for child in sorted(folder.iterdir()) if folder.is_dir() else []:
-                if child.is_dir():
+                if child.is_dir() and not _written_since(child, since):
                     why = f"{step.display_name}'s {child.name} of an old run"
                     removals.append(Removal(child, folder_size(child), why))
     removals += _stale_cache_entries(root / CACHE_FOLDER, [r.path for r in removals])
@@ -91,6 +95,18 @@ def remove(removals: list[Removal]) -> int:
             removal.path.unlink(missing_ok=True)
         freed += removal.size
     return freed
+
+
+def _started(run: Path) -> float:
+    """When a run started: the time in its folder's name (KFP's, local time)."""
+    match = RUN_FOLDER.match(run.name)
+    assert match is not None
+    return datetime.strptime(match.group(1), "%Y-%m-%d-%H-%M-%S-%f").timestamp()
+
+
+def _written_since(folder: Path, since: float) -> bool:
+    """Whether `folder`'s entries (a checkpoint folder's checkpoints) changed after `since`."""
+    return any(entry.stat().st_mtime >= since for entry in folder.glob("*/*"))
 
 
 def _may_be_running(run: Path) -> bool:
