@@ -258,6 +258,10 @@ def test_a_stopped_run_says_what_it_stopped_kept_and_how_to_clean_up(tmp_path: P
     stopped = replace(run, steps=steps, succeeded=False, stopped_by=signal.SIGINT)
     text = format_summary(stopped)
     assert "[STOP] finetune" in text and "[skip] evaluate" in text
+    report = write_run_report(stopped, title="demo")
+    assert report is not None
+    page = report.read_text()
+    assert "<b>run:</b> stopped" in page and "<td>finetune</td><td>stopped</td>" in page
     assert text.endswith("Pipeline stopped (4 min 02 s in steps).")
     line = format_stop(
         stopped,
