@@ -85,17 +85,22 @@ def test_clean_removes_old_runs_data_models_and_checkpoints_only(
     assert sum(r.size for r in planned) > 10 * MB
 
 
-def test_checkpoints_a_newer_run_resumed_from_and_wrote_stay(
+def test_checkpoints_a_kept_run_resumed_from_stay(
     runs: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     """A run resumed from a stopped one's checkpoints (`--set train.checkpoint_dir=...`, as
-    the stop line prints) goes on writing them in the stopped run's folder."""
-    root, old, _ = runs
-    written = old / "finetune" / "checkpoints" / "run-abc" / "checkpoint-3"
-    written.mkdir()  # now, after the newest run started
+    the stop line prints) uses them in the stopped run's folder: its resolved config says so."""
+    root, old, new = runs
+    resolved = new / "configure" / "resolved"
+    resolved.parent.mkdir()
+    used = old / "finetune" / "checkpoints"
+    resolved.write_text(json.dumps({"train": {"checkpoint_dir": str(used)}}))
     planned = [r.path for r in plan_cleanup(root, keep=1, temp_dir=tmp_path / "no-temp")]
-    assert old / "finetune" / "checkpoints" not in planned
+    assert used not in planned
     assert old / "finetune" / "trained_model" in planned
+    resolved.write_text(json.dumps({"train": {"checkpoint_dir": None}}))
+    planned = [r.path for r in plan_cleanup(root, keep=1, temp_dir=tmp_path / "no-temp")]
+    assert used in planned
 
 
 def test_clean_command_dry_run_then_for_real(

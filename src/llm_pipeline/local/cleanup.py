@@ -11,9 +11,9 @@ that point into them (a later run would otherwise reuse data that is gone). Also
 KFP's temporary folders in the system's temp folder that runs before this version left
 (`tmp.*` holding only the step's `ephemeral_component.py`), and run scratch folders whose
 run is gone (`scratch`). A run folder without its `pipeline.log` that changed in the last
-`RECENT_S` may still be running and is left alone, and so are checkpoints written since the
-oldest kept run started: a run resumed from a stopped one's checkpoints
-(`train.checkpoint_dir`) keeps writing them in the stopped run's folder.
+`RECENT_S` may still be running and is left alone, and so is a folder that a kept run's
+`train.checkpoint_dir` names (read from its resolved config): a run resumed from a stopped
+one's checkpoints, as the stop line's command does, uses them in the stopped run's folder.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from llm_pipeline.local.disk import folder_size
@@ -39,6 +38,8 @@ RUN_FOLDER = re.compile(r"^.+-(\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{6})$")
 INTERMEDIATE_STEPS = (Step.DOWNLOAD, Step.PREPROCESS, Step.FINETUNE)
 #: A run folder without its log that changed more recently than this may be running.
 RECENT_S = 600.0
+#: The configure step's output holding the run's resolved config (JSON).
+RESOLVED = "resolved"
 #: What KFP's `mktemp -d` leaves per step: the component's source, nothing else.
 KFP_TEMP_FILE = "ephemeral_component.py"
 
@@ -70,7 +71,7 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
     """What `clean` removes under `root` (and in `temp_dir`, default the system's)."""
     runs = run_folders(root)
     old, kept = runs[: max(len(runs) - keep, 0)], runs[max(len(runs) - keep, 0) :]
-    since = _started(kept[0]) if kept else float("inf")
+    in_use = [folder for run in kept if (folder := _checkpoint_dir(run)) is not None]
     removals: list[Removal] = []
     for run in old:
         if _may_be_running(run):
@@ -78,7 +79,7 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
         for step in INTERMEDIATE_STEPS:
             folder = run / step.display_name
             for child in sorted(folder.iterdir()) if folder.is_dir() else []:
-                if child.is_dir() and not _written_since(child, since):
+                if child.is_dir() and not any(_overlap(child, used) for used in in_use):
                     why = f"{step.display_name}'s {child.name} of an old run"
                     removals.append(Removal(child, folder_size(child), why))
     removals += _stale_cache_entries(root / CACHE_FOLDER, [r.path for r in removals])
@@ -97,16 +98,20 @@ def remove(removals: list[Removal]) -> int:
     return freed
 
 
-def _started(run: Path) -> float:
-    """When a run started: the time in its folder's name (KFP's, local time)."""
-    match = RUN_FOLDER.match(run.name)
-    assert match is not None
-    return datetime.strptime(match.group(1), "%Y-%m-%d-%H-%M-%S-%f").timestamp()
+def _checkpoint_dir(run: Path) -> Path | None:
+    """The local `train.checkpoint_dir` a run was configured with (its configure step's
+    resolved config), None for the default (its own folder) or an unreadable config."""
+    try:
+        config = json.loads((run / Step.CONFIGURE.display_name / RESOLVED).read_text())
+        folder = config["train"]["checkpoint_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Path(folder).expanduser().resolve() if folder and "://" not in folder else None
 
 
-def _written_since(folder: Path, since: float) -> bool:
-    """Whether `folder`'s entries (a checkpoint folder's checkpoints) changed after `since`."""
-    return any(entry.stat().st_mtime >= since for entry in folder.glob("*/*"))
+def _overlap(path: Path, other: Path) -> bool:
+    path = path.resolve()
+    return path == other or path.is_relative_to(other) or other.is_relative_to(path)
 
 
 def _may_be_running(run: Path) -> bool:
