@@ -23,6 +23,11 @@ from llm_pipeline.local.scratch import PREFIX, run_scratch_folder
 MB = 1_000_000
 
 
+def _key(stamp: str) -> str:
+    """A KFP cache key (hex) for the run started at `stamp`."""
+    return "ca" + stamp.replace("-", "")
+
+
 def _run(root: Path, stamp: str, *, checkpoints: int = 2) -> Path:
     """A finished run's folder: data, tokenized data, a model, checkpoints, the evaluation,
     its report and log, each written a minute after the run started (`stamp`, which its name
@@ -52,7 +57,7 @@ def _run(root: Path, stamp: str, *, checkpoints: int = 2) -> Path:
     cache = root / ".kfp_cache"
     cache.mkdir(exist_ok=True)
     entry = {"dataset": {"uri": str(run / "download" / "dataset")}}
-    (cache / f"key-{stamp}.json").write_text(json.dumps(entry))
+    (cache / f"{_key(stamp)}.json").write_text(json.dumps(entry))
     return run
 
 
@@ -79,7 +84,7 @@ def test_clean_removes_old_runs_data_models_and_checkpoints_only(
             f"{old.name}/finetune/checkpoints",
             f"{old.name}/finetune/logs",
             f"{old.name}/finetune/trained_model",
-            ".kfp_cache/key-08-00-00.json",
+            f".kfp_cache/{_key('08-00-00')}.json",
         ]
     )
     assert sum(r.size for r in planned) > 10 * MB
@@ -103,6 +108,21 @@ def test_checkpoints_a_kept_run_resumed_from_stay(
     assert used in planned
 
 
+def test_outputs_a_kept_run_reused_from_the_cache_stay(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """The newest run was served the old run's download from KFP's cache: its log says so. A
+    resume of it needs the same data folder (the checkpoints' fingerprint holds its path)."""
+    root, old, new = runs
+    key = _key("08-00-00")
+    log = f"09:00:01.000 - INFO - Task download cache hit (key={key}); skipping execution."
+    (new / "pipeline.log").write_text(log + "\n")
+    planned = [r.path for r in plan_cleanup(root, keep=1, temp_dir=tmp_path / "no-temp")]
+    assert old / "download" / "dataset" not in planned
+    assert root / ".kfp_cache" / f"{key}.json" not in planned
+    assert old / "preprocess" / "tokenized" in planned
+
+
 def test_clean_command_dry_run_then_for_real(
     runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,7 +140,7 @@ def test_clean_command_dry_run_then_for_real(
         assert (old / kept).exists(), kept
     assert (new / "finetune" / "checkpoints" / "run-abc" / "checkpoint-2").is_dir()
     assert (root / "registry" / "models" / "m" / "1" / "model.safetensors").is_file()
-    assert sorted(p.name for p in (root / ".kfp_cache").iterdir()) == ["key-09-00-00.json"]
+    assert sorted(p.name for p in (root / ".kfp_cache").iterdir()) == [f"{_key('09-00-00')}.json"]
 
     assert main(["clean", "--pipeline-root", str(root)]) == 0
     assert "Nothing to remove" in capsys.readouterr().out

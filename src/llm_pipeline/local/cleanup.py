@@ -11,9 +11,10 @@ that point into them (a later run would otherwise reuse data that is gone). Also
 KFP's temporary folders in the system's temp folder that runs before this version left
 (`tmp.*` holding only the step's `ephemeral_component.py`), and run scratch folders whose
 run is gone (`scratch`). A run folder without its `pipeline.log` that changed in the last
-`RECENT_S` may still be running and is left alone, and so is a folder that a kept run's
-`train.checkpoint_dir` names (read from its resolved config): a run resumed from a stopped
-one's checkpoints, as the stop line's command does, uses them in the stopped run's folder.
+`RECENT_S` may still be running and is left alone, and so is what a kept run uses in an
+old run's folder: the checkpoints its `train.checkpoint_dir` names (its resolved config says),
+as when it was resumed from a stopped run with the command the stop line prints, and the
+outputs it reused from KFP's cache (its log says), which a resume needs to match.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_pipeline.local.console import CACHE_HIT
 from llm_pipeline.local.disk import folder_size
 from llm_pipeline.local.run_pipeline import CACHE_FOLDER, LOG_FILE
 from llm_pipeline.local.scratch import abandoned_folders
@@ -71,7 +73,9 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
     """What `clean` removes under `root` (and in `temp_dir`, default the system's)."""
     runs = run_folders(root)
     old, kept = runs[: max(len(runs) - keep, 0)], runs[max(len(runs) - keep, 0) :]
+    cache = root / CACHE_FOLDER
     in_use = [folder for run in kept if (folder := _checkpoint_dir(run)) is not None]
+    in_use += [uri for run in kept for uri in _reused(run, cache)]
     removals: list[Removal] = []
     for run in old:
         if _may_be_running(run):
@@ -82,7 +86,7 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
                 if child.is_dir() and not any(_overlap(child, used) for used in in_use):
                     why = f"{step.display_name}'s {child.name} of an old run"
                     removals.append(Removal(child, folder_size(child), why))
-    removals += _stale_cache_entries(root / CACHE_FOLDER, [r.path for r in removals])
+    removals += _stale_cache_entries(cache, [r.path for r in removals])
     return removals + _temporary_leftovers(Path(temp_dir or tempfile.gettempdir()))
 
 
@@ -125,18 +129,34 @@ def _stale_cache_entries(cache: Path, removed: list[Path]) -> list[Removal]:
     """KFP cache entries that name an output about to be removed."""
     stale = []
     for entry in sorted(cache.glob("*.json")) if cache.is_dir() else []:
-        try:
-            outputs = json.loads(entry.read_text())
-        except (OSError, ValueError):
-            continue
-        uris = [
-            Path(value["uri"])
-            for value in outputs.values()
-            if isinstance(value, dict) and isinstance(value.get("uri"), str)
-        ]
+        uris = _cache_uris(entry)
         if any(uri == path or uri.is_relative_to(path) for uri in uris for path in removed):
             stale.append(Removal(entry, entry.stat().st_size, "cache entry for removed outputs"))
     return stale
+
+
+def _cache_uris(entry: Path) -> list[Path]:
+    """The output locations a KFP cache entry names."""
+    try:
+        outputs = json.loads(entry.read_text())
+    except (OSError, ValueError):
+        return []
+    return [
+        Path(value["uri"])
+        for value in outputs.values()
+        if isinstance(value, dict) and isinstance(value.get("uri"), str)
+    ]
+
+
+def _reused(run: Path, cache: Path) -> list[Path]:
+    """The outputs of earlier runs that `run` was served from KFP's cache (its log's lines)."""
+    try:
+        log = (run / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    keys = {match.group(2) for match in CACHE_HIT.finditer(log)}
+    entries = [entry for key in keys for entry in cache.glob(f"{key}*.json")]
+    return [uri.resolve() for entry in entries for uri in _cache_uris(entry)]
 
 
 def _temporary_leftovers(temp_dir: Path) -> list[Removal]:

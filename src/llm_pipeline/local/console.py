@@ -24,7 +24,8 @@ from llm_pipeline.progress import format_duration, parse_status
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"Executing task '([^']+)'")
 _FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
-_CACHED = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
+#: KFP's line for a step served from its cache: the task and the start of the cache key.
+CACHE_HIT = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
 #: How a step served from KFP's cache is described, wherever a run is shown.
 REUSED = "reused: same inputs as an earlier run"
 #: Lines of a failed step's own output shown under it (its error is among the last).
@@ -81,7 +82,7 @@ class StepConsole(io.TextIOBase):
             self._start(started.group(1))
         elif finished := _FINISHED.search(line):
             self._finish(finished.group(1), finished.group(2))
-        elif cached := _CACHED.search(line):
+        elif cached := CACHE_HIT.search(line):
             self._served_from_cache(cached.group(1), cached.group(2))
         elif (message := parse_status(line)) is not None:
             self._show(f"    {message}")
