@@ -40,6 +40,8 @@ CORE = [
     "pandas>=2.0",
     # Reads requirements.lock and requirement markers (llm_pipeline.lockfile).
     "packaging>=24",
+    # A stopped local run finds and ends its steps' processes (local/stopping.py).
+    "psutil>=5.9",
 ]
 
 EXTRAS = {

@@ -18,7 +18,7 @@ from llm_pipeline.config import load_config
 from .pipeline_cli import REPO, run_pipeline
 
 #: `pipeline.py`'s subcommands; one that is dispatched another way is missing from `--help`.
-SUBCOMMANDS = {"run", "registry", "rollback", "serve", "schedules"}
+SUBCOMMANDS = {"run", "registry", "rollback", "serve", "schedules", "clean"}
 #: The commands run with `python -m`, each a module under llm_pipeline/cli/.
 MODULE_COMMANDS = ("serve", "container", "image_check", "docs")
 

@@ -54,3 +54,33 @@ def test_a_launch_without_a_signal_reports_none(tmp_path: Path) -> None:
     )
     assert ended.code == 0 and ended.forwarded_signal is None
     assert ended.output_tail == "done\n"
+
+
+def test_ctrl_c_reaches_the_launcher_once_as_sigterm_outside_the_terminals_group(
+    tmp_path: Path,
+) -> None:
+    """A local run's Ctrl-C: the terminal signals its foreground group, which the launcher is
+    not in (its ranks would each raise KeyboardInterrupt instead of saving); the step passes
+    one SIGTERM on, whatever it gets, and waits."""
+    launcher = _LAUNCHER.replace(
+        'print("ready", flush=True)',
+        'import os; print(f"group {os.getpgid(0)}", flush=True)',
+    )
+
+    def interrupt_this_process_twice() -> None:
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGINT)
+    threading.Thread(target=interrupt_this_process_twice, daemon=True).start()
+
+    ended = run_launcher([sys.executable, "-c", launcher], env=dict(os.environ), log_dir=tmp_path)
+
+    assert ended.code == 75
+    assert ended.forwarded_signal == signal.SIGINT
+    assert "terms 1" in ended.output_tail
+    group = int(ended.output_tail.split("group ")[1].split()[0])
+    assert group != os.getpgid(0)
+    assert signal.getsignal(signal.SIGINT) == before

@@ -238,3 +238,60 @@ def test_a_run_that_lost_no_step_says_nothing_of_it(tmp_path: Path) -> None:
     assert "non-finite" not in format_summary(run)
     report = write_run_report(run, title="demo")
     assert report is not None and "lost-steps" not in report.read_text()
+
+
+def test_summary_says_what_the_run_kept_on_disk_and_how_to_clean_up(tmp_path: Path) -> None:
+    from llm_pipeline.local.disk import kept_on_disk
+
+    run = _run(tmp_path)
+    assert run.run_dir is not None
+    checkpoint = run.run_dir / "finetune" / "checkpoints" / "run-1" / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"x" * 2_500_000)
+    kept = kept_on_disk(run.run_dir)
+    text = format_summary(run, kept=kept, clean_command="python pipeline.py clean")
+    assert f"Kept on disk: 2.5 MB in {run.run_dir} (checkpoints 2.5 MB of it, in " in text
+    assert "Old runs' checkpoints and data: python pipeline.py clean" in text
+
+
+def test_a_stopped_run_says_what_it_stopped_kept_and_how_to_clean_up(tmp_path: Path) -> None:
+    import signal
+
+    from llm_pipeline.local.summary import format_stop
+
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, status="stopped")
+        if step.name == "finetune"
+        else replace(step, status="not run")
+        if step.name in ("evaluate", "should-deploy", "deploy")
+        else step
+        for step in run.steps
+    )
+    stopped = replace(run, steps=steps, succeeded=False, stopped_by=signal.SIGINT)
+    text = format_summary(stopped)
+    assert "[STOP] finetune" in text and "[skip] evaluate" in text
+    report = write_run_report(stopped, title="demo")
+    assert report is not None
+    page = report.read_text()
+    assert "<b>run:</b> stopped" in page and "<td>finetune</td><td>stopped</td>" in page
+    assert text.endswith("Pipeline stopped (4 min 02 s in steps).")
+    line = format_stop(
+        stopped,
+        checkpoint=tmp_path / "ck" / "run-1" / "checkpoint-40",
+        resume_command="python pipeline.py --config c.json --set train.checkpoint_dir=/ck",
+        clean_command="python pipeline.py clean",
+    )
+    assert line == (
+        "Ctrl-C (SIGINT): stopped finetune and every process it started; kept checkpoint-40 in "
+        f"{tmp_path / 'ck' / 'run-1'}; resume: python pipeline.py --config c.json --set "
+        "train.checkpoint_dir=/ck; clean up: python pipeline.py clean"
+    )
+    nothing = format_stop(
+        replace(stopped, stopped_by=signal.SIGTERM),
+        checkpoint=None,
+        resume_command="",
+        clean_command="python pipeline.py clean",
+    )
+    assert nothing.startswith("SIGTERM: stopped finetune and every process it started; ")
+    assert "; no complete checkpoint was kept; " in nothing

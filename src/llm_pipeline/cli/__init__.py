@@ -8,6 +8,7 @@
     rollback   cli/registry.py  serve again what an endpoint served before
     serve      cli/registry.py  serve what a local endpoint serves (cli/serve.py)
     schedules  cli/vertex.py    list, pause, resume or delete Vertex AI pipeline schedules
+    clean      cli/clean.py     remove old local runs' data, models and checkpoints
 
 The commands that images and `make` run are modules here too, run with `python -m`:
 `cli/serve.py` (the serving image's server), `cli/container.py` (the train image's
@@ -40,6 +41,8 @@ examples:
       run the prediction server for what a local endpoint serves (page at /)
   python pipeline.py schedules list --config configs/small1vm1gpu.json --project my-project
       list the Vertex AI pipeline schedules of a project
+  python pipeline.py clean --dry-run
+      what old local runs' data, models and checkpoints take, to remove with `clean`
 
 commands the images and `make docs` run (python -m llm_pipeline.cli.NAME --help):
   serve        the prediction server of the serving images
@@ -51,7 +54,7 @@ commands the images and `make docs` run (python -m llm_pipeline.cli.NAME --help)
 
 def build_parser() -> argparse.ArgumentParser:
     """`pipeline.py` with its subcommands, each with its own flags and examples."""
-    from llm_pipeline.cli import registry, run, vertex
+    from llm_pipeline.cli import clean, registry, run, vertex
 
     parser = argparse.ArgumentParser(
         prog="pipeline.py",
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(commands)
     registry.add_parsers(commands)
     vertex.add_schedules_parser(commands)
+    clean.add_parser(commands)
     return parser
 
 

@@ -1,7 +1,8 @@
 """`pipeline.py run` (the default command): load the config, build the pipeline, then run it
 here, compile it, or hand it to cli/vertex.py for Vertex AI.
 
-Exit codes: 0 success, 1 a step failed, 2 the config or the command line is wrong.
+Exit codes: 0 success, 1 a step failed, 2 the config or the command line is wrong; a local run
+stopped by Ctrl-C exits 130, by SIGTERM 143 (cli/clean.py says what it kept).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import json
 import sys
 from pathlib import Path
 
-from llm_pipeline.cli import vertex
+from llm_pipeline.cli import clean, vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.fit.check import SKIP_FLAG, check_fit, enforce
 from llm_pipeline.fit.places import Target
 from llm_pipeline.fit.table import format_table
 from llm_pipeline.local import LocalRun, run_local, step_order
+from llm_pipeline.local.disk import kept_on_disk
 from llm_pipeline.local.summary import format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step
 from llm_pipeline.pipelines import build_pipeline
@@ -124,7 +126,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     vertex.add_vertex_arguments(parser)
 
 
-def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
+def print_summary(
+    run: LocalRun, config: PipelineConfig | None = None, pipeline_root: Path = DEFAULT_LOCAL_ROOT
+) -> None:
     """Write the run report into the run's folder and print the summary that points at it."""
     # Here, not at the top: the report's page code loads ROUGE (nltk), a second at start-up
     # that --help, --dry-run and the Vertex commands do not need.
@@ -139,9 +143,18 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
     headline = (
         {"headline": config.deploy_policy.metric} if config and config.deploy_policy.metric else {}
     )
+    checkpoint_dir = config.train.checkpoint_dir if config else None
+    kept = kept_on_disk(run.run_dir, checkpoint_dir) if run.run_dir else None
     print(
         format_summary(
-            run, report=report, registry=registry, example=example, endpoint=endpoint, **headline
+            run,
+            report=report,
+            registry=registry,
+            example=example,
+            endpoint=endpoint,
+            kept=kept,
+            clean_command=clean.clean_command(pipeline_root),
+            **headline,
         )
     )
 
@@ -238,5 +251,9 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         print(f"\nWould run locally under {local_root}/: {' → '.join(steps)}")
         return 0
     run = run_local(pipeline, pipeline_root=local_root, verbose=args.verbose)
-    print_summary(run, config)
+    print_summary(run, config, local_root)
+    if run.stopped_by is not None:
+        checkpoints = config.train.checkpoint_dir
+        print(clean.stop_line(run, args=args, pipeline_root=local_root, checkpoint_dir=checkpoints))
+        return clean.exit_code(run)
     return 0 if run.succeeded else 1

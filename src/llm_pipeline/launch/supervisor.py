@@ -2,8 +2,12 @@
 steps both do: its output echoed live, its last lines and every rank's logs kept for the
 failure message (`failures.first_failure`). A SIGTERM this process gets (a preempted VM, a
 `kill`) is passed on to the launcher, which passes it to the ranks, and the wait goes on: the
-ranks save a checkpoint and exit, and only then does this process return. If this process
-dies without a word (SIGKILL, OOM), the kernel sends the launcher SIGTERM (`lifetime`)."""
+ranks save a checkpoint and exit, and only then does this process return. A SIGINT (Ctrl-C in
+the terminal of a local run) is passed on the same way, as a SIGTERM: the launcher runs in a
+process group of its own, so the terminal's SIGINT reaches this process only, and the ranks
+get one signal that they know how to stop on, instead of a KeyboardInterrupt each. If this
+process dies without a word (SIGKILL, OOM), the kernel sends the launcher SIGTERM
+(`lifetime`)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from typing import Any
 
 from llm_pipeline.launch.lifetime import STEP_PID_ENV, dies_with_this_process
 
+#: The signals passed on to the launcher (as SIGTERM): a preemption's, and a local run's Ctrl-C.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Lines of a launcher's output kept to find why it failed.
 OUTPUT_TAIL_LINES = 400
 
@@ -54,13 +60,16 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
         # The launcher gets SIGTERM when this thread ends, however it ends (SIGKILL included),
         # and passes it to its ranks: nothing started here outlives this process.
         preexec_fn=dies_with_this_process(),
+        # Out of the terminal's foreground group: Ctrl-C reaches the launcher through
+        # `_forward_signals` only, once, as the SIGTERM it stops its ranks on.
+        process_group=0,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
     )
     forwarded: list[int] = []
-    previous = _forward_sigterm(process, forwarded)
+    previous = _forward_signals(process, forwarded)
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -71,24 +80,25 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
         if process.poll() is None:
             process.terminate()
             process.wait()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return LauncherExit(code, "".join(tail), forwarded[0] if forwarded else None)
 
 
-def _forward_sigterm(process: subprocess.Popen[str], forwarded: list[int]) -> Any:
-    """Pass SIGTERM on to `process` once, noting it in `forwarded`; returns the handler it
-    replaced (None off the main thread, where Python allows no signal handlers).
+def _forward_signals(process: subprocess.Popen[str], forwarded: list[int]) -> dict[int, Any]:
+    """Pass SIGTERM or SIGINT on to `process`, once, as SIGTERM, noting the signal received in
+    `forwarded`; returns the handlers it replaced (none off the main thread, where Python
+    allows no signal handlers).
 
     Once only: torchrun treats a second SIGTERM during its shutdown as a new failure and
     stops waiting for the ranks' save.
     """
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return {}
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if not forwarded and process.poll() is None:
             forwarded.append(signum)
-            process.send_signal(signum)
+            process.send_signal(signal.SIGTERM)
 
-    return signal.signal(signal.SIGTERM, forward)
+    return {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}

@@ -24,7 +24,8 @@ from llm_pipeline.progress import format_duration, parse_status
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"Executing task '([^']+)'")
 _FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
-_CACHED = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
+#: KFP's line for a step served from its cache: the task and the start of the cache key.
+CACHE_HIT = re.compile(r"Task (\S+) cache hit \(key=([0-9a-f]+)\)")
 #: How a step served from KFP's cache is described, wherever a run is shown.
 REUSED = "reused: same inputs as an earlier run"
 #: Lines of a failed step's own output shown under it (its error is among the last).
@@ -55,6 +56,8 @@ class StepConsole(io.TextIOBase):
     timings: dict[str, StepTiming] = field(default_factory=dict)
     _partial: str = ""
     _current: str | None = None
+    #: The run is being stopped (Ctrl-C, SIGTERM): a step that ends now was stopped.
+    _stopping: bool = False
     _tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
     def writable(self) -> bool:
@@ -79,7 +82,7 @@ class StepConsole(io.TextIOBase):
             self._start(started.group(1))
         elif finished := _FINISHED.search(line):
             self._finish(finished.group(1), finished.group(2))
-        elif cached := _CACHED.search(line):
+        elif cached := CACHE_HIT.search(line):
             self._served_from_cache(cached.group(1), cached.group(2))
         elif (message := parse_status(line)) is not None:
             self._show(f"    {message}")
@@ -98,6 +101,8 @@ class StepConsole(io.TextIOBase):
         took = format_duration(timing.seconds)
         if state == "SUCCESS":
             self._show(f"✓ {name} ({took})")
+        elif self._stopping:
+            self._show(f"■ {name} stopped after {took}")
         else:
             self._show(f"✗ {name} failed after {took}; its last lines:")
             for line in self._tail:
@@ -108,6 +113,14 @@ class StepConsole(io.TextIOBase):
         now = time.monotonic()
         self.timings[name] = StepTiming(started=now, ended=now, cache_key=key)
         self._show(f"✓ {name} ({REUSED})")
+
+    def stopping(self, line: str) -> None:
+        """Say that the run is being stopped, and why (`line`), in verbose mode too; the
+        steps that end from now on were stopped, not failed (no last lines shown)."""
+        self._stopping = True
+        self.log.write(line + "\n")
+        self.terminal.write(line + "\n")
+        self.flush()
 
     def _show(self, line: str) -> None:
         if not self.verbose:

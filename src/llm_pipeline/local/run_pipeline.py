@@ -19,6 +19,8 @@ from typing import Any, Literal, TextIO
 from kfp import local
 
 from llm_pipeline.local.console import REUSED, StepConsole, open_log
+from llm_pipeline.local.scratch import run_scratch_folder
+from llm_pipeline.local.stopping import StopOnSignal
 from llm_pipeline.output_files import ERROR_FILE, Step
 from llm_pipeline.progress import format_duration
 
@@ -33,7 +35,7 @@ class StepOutcome:
     """How one step ended and where its outputs are."""
 
     name: str
-    status: Literal["succeeded", "failed", "not run"]
+    status: Literal["succeeded", "failed", "stopped", "not run"]
     outputs: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     #: Text its artifacts' metadata holds (finetune's `zero_stage`: the stage and why).
@@ -60,6 +62,8 @@ class LocalRun:
     succeeded: bool
     steps: tuple[StepOutcome, ...]
     log_file: Path | None = None
+    #: The signal (SIGINT, SIGTERM) that stopped the run; None for a run that ended itself.
+    stopped_by: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -165,6 +169,10 @@ def run_local(
     steps' status lines; `verbose` shows everything KFP prints instead. Either way the whole
     output is kept in the run folder's `pipeline.log`. Steps whose tasks enable caching are
     served from KFP's local cache when their inputs are the same as an earlier run's.
+
+    Ctrl-C or SIGTERM stops the run's processes (`stopping`) and this returns as for a failed
+    run, with `stopped_by` set and the interrupted step "stopped". The steps' temporary files
+    (KFP's `mktemp -d` folders among them) go to a folder removed when the run ends.
     """
     pipeline_root = pipeline_root.resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
@@ -180,9 +188,10 @@ def run_local(
     # The steps name the Vertex image; here they run in this very environment on purpose.
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     failed_step = None
-    with open_log(pipeline_root / ".logs") as log:
-        console = StepConsole(terminal=terminal or sys.stdout, log=log, verbose=verbose)
-        with _printing_to(console):
+    terminal = terminal or sys.stdout
+    with open_log(pipeline_root / ".logs") as log, run_scratch_folder():
+        console = StepConsole(terminal=terminal, log=log, verbose=verbose)
+        with StopOnSignal(say=console.stopping) as stopper, _printing_to(console):
             try:
                 pipeline(**(arguments or {}))
             except RuntimeError as exc:
@@ -198,9 +207,15 @@ def run_local(
             outcome = _cached_outcome(task, pipeline_root / CACHE_FOLDER, timing.cache_key)
         else:
             outcome = _outcome((run_dir or pipeline_root) / task, failed_step=failed_step)
+        if stopper.signum is not None and outcome.status == "failed":
+            outcome = replace(outcome, status="stopped")
         steps.append(replace(outcome, seconds=timing.seconds if timing else 0.0))
     return LocalRun(
-        run_dir=run_dir, succeeded=failed_step is None, steps=tuple(steps), log_file=log_file
+        run_dir=run_dir,
+        succeeded=failed_step is None and stopper.signum is None,
+        steps=tuple(steps),
+        log_file=log_file,
+        stopped_by=stopper.signum,
     )
 
 

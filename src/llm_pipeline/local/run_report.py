@@ -64,7 +64,7 @@ def _steps_table(run: LocalRun) -> str:
             f"<tr><td>{escape(step.name)}</td><td>{escape(step.status)}</td><td>{escape(took)}</td></tr>"
         )
     total = format_duration(run.seconds)
-    outcome = "succeeded" if run.succeeded else "failed"
+    outcome = "stopped" if run.stopped_by else "succeeded" if run.succeeded else "failed"
     return (
         f'<p class="facts"><span><b>run:</b> {escape(outcome)}</span>'
         f"<span><b>steps' time:</b> {escape(total)}</span>"

@@ -14,7 +14,9 @@ import re
 import shlex
 from pathlib import Path
 
+from llm_pipeline.local.disk import KeptOnDisk
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.local.stopping import SIGNAL_NAMES
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, Step
 from llm_pipeline.progress import format_duration
 
@@ -23,7 +25,7 @@ from llm_pipeline.progress import format_duration
 HEADLINE = "rougeLsum"
 #: Where `pipeline.py serve` listens unless told otherwise.
 SERVE_PORT = 8080
-_MARKS = {"succeeded": "ok  ", "failed": "FAIL", "not run": "skip"}
+_MARKS = {"succeeded": "ok  ", "failed": "FAIL", "stopped": "STOP", "not run": "skip"}
 
 
 def format_summary(
@@ -34,11 +36,14 @@ def format_summary(
     example: str | None = None,
     endpoint: str | None = None,
     headline: str = HEADLINE,
+    kept: KeptOnDisk | None = None,
+    clean_command: str = "",
 ) -> str:
     """The summary as text. `registry` is a local registry's folder; `example` a document
     to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
     run deployed nothing but the endpoint serves an earlier version; `headline` the score
-    shown for the model and its baselines (the config's gate metric)."""
+    shown for the model and its baselines (the config's gate metric); `kept` what the run
+    left on disk, said with `clean_command`, the command that removes old runs' share."""
     gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
@@ -47,10 +52,32 @@ def format_summary(
     lines += _scores(run.outcome(Step.EVALUATE), headline)
     lines += _gate(gate, shipped)
     lines += _places(run, report=report, registry=registry)
+    if kept is not None:
+        lines += ["", kept.describe()]
+        lines += [f"Old runs' checkpoints and data: {clean_command}"] if clean_command else []
     lines += _serving(gate, shipped, example, endpoint)
     took = format_duration(run.seconds)
-    lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
+    ended = "stopped" if run.stopped_by else "succeeded" if run.succeeded else "failed"
+    lines.append(f"Pipeline {ended} ({took} in steps).")
     return "\n".join(lines)
+
+
+def format_stop(
+    run: LocalRun, *, checkpoint: Path | None, resume_command: str, clean_command: str
+) -> str:
+    """The one line a stopped run ends with: what was stopped, what was kept (the last
+    complete checkpoint, and the command that resumes from it) and how to clean up."""
+    assert run.stopped_by is not None
+    stopped = [step.name for step in run.steps if step.status == "stopped"]
+    what = f"stopped {', '.join(stopped)} and every process it started" if stopped else "stopped"
+    if checkpoint is None:
+        kept = "no complete checkpoint was kept"
+    elif resume_command:
+        kept = f"kept {checkpoint.name} in {checkpoint.parent}; resume: {resume_command}"
+    else:
+        kept = f"kept {checkpoint.name} in {checkpoint.parent}, which the next run resumes from"
+    signal = SIGNAL_NAMES.get(run.stopped_by, f"signal {run.stopped_by}")
+    return f"{signal}: {what}; {kept}; clean up: {clean_command}"
 
 
 def _step_line(step: StepOutcome) -> str:
