@@ -14,6 +14,7 @@ import pytest
 from llm_pipeline.cli.serve import _log_settings
 from llm_pipeline.serve.settings import Settings, load_settings
 
+from ..chromium import devtools
 from .servers import InProcess, serve_in_thread, wait_for
 
 TOKEN = "s3cret-token-for-tests"
@@ -103,3 +104,42 @@ def test_a_server_without_a_token_is_open(tmp_path: Path) -> None:
         assert httpx.get(running.url + "/stats").status_code == 200
         health = httpx.get(running.url + running.settings.health_route).json()
         assert health["error"].endswith("no such folder")
+
+
+def test_the_page_sends_the_token_from_its_fragment_in_chromium(
+    causal_lm_dir: Path, tmp_path: Path
+) -> None:
+    # A chat server behind a token: `/?message=...` sends at once; `#token=...` fills the box.
+    with serve_in_thread(
+        model_uri=str(causal_lm_dir),
+        task="instruction_tuning",
+        token=TOKEN,
+        parameters={"max_new_tokens": 2},
+    ) as running:
+        wait_for(lambda: running.state.ready, timeout_s=90, what="the model to load")
+        asked = f"{running.url}/?message=Hello"
+        script = (
+            "document.body.dataset.state + '|' + document.getElementById('status').textContent"
+            " + '|' + location.hash + '|' + document.getElementById('token').value"
+        )
+        with devtools(work=tmp_path) as page:
+            # Not page.open: it waits for the address it asked for, and the page drops the #.
+            page.call("Page.navigate", url=asked + f"#token={TOKEN}")
+            page.wait_until(
+                "['done', 'error'].includes(document.body.dataset.state)", what="the answer"
+            )
+            state, status, fragment, box = page.evaluate(script).split("|")
+            assert (state, fragment, box) == ("done", "", TOKEN), status
+            assert page.evaluate("document.querySelectorAll('#turns .turn').length") == 2
+        fresh = tmp_path / "fresh"  # another profile: no token in its sessionStorage
+        fresh.mkdir()
+        with devtools(work=fresh) as page:  # no token: the server's 401, shown
+            page.open(asked)
+            page.wait_until(
+                "['done', 'error'].includes(document.body.dataset.state)", what="the refusal"
+            )
+            state, status, _, _ = page.evaluate(script).split("|")
+            assert state == "error"
+            assert status == (
+                "Error: this route needs `Authorization: Bearer TOKEN` (LLM_PIPELINE_SERVE_TOKEN)"
+            )
