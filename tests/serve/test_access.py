@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from llm_pipeline.cli.serve import _log_settings
+from llm_pipeline.errors import ServeError
+from llm_pipeline.serve.server_process import RunningServer
 from llm_pipeline.serve.settings import Settings, load_settings
 
 from ..chromium import devtools
@@ -143,3 +145,14 @@ def test_the_page_sends_the_token_from_its_fragment_in_chromium(
             assert status == (
                 "Error: this route needs `Authorization: Bearer TOKEN` (LLM_PIPELINE_SERVE_TOKEN)"
             )
+
+
+def test_start_servers_client_sends_the_token_its_server_has(locked: InProcess) -> None:
+    # What the deploy step's check calls (RunningServer.predict), on the token server.
+    url = locked.url
+    predict = url + locked.settings.predict_route
+    fields = {"url": url, "health_url": url, "predict_url": predict, "process": None}
+    with pytest.raises(ServeError, match="answered 401"):
+        RunningServer(**fields, log_path=Path("unused")).predict(["a text"])
+    with pytest.raises(ServeError, match=r"answered 503: model folder .*: no such folder"):
+        RunningServer(**fields, log_path=Path("unused"), token=TOKEN).predict(["a text"])
