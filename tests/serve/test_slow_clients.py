@@ -29,6 +29,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
         header_timeout_s=TIMEOUT_S,
         body_timeout_s=TIMEOUT_S,
     ) as running:
+        # Its one line about the load is logged before any test reads the log.
+        wait_for(lambda: running.state.error is not None, timeout_s=30, what="the load to fail")
         yield running
 
 
