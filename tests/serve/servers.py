@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,3 +115,46 @@ class Server:
 
     def stats(self) -> dict[str, Any]:
         return dict(httpx.get(self.url + "/stats", timeout=10).json())
+
+
+@dataclass
+class InProcess:
+    """A server run in a thread of the test process (`serve_in_thread`), on loopback."""
+
+    url: str
+    server: Any  # uvicorn.Server
+    settings: Any  # Settings
+
+    @property
+    def state(self) -> Any:
+        """The app's ServerState: its counts, read directly."""
+        return self.server.config.app.state.server
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", int(self.settings.port)
+
+    def raw(self) -> socket.socket:
+        """A plain TCP connection to the server, for clients no HTTP library imitates."""
+        conn = socket.create_connection(self.address, timeout=10)
+        conn.settimeout(10)
+        return conn
+
+
+@contextlib.contextmanager
+def serve_in_thread(**settings: Any) -> Iterator[InProcess]:
+    """`cli/serve.py::build_server` for `Settings(**settings)` on 127.0.0.1, run in a thread
+    (no process to start, no torch to import again); stopped as SIGTERM stops it."""
+    from llm_pipeline.cli.serve import build_server
+    from llm_pipeline.serve.settings import Settings
+
+    config = Settings(**{"host": "127.0.0.1", "port": free_port(), **settings})
+    server = build_server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout_s=30, what="the in-process server to listen")
+    try:
+        yield InProcess(f"http://127.0.0.1:{config.port}", server, config)
+    finally:
+        server.should_exit = True
+        thread.join(60)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llm_pipeline.serve.batching import Batcher
+from llm_pipeline.serve.batching import Batcher, QueueFull
 
 
 class Recorder:
@@ -120,3 +120,65 @@ def test_texts_of_a_request_that_went_away_are_skipped() -> None:
     assert first[0].future.result(timeout=0) == "k:running"
     assert kept[0].future.result(timeout=0) == "k:kept"
     assert [texts for _, texts in run.calls] == [["running"], ["kept"]]
+
+
+def test_a_full_queue_refuses_a_request_whole_and_says_when_to_retry() -> None:
+    run = Recorder(delay_s=0.2)
+    batcher = Batcher(run, max_batch_size=2, max_wait_s=0.0, max_queued=5)
+    batcher.start()
+    first = batcher.enqueue("k", ["a", "b"])
+    time.sleep(0.1)  # the worker runs a, b: the queue is empty again
+    waiting = batcher.enqueue("k", ["c", "d", "e", "f"])
+    with pytest.raises(QueueFull, match=r"4 instances are waiting for the model \(the limit is 5"):
+        batcher.enqueue("k", ["g", "h"])  # 6 > 5: none of them queued
+    # Room for one more: a refusal queues nothing, so this fits.
+    last = batcher.enqueue("k", ["i"])
+    batcher.close()
+    assert [i.future.result(timeout=0) for i in first + waiting + last] == [
+        f"k:{t}" for t in "abcdefi"
+    ]
+    assert sorted(text for _, texts in run.calls for text in texts) == list("abcdefi")
+    # Retry-After: the calls the queue needs at the measured seconds per call.
+    with pytest.raises(QueueFull) as full:
+        Batcher(run, max_batch_size=2, max_wait_s=0.0, max_queued=1).enqueue("k", ["x", "y"])
+    assert full.value.retry_after_s == 1.0  # nothing measured yet: the floor
+
+
+def test_cancelled_inputs_leave_the_queue_unrun_and_are_counted() -> None:
+    run = Recorder(delay_s=0.2)
+    batcher = Batcher(run, max_batch_size=4, max_wait_s=0.0, max_queued=6)
+    batcher.start()
+    running = batcher.enqueue("k", ["r"])
+    time.sleep(0.05)  # the worker is inside the call for r
+    gone = batcher.enqueue("k", [f"g{i}" for i in range(6)])  # the queue is full
+    for item in gone:
+        assert item.future.cancel()  # what the route does when its client leaves
+    kept = batcher.enqueue("k", ["kept"])  # the cancelled ones no longer take room
+    assert batcher.stats().queued == 1
+    batcher.close()
+    assert running[0].future.result(timeout=0) == "k:r"
+    assert kept[0].future.result(timeout=0) == "k:kept"
+    assert [texts for _, texts in run.calls] == [["r"], ["kept"]]
+    stats = batcher.stats()
+    assert (stats.cancelled, stats.inputs, stats.batch_sizes) == (6, 2, {1: 2})
+
+
+def test_calls_split_by_parameters_are_counted() -> None:
+    run = Recorder(delay_s=0.1)
+    batcher = Batcher(run, max_batch_size=4, max_wait_s=0.0)
+    batcher.start()
+    busy = batcher.enqueue("t=0", ["busy"])
+    time.sleep(0.05)  # the worker is busy: the next four wait together
+    items = [batcher.enqueue(f"t={i % 2}", [f"x{i}"])[0] for i in range(4)]
+    batcher.close()
+    assert [i.future.result(timeout=0) for i in busy + items] == [
+        "t=0:busy",
+        "t=0:x0",
+        "t=1:x1",
+        "t=0:x2",
+        "t=1:x3",
+    ]
+    # Four inputs fit one call; their two temperatures made two, the first with the
+    # other's inputs waiting: one split. The last call had nobody else waiting.
+    assert [len(texts) for _, texts in run.calls] == [1, 2, 2]
+    assert batcher.stats().split_calls == 1

@@ -104,7 +104,12 @@ def test_a_model_of_single_texts_gets_no_second_text_box_in_chromium(
         assert len(page.evaluate(ROWS)) == len(CLASSIFIER_LABELS)
 
 
-def test_a_labels_page_served_while_the_model_loads_says_to_reload() -> None:
-    html = render_page(Settings(task="text_classification"), None)
-    assert "const MODEL = null;" in html
-    assert "The model was still loading when this page was served: reload it." in html
+def test_a_labels_page_without_labels_reads_them_from_stats() -> None:
+    # Served while the model loads, or behind a token: the page holds no labels.
+    loading = render_page(Settings(task="text_classification"), None)
+    model = {"labels": ["a", "b"], "multi_label": False, "threshold": None}
+    locked = render_page(Settings(task="text_classification", token="t"), model)
+    for html in (loading, locked):
+        assert "let MODEL = null;" in html and 'fetch("/stats"' in html
+        assert "No labels: the model is still loading, or the token is wrong." in html
+    assert '"labels": ["a", "b"]' in render_page(Settings(task="text_classification"), model)

@@ -1,9 +1,11 @@
-"""Starting and stopping: SIGTERM drops nothing accepted; a model that cannot load ends the
-process at once with one line saying why; `start_server` for the deploy step."""
+"""Starting and stopping: SIGTERM drops nothing accepted and waits for no body still
+arriving; a model that cannot load ends the process at once with one line saying why;
+`start_server` for the deploy step."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -21,15 +23,21 @@ from .servers import free_port, wait_for
 EXIT_TIMEOUT_S = 60.0
 
 
-def test_sigterm_finishes_every_accepted_request(
+def test_sigterm_finishes_every_accepted_request_and_not_a_stalled_body(
     tiny_model_dir: Path, documents: list[str], reference: Any
 ) -> None:
     requests = 16
     texts = documents[:requests]
     parameters = {"max_new_tokens": 16, "min_new_tokens": 16}  # every batch takes a while
     expected = reference(texts, **parameters)
-    # Two per batch: most requests are still queued when SIGTERM arrives.
-    env = {"LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "2"}
+    # Two per batch: most requests are still queued when SIGTERM arrives. A body's own
+    # deadline far away: only the shutdown can end the stalled one. A shutdown bound far
+    # away too (on a busy machine the queue takes longer than the default 20 s).
+    env = {
+        "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "2",
+        "LLM_PIPELINE_SERVE_BODY_TIMEOUT_S": "600",
+        "LLM_PIPELINE_SERVE_SHUTDOWN_TIMEOUT_S": "300",
+    }
     with start_server(tiny_model_dir, env=env, timeout_s=90) as server:
         assert server.predict(texts[:2], parameters) == expected[:2]
         with pytest.raises(ServeError, match=r"answered 400: instances: empty"):
@@ -50,12 +58,20 @@ def test_sigterm_finishes_every_accepted_request(
         for thread in threads:
             thread.start()
 
-        def all_accepted() -> bool:
+        def all_accepted(extra: int = 0) -> bool:
             stats = httpx.get(server.url + "/stats").json()
-            return bool(stats["requests_in_flight"] + stats["requests_answered"] == requests + 1)
+            answered = stats["requests_in_flight"] + stats["requests_answered"]
+            return bool(answered == requests + 1 + extra)
 
         wait_for(all_accepted, timeout_s=30, what="all requests to reach the server")
-        in_flight = httpx.get(server.url + "/stats").json()["requests_in_flight"]
+        # A client stalled mid-body: nothing of its request was accepted.
+        stalled = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+        stalled.sendall(
+            b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"instances": ["stalled'
+        )
+        wait_for(lambda: all_accepted(extra=1), timeout_s=10, what="the stalled request read")
+        in_flight = httpx.get(server.url + "/stats").json()["requests_in_flight"] - 1
         server.process.send_signal(signal.SIGTERM)
         # uvicorn notices the signal within 0.1 s and stops listening; a connection made in
         # that moment may be closed unanswered (uvicorn's race, not this server's), so the
@@ -72,6 +88,7 @@ def test_sigterm_finishes_every_accepted_request(
         for thread in threads:
             thread.join(timeout=120)
         code = server.process.wait(60)
+        stalled.close()
         log = server.log_path.read_text()
 
     assert in_flight >= 4, f"only {in_flight} requests were in flight at SIGTERM"
@@ -82,6 +99,7 @@ def test_sigterm_finishes_every_accepted_request(
     assert all(isinstance(answer, httpx.ConnectError) for answer in late), late
     assert code in (0, -signal.SIGTERM), log
     assert "Traceback" not in log and "Finished server process" in log
+    assert "the client left mid-body; nothing was run" in log
 
 
 def _assert_exits_with(spawned: Any, message: str) -> str:

@@ -4,7 +4,12 @@ server (`pipeline.py serve --endpoint NAME` runs it for what a local endpoint se
 This is also the serving images' command: with no flags it reads Vertex AI's `AIP_*`
 variables. Exit codes: 0 after a shutdown that was asked for, 1 when the model cannot be
 loaded or the port cannot be opened (one line on stderr says why), 2 for bad settings.
-SIGTERM stops accepting connections, finishes the requests in flight, then exits.
+SIGTERM stops accepting connections, closes those whose request is still arriving, finishes
+the requests in flight within `LLM_PIPELINE_SERVE_SHUTDOWN_TIMEOUT_S` (20 s; those still
+running then are cancelled), then exits.
+
+It listens on 127.0.0.1 unless `--host` says otherwise or `AIP_HTTP_PORT` is set (Vertex AI
+sets it: in a container the port is reached from outside, so it listens on 0.0.0.0).
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.settings import Settings, env_name, load_settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 EXAMPLES = """\
 examples:
@@ -48,7 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, help=f"Port to listen on (overrides {env_name('port')}; default 8080)."
     )
     parser.add_argument(
-        "--host", default=None, help="Address to listen on (default 0.0.0.0, as containers need)."
+        "--host",
+        default=None,
+        help="Address to listen on (default 127.0.0.1; 0.0.0.0 where AIP_HTTP_PORT is set, "
+        "as in a container).",
     )
     parser.add_argument(
         "--no-access-log", action="store_true", help="Do not log every request (benchmarks)."
@@ -58,10 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until it is stopped; returns the exit code."""
-    import uvicorn
-
-    from llm_pipeline.serve.app import create_app
-
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(os.environ, model_uri=args.model, port=args.port, host=args.host)
@@ -70,23 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging()
     failures: list[str] = []
-    server: uvicorn.Server | None = None
 
     def stop(message: str) -> None:
         failures.append(message)
         print(f"error: {message}", file=sys.stderr, flush=True)
-        if server is not None:
-            server.should_exit = True  # uvicorn's loop notices within 0.1 s
+        server.should_exit = True  # uvicorn's loop notices within 0.1 s
 
-    config = uvicorn.Config(
-        create_app(settings, on_load_failure=stop),
-        host=settings.host,
-        port=settings.port,
-        access_log=not args.no_access_log,
-        log_level="info",
-        timeout_graceful_shutdown=None,  # requests in flight always finish
-    )
-    server = uvicorn.Server(config)
+    server = build_server(settings, on_load_failure=stop, access_log=not args.no_access_log)
     _log_settings(settings)
     try:
         server.run()
@@ -97,6 +94,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures or not server.started:
         return 1
     return 0
+
+
+def build_server(
+    settings: Settings,
+    *,
+    on_load_failure: Callable[[str], None] | None = None,
+    access_log: bool = True,
+) -> uvicorn.Server:
+    """The uvicorn server `main` runs: the app, its connection limits and its shutdown bound
+    (tests run it in a thread; `server.should_exit = True` is what SIGTERM does)."""
+    import uvicorn
+
+    from llm_pipeline.serve.app import create_app
+    from llm_pipeline.serve.connections import ConnectionLimits, guarded_protocol
+
+    app = create_app(settings, on_load_failure=on_load_failure)
+    limits = ConnectionLimits(
+        max_connections=settings.max_connections,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+    )
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=guarded_protocol(limits, app.state.server.connections),
+        access_log=access_log,
+        log_level="info",
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,
+    )
+    return uvicorn.Server(config)
 
 
 class _OneLine(logging.Formatter):
@@ -127,8 +155,9 @@ def _configure_logging() -> None:
 
 
 def _log_settings(settings: Settings) -> None:
-    shown = settings.model_dump(exclude={"parameters"})
+    shown = settings.model_dump(exclude={"parameters", "token"})
     shown["parameters"] = settings.parameters.model_dump(exclude_none=True)
+    shown["token"] = "set" if settings.token is not None else "unset"  # never its value
     logging.getLogger("llm_pipeline.serve").info("settings: %s", shown)
 
 

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llm_pipeline.errors import ModelLoadError, ServeError, UserError, first_line
+from llm_pipeline.serve.access import AccessGuard
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import ServerState, build_router
 from llm_pipeline.serve.schemas import GenerationParameters
@@ -38,8 +39,11 @@ from llm_pipeline.tasks import get_task
 
 logger = logging.getLogger("llm_pipeline.serve")
 
-#: Longest a shutdown waits for queued inputs after the last request (they normally are done).
-_DRAIN_TIMEOUT_S = 600.0
+#: Longest a shutdown waits for the model's worker once uvicorn's own wait is over (at most
+#: `shutdown_timeout_s`): every request has then been answered or cancelled, so nothing
+#: queued is still wanted, and the worker may only be inside one call (its thread is a
+#: daemon: the process exits without it). Kept with that wait inside Kubernetes' 30 s.
+DRAIN_TIMEOUT_S = 5.0
 
 
 def create_app(
@@ -59,10 +63,10 @@ def create_app(
         try:
             yield
         finally:
-            # uvicorn has waited for the requests in flight; their inputs are done, and
-            # close() runs whatever is still queued before the worker stops.
+            # uvicorn has waited for the requests in flight (or cancelled them at its bound);
+            # close() runs whatever is still wanted before the worker stops.
             if state.batcher is not None:
-                await asyncio.to_thread(state.batcher.close, _DRAIN_TIMEOUT_S)
+                await asyncio.to_thread(state.batcher.close, DRAIN_TIMEOUT_S)
             shutil.rmtree(download_dir, ignore_errors=True)
 
     app = FastAPI(
@@ -73,6 +77,7 @@ def create_app(
         openapi_url=None,
     )
     app.state.server = state
+    app.add_middleware(AccessGuard, settings=settings)
     app.include_router(build_router(settings))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
@@ -119,6 +124,7 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
             max_batch_size=settings.max_batch_size,
             max_wait_s=settings.max_wait_s,
             coalesce=settings.batching and settings.max_batch_size > 1,
+            max_queued=settings.max_queued_instances,
         )
         batcher.start()
         state.model, state.batcher = model, batcher

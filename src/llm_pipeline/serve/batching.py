@@ -10,7 +10,16 @@ each request's inputs and one worker thread takes them in batches:
   when it arrived or from when the worker came free, whichever is later: clients whose
   answers just came back send their next requests a moment later, and an input that waited
   out a running batch would otherwise go alone and cost nearly a full batch's time;
-* inputs are taken oldest first, so no request starves behind a stream of others.
+* inputs are taken oldest first, so no request starves behind a stream of others;
+* at most `max_queued` inputs wait: a request that would queue more is refused at once
+  (`QueueFull`, with how long the queue takes to drain), so a flood of clients gets quick
+  refusals instead of answers after their own timeouts;
+* a request whose client went away cancels its futures, and its inputs leave the queue
+  without reaching the model.
+
+Only inputs with equal parameters can share a call (one `generate` call has one
+temperature, one set of stop strings, one beam width): a batch taken while inputs with other
+parameters waited, with room for them, counts as a split (`BatchStats.split_calls`).
 
 The worker is one thread: the model holds the accelerator (or every CPU core) anyway, and
 torch releases the GIL while it computes, so the event loop keeps answering health checks
@@ -51,6 +60,18 @@ class BatchStats:
     inputs: int
     batch_sizes: dict[int, int]
     queued: int
+    #: Inputs dropped unrun because their request was cancelled (its client went away).
+    cancelled: int = 0
+    #: Calls that ran with room to spare while inputs with other parameters waited.
+    split_calls: int = 0
+
+
+class QueueFull(Exception):
+    """The queue holds its most inputs; `retry_after_s`: about when it will have room."""
+
+    def __init__(self, queued: int, limit: int, retry_after_s: float) -> None:
+        super().__init__(f"{queued} instances are waiting for the model (the limit is {limit})")
+        self.retry_after_s = retry_after_s
 
 
 class Batcher(Generic[Key, In, Out]):
@@ -67,6 +88,7 @@ class Batcher(Generic[Key, In, Out]):
         max_batch_size: int,
         max_wait_s: float,
         coalesce: bool = True,
+        max_queued: int | None = None,
     ) -> None:
         self._run = run
         self._max_batch_size = max_batch_size
@@ -76,7 +98,11 @@ class Batcher(Generic[Key, In, Out]):
         self._cond = threading.Condition()
         self._closing = False
         self._requests = itertools.count(1)
+        self._max_queued = max_queued
         self._sizes: Counter[int] = Counter()
+        self._cancelled = 0
+        self._splits = 0
+        self._call_s = 0.0  # a running mean of a model call's seconds, for Retry-After
         self._free_since = 0.0  # when the worker last finished a batch
         self._thread = threading.Thread(target=self._work, name="model", daemon=True)
 
@@ -90,7 +116,8 @@ class Batcher(Generic[Key, In, Out]):
         return list(await asyncio.gather(*(asyncio.wrap_future(i.future) for i in items)))
 
     def enqueue(self, key: Key, inputs: Sequence[In]) -> list[_Item[Key, In, Out]]:
-        """Queue `inputs` at once (so a request's inputs stay together); their items."""
+        """Queue `inputs` at once (so a request's inputs stay together); their items.
+        Raises QueueFull, queueing none of them, where they would pass `max_queued`."""
         # Without coalescing, the request's own number keeps its inputs in their own batches.
         group = (key, 0 if self._coalesce else next(self._requests))
         now = time.monotonic()
@@ -100,6 +127,10 @@ class Batcher(Generic[Key, In, Out]):
         with self._cond:
             if self._closing:
                 raise RuntimeError("the batcher is closed")
+            self._drop_cancelled()
+            queued = len(self._queue)
+            if self._max_queued is not None and queued + len(items) > self._max_queued:
+                raise QueueFull(queued, self._max_queued, self._drain_s(queued + len(items)))
             self._queue.extend(items)
             self._cond.notify()
         return items
@@ -107,14 +138,27 @@ class Batcher(Generic[Key, In, Out]):
     def stats(self) -> BatchStats:
         """Counts so far (calls, inputs, calls per batch size, inputs waiting)."""
         with self._cond:
+            self._drop_cancelled()
             sizes = dict(sorted(self._sizes.items()))
             queued = len(self._queue)
+            cancelled, splits = self._cancelled, self._splits
         return BatchStats(
             calls=sum(sizes.values()),
             inputs=sum(size * n for size, n in sizes.items()),
             batch_sizes=sizes,
             queued=queued,
+            cancelled=cancelled,
+            split_calls=splits,
         )
+
+    def drain_s(self) -> float:
+        """About how long the queue takes to run (at least 1 s): a client's `Retry-After`."""
+        with self._cond:
+            return self._drain_s(len(self._queue))
+
+    def _drain_s(self, inputs: int) -> float:
+        calls = -(-inputs // self._max_batch_size)  # rounded up
+        return max(1.0, calls * self._call_s)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Run what is queued, then stop the worker; blocks (call it off the event loop)."""
@@ -125,13 +169,18 @@ class Batcher(Generic[Key, In, Out]):
             self._thread.join(timeout_s)
 
     def _work(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            # A request whose client went away has its futures cancelled: skip its inputs.
-            # The rest are marked running, so a cancel can no longer race with their results.
-            batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
+        while (taken := self._next_batch()) is not None:
+            # A request cancelled since the batch was taken: skip its inputs. The rest are
+            # marked running, so a cancel can no longer race with their results.
+            batch = [item for item in taken if item.future.set_running_or_notify_cancel()]
+            with self._cond:
+                self._cancelled += len(taken) - len(batch)
+                if batch:
+                    self._sizes[len(batch)] += 1
             if not batch:
                 continue
             key = batch[0].group[0]
+            started = time.monotonic()
             try:
                 results = list(self._run(key, [item.input for item in batch]))
                 if len(results) != len(batch):
@@ -144,11 +193,14 @@ class Batcher(Generic[Key, In, Out]):
                     item.future.set_result(result)
             with self._cond:
                 self._free_since = time.monotonic()
+                seconds = self._free_since - started
+                self._call_s = seconds if not self._call_s else 0.8 * self._call_s + 0.2 * seconds
 
     def _next_batch(self) -> list[_Item[Key, In, Out]] | None:
         """The next batch to run, waiting for one to fill or its time to pass; None: closed."""
         with self._cond:
             while True:
+                self._drop_cancelled()
                 if not self._queue:
                     if self._closing:
                         return None
@@ -162,6 +214,13 @@ class Batcher(Generic[Key, In, Out]):
                     batch = mates[: self._max_batch_size]
                     taken = {id(item) for item in batch}
                     self._queue = [item for item in self._queue if id(item) not in taken]
-                    self._sizes[len(batch)] += 1
+                    if self._coalesce and len(batch) < self._max_batch_size and self._queue:
+                        self._splits += 1  # inputs with other parameters waited, and had room
                     return batch
                 self._cond.wait(timeout=wait)
+
+    def _drop_cancelled(self) -> None:
+        """Take the inputs of cancelled requests out of the queue (the lock is held)."""
+        kept = [item for item in self._queue if not item.future.cancelled()]
+        self._cancelled += len(self._queue) - len(kept)
+        self._queue = kept

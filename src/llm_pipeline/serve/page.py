@@ -14,6 +14,12 @@ No external scripts, styles or fonts (the server may run where nothing outside r
 the page calls the predict route with `fetch`. `/?text=...` (document and labels, with
 `&text_pair=...`) or `/?message=...` (chat, with `&system=...`) fills the box and sends it
 at once, which makes the page scriptable from a shell.
+
+Where the server has a token (`LLM_PIPELINE_SERVE_TOKEN`), the page has a box for it and
+sends it as `Authorization: Bearer ...`; `/#token=...` fills the box (a fragment never
+reaches the server or its log) and is then dropped from the address bar. The token stays in
+the tab's sessionStorage. The labels page then reads the model's labels from `/stats`
+rather than from the page, which anyone may fetch.
 """
 
 from __future__ import annotations
@@ -190,13 +196,28 @@ every label's score is drawn as a bar.</p>
 <div id="labels" aria-live="polite"></div>
 <script>
 __COMMON__
-const MODEL = __MODEL_JSON__;  // the loaded model's labels; null if it was still loading
+// The loaded model's labels: on the page, or (still loading, or behind a token) from /stats.
+let MODEL = __MODEL_JSON__;
 const text = document.getElementById("text");
 const pair = document.getElementById("text_pair");  // null for a model of single texts
 const labelsBox = document.getElementById("labels");
-document.getElementById("rule").textContent = MODEL === null ? "" : MODEL.multi_label
-  ? "Labels in bold reach the model's threshold (" + MODEL.threshold + ") and are predicted."
-  : "The label in bold is the prediction.";
+
+function showRule() {
+  document.getElementById("rule").textContent = MODEL === null ? "" : MODEL.multi_label
+    ? "Labels in bold reach the model's threshold (" + MODEL.threshold + ") and are predicted."
+    : "The label in bold is the prediction.";
+}
+showRule();
+
+async function loadedModel() {
+  try {
+    const response = await fetch("/stats", {headers: requestHeaders()});
+    const model = response.ok ? (await response.json()).model : null;
+    return model && model.labels ? model : null;
+  } catch (error) {
+    return null;
+  }
+}
 
 function draw(scored) {
   labelsBox.replaceChildren(...scored.map(({label, score}, rank) => {
@@ -223,8 +244,12 @@ function draw(scored) {
 
 async function run() {
   if (MODEL === null) {
+    MODEL = await loadedModel();
+    showRule();
+  }
+  if (MODEL === null) {
     statusLine.className = "error";
-    statusLine.textContent = "The model was still loading when this page was served: reload it.";
+    statusLine.textContent = "No labels: the model is still loading, or the token is wrong.";
     document.body.dataset.state = "error";
     return;
   }
@@ -247,6 +272,23 @@ const SETTINGS = __SETTINGS_JSON__;
 const form = document.getElementById("form");
 const statusLine = document.getElementById("status");
 const button = document.getElementById("go");
+const tokenBox = document.getElementById("token");  // only where the server has a token
+
+if (tokenBox !== null) {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) {
+    sessionStorage.setItem("token", given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  tokenBox.value = sessionStorage.getItem("token") || "";
+  tokenBox.addEventListener("change", () => sessionStorage.setItem("token", tokenBox.value));
+}
+
+function requestHeaders() {
+  const headers = {"Content-Type": "application/json"};
+  if (tokenBox !== null && tokenBox.value) headers.Authorization = "Bearer " + tokenBox.value;
+  return headers;
+}
 
 function parameters() {
   const chosen = {};
@@ -268,7 +310,7 @@ async function predict(instance, fixed = {}) {
   try {
     const response = await fetch(PREDICT, {
       method: "POST",
-      headers: {"Content-Type": "application/json"},
+      headers: requestHeaders(),
       body: JSON.stringify({instances: [instance], parameters: {...parameters(), ...fixed}}),
     });
     const body = await response.json();
@@ -296,6 +338,11 @@ _PAIR_BOX = """<label class="block" for="text_pair">Second text (optional: the o
   <textarea id="text_pair" name="text_pair"
     placeholder="Leave empty to classify the text alone"></textarea>"""
 
+#: Where the server has a token: the box the page reads it from (see the module docstring).
+_TOKEN_BOX = """
+<div class="row"><label>Token <input type="password" id="token" autocomplete="off"
+  placeholder="this server's LLM_PIPELINE_SERVE_TOKEN"></label></div>"""
+
 
 def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> str:
     """The served task's page, pointed at this server's predict route; `model` is what the
@@ -306,7 +353,8 @@ def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> s
     # The labels page offers no settings: it asks for every label's score itself.
     offered = () if page.layout == "labels" else page.parameters
     labels = None
-    if model is not None and "labels" in model:
+    # Behind a token, the labels come from /stats, which asks for it; the page does not.
+    if model is not None and "labels" in model and settings.token is None:
         labels = {key: model[key] for key in ("labels", "multi_label", "threshold")}
     values = {
         "__PREDICT_JSON__": _as_js(route),
@@ -322,11 +370,12 @@ def render_page(settings: Settings, model: Mapping[str, Any] | None = None) -> s
     for marker, value in values.items():
         body = body.replace(marker, value)
     title = html.escape(page.title)
+    token = _TOKEN_BOX if settings.token is not None else ""
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{title}</title>\n<style>{_STYLE}</style>\n</head>\n"
-        f'<body data-state="idle">\n<h1>{title}</h1>{body}</body>\n</html>\n'
+        f'<body data-state="idle">\n<h1>{title}</h1>{token}{body}</body>\n</html>\n'
     )
 
 

@@ -4,22 +4,34 @@ The predict route reads and checks the body itself rather than through FastAPI's
 validation: the size limit must apply while the body is read, before anything parses it, and
 every refusal has the same shape (`{"error": "where: what"}`, status 400 for any bad field)
 as Vertex AI's own prebuilt containers answer.
+
+Load is shed early: past `max_requests_in_flight` a request is refused (503, `Retry-After`)
+before its body is read, and past `max_queued_instances` before its inputs are queued. A
+request whose client leaves (mid-body, or while its inputs wait) is logged in one line and
+its waiting inputs leave the queue: the model never runs for someone who is gone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from llm_pipeline.config.errors import problems_from
 from llm_pipeline.errors import ParameterError, json_path, load_json
+from llm_pipeline.serve.access import is_trusted
+from llm_pipeline.serve.batching import QueueFull
+from llm_pipeline.serve.connections import BODY_TIMED_OUT, ConnectionCounts
 from llm_pipeline.serve.page import render_page
 from llm_pipeline.serve.schemas import (
     GenerationParameters,
@@ -33,8 +45,12 @@ if TYPE_CHECKING:
     from llm_pipeline.serve.batching import Batcher
     from llm_pipeline.serve.served import ModelInput, Prediction, ServedModel
 
+logger = logging.getLogger("llm_pipeline.serve")
+
 #: Problems listed in one refusal; the rest are counted.
 _SHOWN_PROBLEMS = 10
+#: The status logged (never sent: nobody is there) for a request whose client left.
+_CLIENT_GONE = 499
 
 
 @dataclass
@@ -47,6 +63,9 @@ class ServerState:
     error: str | None = None
     in_flight: int = 0
     answered: int = 0
+    refused_busy: int = 0  # 503s: too many requests in flight, or the queue full
+    abandoned: int = 0  # clients that left before their answer
+    connections: ConnectionCounts = field(default_factory=ConnectionCounts)
     loaded: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -79,18 +98,44 @@ def _state(request: Request) -> ServerState:
 
 
 async def health(request: Request) -> JSONResponse:
-    """200 once the model answers; 503 while it loads (or after it failed to)."""
+    """200 once the model answers; 503 while it loads (or after it failed to). Why it
+    failed (which names the model's URI) only for a caller with the token, if one is set."""
     state = _state(request)
     if state.ready:
         return JSONResponse({"status": "ready"})
     if state.error is not None:
-        return JSONResponse({"status": "failed", "error": state.error}, status_code=503)
+        body = {"status": "failed"}
+        if is_trusted(dict(request.scope["headers"]), state.settings):
+            body["error"] = state.error
+        return JSONResponse(body, status_code=503)
     return JSONResponse({"status": "loading"}, status_code=503)
 
 
-async def predict(request: Request) -> JSONResponse:
-    """`{"instances": [...], "parameters": {...}}` → `{"predictions": [...]}`."""
+async def predict(request: Request) -> Response:
+    """`{"instances": [...], "parameters": {...}}` → `{"predictions": [...]}`; 503 with
+    `Retry-After` when too many requests are in flight."""
     state = _state(request)
+    limit = state.settings.max_requests_in_flight
+    if state.in_flight >= limit:
+        return _busy(state, f"{state.in_flight} requests are in flight (the limit is {limit})")
+    state.in_flight += 1
+    try:
+        return await _predict(request, state)
+    except ClientDisconnect:  # mid-body: nothing was accepted
+        if not request.scope.get(BODY_TIMED_OUT):  # the protocol logged that one
+            _log_gone(request, "mid-body; nothing was run")
+        return Response(status_code=_CLIENT_GONE)
+    except asyncio.CancelledError:
+        # uvicorn cancels what still runs when a shutdown reaches its bound: an answer that
+        # says so (another replica may take it), not a 500 and a traceback in the log.
+        message = "the server shut down before this request was answered; send it again"
+        headers = {"Retry-After": "1", "Connection": "close"}
+        return JSONResponse({"error": message}, status_code=503, headers=headers)
+    finally:
+        state.in_flight -= 1
+
+
+async def _predict(request: Request, state: ServerState) -> Response:
     try:
         body = await _read_json(request)
         parsed = _validate(body, state.settings)
@@ -105,13 +150,53 @@ async def predict(request: Request) -> JSONResponse:
         _check_parameters(state.model, parameters)
     except Refused as refused:
         return JSONResponse({"error": str(refused)}, status_code=refused.status)
-    state.in_flight += 1
     try:
-        predictions = await state.batcher.submit(parameters, inputs)
-    finally:
-        state.in_flight -= 1
+        items = state.batcher.enqueue(parameters, inputs)
+    except QueueFull as full:
+        return _busy(state, str(full), full.retry_after_s)
+    waiting: asyncio.Future[list[Prediction]] = asyncio.gather(
+        *(asyncio.wrap_future(item.future) for item in items)
+    )
+    gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+    answered, dropped = False, 0
+    try:
+        await asyncio.wait([waiting, gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:  # the client left, or this task was cancelled (a shutdown past its bound)
+        gone.cancel()
+        answered = waiting.done()
+        if not answered:
+            waiting.cancel()
+            # Cancelled here, not through `waiting`: its cancel reaches them a loop turn later.
+            dropped = sum(item.future.cancel() for item in items)  # False once running
+    if not answered:
+        state.abandoned += 1
+        _log_gone(request, f"before its answer; {dropped} of its {len(items)} instances unrun")
+        return Response(status_code=_CLIENT_GONE)
+    predictions = waiting.result()
     state.answered += 1
     return JSONResponse({"predictions": predictions})
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (its body is read: the next message says so)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _busy(state: ServerState, why: str, retry_after_s: float | None = None) -> JSONResponse:
+    """503 with `Retry-After`: the server is at a limit; the client should come back."""
+    state.refused_busy += 1
+    if retry_after_s is None:
+        retry_after_s = state.batcher.drain_s() if state.batcher is not None else 5.0
+    seconds = str(max(1, math.ceil(retry_after_s)))
+    message = f"the server is busy: {why}; retry in {seconds} s"
+    return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": seconds})
+
+
+def _log_gone(request: Request, what: str) -> None:
+    client = request.client
+    who = f"{client.host}:{client.port}" if client else "a client"
+    logger.info("%s %s from %s: the client left %s", request.method, request.url.path, who, what)
 
 
 async def page(request: Request) -> HTMLResponse:
@@ -125,10 +210,19 @@ async def page(request: Request) -> HTMLResponse:
 async def stats(request: Request) -> JSONResponse:
     """Batching so far: model calls and their sizes, requests in flight and answered."""
     state = _state(request)
+    connections = state.connections
     body: dict[str, Any] = {
         "ready": state.ready,
         "requests_in_flight": state.in_flight,
         "requests_answered": state.answered,
+        "requests_refused_busy": state.refused_busy,
+        "requests_abandoned": state.abandoned,
+        "connections": {
+            "open": connections.open,
+            "refused": connections.refused,
+            "header_timeouts": connections.header_timeouts,
+            "body_timeouts": connections.body_timeouts,
+        },
     }
     if state.batcher is not None:
         counts = state.batcher.stats()
@@ -137,6 +231,8 @@ async def stats(request: Request) -> JSONResponse:
             instances_run=counts.inputs,
             batch_sizes={str(size): n for size, n in counts.batch_sizes.items()},
             instances_queued=counts.queued,
+            instances_cancelled=counts.cancelled,
+            calls_split_by_parameters=counts.split_calls,
         )
     if state.model is not None:
         body["model"] = state.model.describe()

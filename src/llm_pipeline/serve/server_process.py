@@ -40,6 +40,9 @@ class RunningServer:
     predict_url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    #: The server's bearer token (LLM_PIPELINE_SERVE_TOKEN in its environment), sent with
+    #: every prediction.
+    token: str | None = None
 
     def predict(
         self,
@@ -53,8 +56,9 @@ class RunningServer:
         body: dict[str, Any] = {"instances": list(instances)}
         if parameters is not None:
             body["parameters"] = dict(parameters)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            response = httpx.post(self.predict_url, json=body, timeout=timeout_s)
+            response = httpx.post(self.predict_url, json=body, headers=headers, timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise ServeError(f"POST {self.predict_url} failed: {exc}") from None
         if response.status_code != 200:
@@ -117,6 +121,7 @@ def start_server(
             predict_url=url + settings.predict_route,
             process=process,
             log_path=log_path,
+            token=settings.token.get_secret_value() if settings.token is not None else None,
         )
         try:
             _wait_healthy(server, model_dir, timeout_s)

@@ -12,7 +12,15 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from llm_pipeline.config.errors import problem, problems_from
 from llm_pipeline.errors import ServeError, load_json
@@ -25,6 +33,8 @@ PREFIX = "LLM_PIPELINE_SERVE_"
 MAX_BODY_BYTES = 1_572_864
 #: Longest input read when neither the settings nor the tokenizer give a smaller limit.
 MAX_INPUT_TOKENS_CAP = 1024
+#: Addresses that reach only this machine: a server bound to one of them checks Host headers.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 #: Fields that Vertex's contract names; every other field is PREFIX + its name in capitals.
 _VERTEX_NAMES = {
@@ -51,7 +61,11 @@ class Settings(BaseModel):
         "kind of model loaded (seq2seq, causal LM or classifier), what an instance may be, which "
         "parameters a request may set, and the page at `/`.",
     )
-    host: str = Field(default="0.0.0.0", description="Address to listen on (`--host` only).")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to listen on (`--host` only); unset: 0.0.0.0 where AIP_HTTP_PORT "
+        "is set (a container, whose port is reached from outside it), else 127.0.0.1.",
+    )
     port: int = Field(
         default=8080, ge=1, le=65535, description="Port to listen on; `--port` overrides it."
     )
@@ -119,6 +133,50 @@ class Settings(BaseModel):
         description='Default request parameters as JSON, e.g. `{"num_beams": 4}`; unset '
         "ones keep the model's generation config.",
     )
+    token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token: when set, the predict route and `/stats` answer 401 "
+        "without `Authorization: Bearer TOKEN` (the health route never asks; the page at `/` "
+        "asks for it once). Vertex AI authenticates callers itself; this is for servers "
+        "run elsewhere.",
+    )
+    max_queued_instances: int = Field(
+        default=256,
+        ge=1,
+        description="Most instances waiting for the model; a request that would queue more "
+        "is answered 503 with `Retry-After`.",
+    )
+    max_requests_in_flight: int = Field(
+        default=64,
+        ge=1,
+        description="Most predict requests being read, queued or run at once; more are "
+        "answered 503 with `Retry-After` before their body is read.",
+    )
+    max_connections: int = Field(
+        default=256,
+        ge=1,
+        description="Most open connections; one more is answered 503 and closed at once.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that has not sent a whole request head this long after it "
+        "opened (or after its previous answer) is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="A request whose body is not whole this long after its head is closed "
+        "(1.5 MB at 1 Mbit/s takes 12 s).",
+    )
+    shutdown_timeout_s: int = Field(
+        default=20,
+        ge=1,
+        description="On SIGTERM, the longest wait for requests in flight; those still running "
+        "are then answered 503. With the 5 s given to the model call running then, the "
+        "server is gone within 25 s of SIGTERM: inside the 30 s a Kubernetes pod (which a "
+        "Vertex AI prediction node is) gets by default before SIGKILL.",
+    )
     device: str | None = Field(
         default=None, description="Torch device, e.g. `cpu` or `cuda:0`; unset: GPU if any."
     )
@@ -154,6 +212,12 @@ class Settings(BaseModel):
         """`max_wait_ms` in seconds."""
         return self.max_wait_ms / 1000.0
 
+    @property
+    def on_loopback(self) -> bool:
+        """Whether only this machine can connect (so a Host header naming another is a
+        browser page's DNS rebinding, not a client of this server)."""
+        return self.host in LOOPBACK or self.host.startswith("127.")
+
 
 def env_name(field: str) -> str:
     """The environment variable that sets `field`."""
@@ -178,6 +242,8 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
         else:
             values[field] = raw if raw != "" or field in {"source_prefix", "model_uri"} else None
     values.update({key: value for key, value in overrides.items() if value is not None})
+    if "host" not in values:  # outside a container, only this machine may connect
+        values["host"] = "0.0.0.0" if environ.get(env_name("port")) else "127.0.0.1"
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
