@@ -41,6 +41,9 @@ RUN pip install --no-deps --no-build-isolation . \
 USER 10001
 WORKDIR /home/serve
 
+# The container contract: the server is reached from outside the container, so it listens on
+# 0.0.0.0 where AIP_HTTP_PORT is set (cli/serve.py; 127.0.0.1 otherwise). Vertex sets its own.
+ENV AIP_HTTP_PORT=8080
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=900s --retries=3 \
     CMD ["/opt/venv/bin/python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AIP_HTTP_PORT', '8080') + os.environ.get('AIP_HEALTH_ROUTE', '/health'), timeout=4)"]

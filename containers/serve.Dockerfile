@@ -42,6 +42,9 @@ USER 10001
 WORKDIR /home/serve
 
 # AIP_HTTP_PORT's default. Healthy once the model is loaded: the route answers 503 before.
+# The container contract: the server is reached from outside the container, so it listens on
+# 0.0.0.0 where AIP_HTTP_PORT is set (cli/serve.py; 127.0.0.1 otherwise). Vertex sets its own.
+ENV AIP_HTTP_PORT=8080
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
     CMD ["/opt/venv/bin/python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AIP_HTTP_PORT', '8080') + os.environ.get('AIP_HEALTH_ROUTE', '/health'), timeout=4)"]

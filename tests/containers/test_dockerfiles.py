@@ -334,3 +334,17 @@ def test_serve_images_run_unprivileged_on_vertexs_port_with_a_healthcheck() -> N
         assert "AIP_HEALTH_ROUTE" in found["HEALTHCHECK"]
         assert "AIP_HTTP_PORT" in found["HEALTHCHECK"]
         assert f'CMD ["{VENV_PYTHON}", "-c",' in found["HEALTHCHECK"]
+
+
+@pytest.mark.parametrize("dockerfile", [SERVE, SERVE_CUDA], ids=lambda path: path.name)
+def test_a_serve_container_listens_beyond_itself_without_vertexs_variables(
+    dockerfile: Path,
+) -> None:
+    """`docker run -p 8080:8080 IMAGE --model ...` must answer from outside the container:
+    the image sets AIP_HTTP_PORT, so the server binds every interface as under Vertex."""
+    from llm_pipeline.serve.settings import load_settings
+
+    env = env_values(dockerfile)
+    assert env.get("AIP_HTTP_PORT") == "8080"
+    settings = load_settings(env, model_uri="/models/m", port=None, host=None)
+    assert (settings.host, settings.port) == ("0.0.0.0", 8080)
