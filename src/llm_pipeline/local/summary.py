@@ -14,6 +14,7 @@ import re
 import shlex
 from pathlib import Path
 
+from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, Step
 from llm_pipeline.progress import format_duration
@@ -34,11 +35,14 @@ def format_summary(
     example: str | None = None,
     endpoint: str | None = None,
     headline: str = HEADLINE,
+    port: int = SERVE_PORT,
 ) -> str:
-    """The summary as text. `registry` is a local registry's folder; `example` a document
-    to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
-    run deployed nothing but the endpoint serves an earlier version; `headline` the score
-    shown for the model and its baselines (the config's gate metric)."""
+    """The summary as text. `registry` is a local registry's folder (None for a registry
+    `pipeline.py serve` cannot serve from: no command to serve is printed then); `example`
+    a document to put in the ready `curl` command; `endpoint` the config's endpoint, named
+    when this run deployed nothing but the endpoint serves an earlier version; `headline`
+    the score shown for the model and its baselines (the config's gate metric); `port`
+    the one the printed `serve` command listens on."""
     gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
@@ -47,7 +51,8 @@ def format_summary(
     lines += _scores(run.outcome(Step.EVALUATE), headline)
     lines += _gate(gate, shipped)
     lines += _places(run, report=report, registry=registry)
-    lines += _serving(gate, shipped, example, endpoint)
+    if registry is not None:
+        lines += _serving(gate, shipped, example, endpoint, registry_flags(registry), port)
     took = format_duration(run.seconds)
     lines.append(f"Pipeline {'succeeded' if run.succeeded else 'failed'} ({took} in steps).")
     return "\n".join(lines)
@@ -140,7 +145,8 @@ def _places(
         places.append(("metrics", str(folder / METRICS_FILE)))
         places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
     if registry is not None:
-        places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
+        listing = shlex.join(["python", "pipeline.py", "registry", *registry_flags(registry)])
+        places.append(("registry", f"{registry.resolve()}  ({listing})"))
     if run.log_file is not None:
         places.append(("log", str(run.log_file)))
     if not places:
@@ -148,11 +154,21 @@ def _places(
     return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
 
 
+def registry_flags(registry: Path) -> list[str]:
+    """The flags a registry command needs to read `registry`: none for the default folder
+    (from the working directory the run started in), else `--registry-dir` and the folder."""
+    if registry.resolve() == Path(DeployConfig().registry_dir).resolve():
+        return []
+    return ["--registry-dir", str(registry.resolve())]
+
+
 def _serving(
     gate: StepOutcome | None,
     shipped: StepOutcome | None,
     example: str | None,
     endpoint: str | None,
+    flags: list[str],
+    port: int,
 ) -> list[str]:
     if shipped is not None and shipped.status == "succeeded" and shipped.outputs.get("endpoint"):
         endpoint, lead = shipped.outputs["endpoint"], []
@@ -161,11 +177,12 @@ def _serving(
     else:
         return []
     body = json.dumps({"instances": [example or "Paste an input for the model here."]})
+    serve = ["python", "pipeline.py", "serve", "--endpoint", endpoint, *flags, "--port", str(port)]
     return [
         "",
         *lead,
-        f"Serve it:   python pipeline.py serve --endpoint {endpoint} --port {SERVE_PORT}",
-        f"Then ask:   curl -s localhost:{SERVE_PORT}/predict -H 'Content-Type: application/json' "
+        f"Serve it:   {shlex.join(serve)}",
+        f"Then ask:   curl -s localhost:{port}/predict -H 'Content-Type: application/json' "
         f"-d {shlex.quote(body)}",
-        f"Or open     http://localhost:{SERVE_PORT}/ in a browser.",
+        f"Or open     http://localhost:{port}/ in a browser.",
     ]
