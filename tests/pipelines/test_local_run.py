@@ -2,6 +2,7 @@
 offline: nothing beside the checkout), checked on disk."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,9 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
     assert f"served by version {MODEL}@1" in gate
     assert gate.endswith("deploy_policy.override is 'always', deploying")
     assert f"Deployed {MODEL}@2 to endpoint {ENDPOINT}." in summary
-    assert f"python pipeline.py serve --endpoint {ENDPOINT} --port 8080" in summary
+    # deploy.registry_dir is not the default: the printed command names it.
+    serve = ["python", "pipeline.py", "serve", "--endpoint", ENDPOINT]
+    assert shlex.join([*serve, "--registry-dir", str(registry_dir), "--port", "8080"]) in summary
     assert "curl -s localhost:8080/predict" in summary
     for step in ("download", "preprocess"):
         assert f"[ok  ] {step:<14} reused: same inputs as an earlier run" in summary

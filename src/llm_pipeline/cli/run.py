@@ -22,7 +22,6 @@ from llm_pipeline.local.summary import format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
-from llm_pipeline.vertex import compile_pipeline
 
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Characters of a real document put in the summary's ready `curl` command.
@@ -35,8 +34,9 @@ examples:
   python pipeline.py --config configs/local.json --set train.epochs=2 \\
       --set data.max_samples='{"train": 200}'
       override settings; values are parsed as JSON where they parse
-  python pipeline.py --config configs/small1vm1gpu.json --compile small1vm1gpu.yaml
-      write the pipeline spec for the Vertex Pipelines UI
+  python pipeline.py --config configs/small1vm1gpu.json --compile small1vm1gpu.yaml \\
+      --project my-project
+      write the pipeline spec for the Vertex Pipelines UI, its images in my-project
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
   python pipeline.py --config configs/xxl2vm16gpu.json --check-fit
@@ -84,7 +84,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--compile",
         type=Path,
         metavar="OUT.yaml",
-        help="Write the pipeline spec (for the Vertex Pipelines UI) instead of running.",
+        help="Write the pipeline spec (for the Vertex Pipelines UI) instead of running; "
+        "--project, --region and a gs:// --pipeline-root (else the config's vertex section) "
+        "name the images and folders it runs with.",
     )
     parser.add_argument(
         "--pipeline-root",
@@ -221,16 +223,11 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             return 2
         if args.check_fit:
             return 0
+    if args.compile is not None:
+        return vertex.compile_spec(args, config)
     if args.upload_template or vertex.wants_vertex(args):
         return vertex.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
-    if args.compile is not None:
-        if problems := config.vertex.unresolved_image_problems():
-            print(f"error: {ConfigError(problems, source='the config')}", file=sys.stderr)
-            return 2
-        path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
-        print(f"Wrote the pipeline spec to {path}")
-        return 0
     pipeline = build_pipeline(config, target="local")
     if args.dry_run:
         print(config.model_dump_json(indent=2))
