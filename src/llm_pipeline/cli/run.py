@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
 from llm_pipeline.cli import vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
-from llm_pipeline.config.reference import config_reference_markdown
+from llm_pipeline.config.reference import config_reference_text
 from llm_pipeline.fit.check import SKIP_FLAG, check_fit, enforce
 from llm_pipeline.fit.places import Target
 from llm_pipeline.fit.table import format_table
@@ -53,8 +54,10 @@ examples:
   python pipeline.py --config configs/small1vm1gpu.json \\
       --upload-template https://us-central1-kfp.pkg.dev/my-project/pipelines
       push the compiled pipeline to Artifact Registry for the template gallery
+  python pipeline.py --help-config train
+      the train section's keys with their types, defaults and descriptions
   python pipeline.py --help-config
-      every config key with its type, default and description
+      the top-level keys and the list of sections
 (`run` may be left out: `pipeline.py --config C` is `pipeline.py run --config C`)
 """
 
@@ -120,8 +123,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--help-config",
-        action="store_true",
-        help="Print every config key with its type, default and description, then exit.",
+        nargs="?",
+        const="",
+        metavar="SECTION",
+        help="Print a config section's keys (train, data, ...) with their types, defaults and "
+        "descriptions, then exit; with no SECTION, the top-level keys and the sections.",
     )
     vertex.add_vertex_arguments(parser)
 
@@ -201,11 +207,21 @@ def _check_fit(config: PipelineConfig, target: Target, *, show: bool, refuse: bo
         enforce(report)
 
 
+def _help_config(section: str) -> int:
+    """`--help-config [SECTION]`, wrapped to the terminal (README has every section)."""
+    width = min(shutil.get_terminal_size().columns, 100)
+    try:
+        print(config_reference_text(section or None, width), end="")
+    except ValueError as exc:
+        print(f"error: --help-config: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run, compile or submit as the flags say; returns the exit code."""
-    if args.help_config:
-        print(config_reference_markdown())
-        return 0
+    if args.help_config is not None:
+        return _help_config(args.help_config)
     try:
         loaded = _load(args, parser)
     except ConfigError as exc:
