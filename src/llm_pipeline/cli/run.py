@@ -19,7 +19,7 @@ from llm_pipeline.fit.check import SKIP_FLAG, check_fit, enforce
 from llm_pipeline.fit.places import Target
 from llm_pipeline.fit.table import format_table
 from llm_pipeline.local import LocalRun, run_local, step_order
-from llm_pipeline.local.summary import format_summary
+from llm_pipeline.local.summary import HEADLINE, format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
@@ -144,12 +144,15 @@ def print_summary(run: LocalRun, config: PipelineConfig | None = None) -> None:
         registry = Path(config.deploy.registry_dir).expanduser()
         endpoint = config.deploy.endpoint_name()
     example = _example_instance(run, config)
-    headline = (
-        {"headline": config.deploy_policy.metric} if config and config.deploy_policy.metric else {}
-    )
+    headline = config.deploy_policy.metric if config and config.deploy_policy.metric else None
     print(
         format_summary(
-            run, report=report, registry=registry, example=example, endpoint=endpoint, **headline
+            run,
+            report=report,
+            registry=registry,
+            example=example,
+            endpoint=endpoint,
+            headline=headline or HEADLINE,
         )
     )
 
