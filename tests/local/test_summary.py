@@ -4,6 +4,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
@@ -100,6 +102,7 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     run = _run(tmp_path)
     report = write_run_report(run, title="demo")
     assert report is not None
+    (tmp_path / "registry").mkdir()
     text = format_summary(
         run, report=report, registry=tmp_path / "registry", example="It's a 'quoted' doc."
     )
@@ -189,8 +192,12 @@ def test_when_nothing_ships_the_summary_says_what_the_endpoint_still_serves(
     assert "Deployed" not in text
 
 
-def test_printed_commands_name_the_registry_when_it_is_not_the_default(tmp_path: Path) -> None:
+def test_printed_commands_name_the_registry_when_it_is_not_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     registry = tmp_path / "my registry"
+    registry.mkdir()
     run = _run(tmp_path)
     text = format_summary(run, registry=registry)
     flag = f"--registry-dir '{registry.resolve()}'"
@@ -198,6 +205,9 @@ def test_printed_commands_name_the_registry_when_it_is_not_the_default(tmp_path:
     assert f"(python pipeline.py registry {flag})" in text
     default = format_summary(run, registry=Path(DeployConfig().registry_dir))
     assert "--registry-dir" not in default
+    assert "(python pipeline.py registry)" not in default  # nothing there: no command to list
+    Path(DeployConfig().registry_dir).mkdir(parents=True)
+    default = format_summary(run, registry=Path(DeployConfig().registry_dir))
     assert "(python pipeline.py registry)" in default
 
 

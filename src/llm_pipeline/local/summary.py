@@ -144,7 +144,7 @@ def _places(
         folder = Path(evaluate.outputs["predictions"])
         places.append(("metrics", str(folder / METRICS_FILE)))
         places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
-    if registry is not None:
+    if registry is not None and registry.is_dir():  # a registry command refuses a missing one
         listing = shlex.join(["python", "pipeline.py", "registry", *registry_flags(registry)])
         places.append(("registry", f"{registry.resolve()}  ({listing})"))
     if run.log_file is not None:
