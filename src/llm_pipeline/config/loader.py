@@ -231,6 +231,7 @@ def load_config(
     tree, mapped, problems = map_flat_keys(raw)
     _resolve_paths(tree, base, PATH_OR_HUB_KEYS + PATH_KEYS)
     overridden: dict[str, str] = {}  # dotted key -> the --set that gave it
+    unparsed: list[str] = []  # the problems of a --set that does not parse, naming it
     for text in overrides:
         try:
             key, value = parse_override(text)
@@ -241,7 +242,10 @@ def load_config(
                 _resolve_paths(tree, Path.cwd(), [dotted])
         except ValueError as exc:
             message = str(exc)
-            problems.append(message if message.startswith("--set") else f"--set {text!r}: {exc}")
+            unparsed.append(
+                message if message.startswith("--set") else f"{exc} (from --set {text})"
+            )
+            problems.append(unparsed[-1])
     notices = []
     if mapped:
         notices.append(
@@ -252,19 +256,22 @@ def load_config(
         config = PipelineConfig.model_validate(tree)
     except ValidationError as exc:
         problems.extend(problems_from(exc, PipelineConfig))
-        raise _blamed(problems, where, overridden) from None
+        raise _blamed(problems, where, overridden, unparsed) from None
     problems.extend(_path_problems(config))
     if problems:
-        raise _blamed(problems, where, overridden)
+        raise _blamed(problems, where, overridden, unparsed)
     return LoadedConfig(config=config, path=source, notices=tuple(notices))
 
 
-def _blamed(problems: list[str], where: str | None, overridden: dict[str, str]) -> ConfigError:
+def _blamed(
+    problems: list[str], where: str | None, overridden: dict[str, str], unparsed: list[str]
+) -> ConfigError:
     """The error, each problem that a `--set` caused said to come from it (and the error
-    from `--set` when all did), so a user looks where the mistake is, not in the file."""
+    from `--set` when all did), so a user looks where the mistake is, not in the file.
+    `unparsed` are the problems of overrides that did not parse, which name theirs."""
     marked, from_set, with_set = [], 0, 0
     for problem in problems:
-        if problem.startswith("--set "):
+        if problem in unparsed:
             from_set += 1
         elif (given := _override_of(problem, overridden, below=False)) is not None:
             problem, from_set = f"{problem} (from --set {given})", from_set + 1
