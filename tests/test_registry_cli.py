@@ -111,6 +111,21 @@ def test_rollback_swaps_with_the_previous_version_so_twice_undoes_it(two_deploys
     assert "swaps with the previous version" in " ".join(help_text.split())
 
 
+def test_rollback_of_a_canary_says_a_second_one_has_nothing_to_undo(tmp_path: Path) -> None:
+    registry = LocalRegistry(tmp_path / "registry")
+    for number in (1, 2):
+        version = registry.register(
+            model="summarizer", model_dir=str(model_folder(tmp_path, f"run-{number}")), metrics={}
+        )
+        registry.deploy(version, ENDPOINT, traffic_percent=100 if number == 1 else 10)
+    result = run_pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(registry.root))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        f"endpoint {ENDPOINT}: rolled back from summarizer@2 to summarizer@1 (now 100% of "
+        "traffic); the canary summarizer@2 is off; rollback again has nothing to undo"
+    )
+
+
 def test_rollback_of_an_unknown_endpoint_names_the_ones_that_exist(two_deploys: Path) -> None:
     (two_deploys / "registry.lock").unlink()
     result = run_pipeline("rollback", "--endpoint", "nope", "--registry-dir", str(two_deploys))

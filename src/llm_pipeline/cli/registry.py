@@ -132,7 +132,7 @@ def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig, str]:
     if args.registry_dir is not None and deploy.target != "local":
         raise ConfigError(["--registry-dir is for a local registry; the config's target is vertex"])
     if deploy.target != "local":
-        where = f"Vertex AI, project {vertex.project or '(none)'}, region {vertex.region}"
+        where = f"Vertex AI, project {vertex.project}, region {vertex.region}"
         return open_registry(deploy, vertex), deploy, where
     if args.registry_dir is not None:
         named_by = "--registry-dir"
@@ -189,6 +189,20 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     return serve_main(argv)
 
 
+def _rollback(registry: Registry, endpoint: str) -> int:
+    """Roll `endpoint` back and say what a second rollback would do: swap back, unless this
+    one took a canary off (the version that kept serving beside it stays)."""
+    served = registry.served_version(endpoint)
+    outcome = registry.rollback(endpoint)
+    moved = f"rolled back from {outcome.moved_from.ref} to {outcome.moved_to.ref}"
+    if served is not None and served.ref == outcome.moved_from.ref:
+        again = f"rollback again swaps back to {outcome.moved_from.ref}"
+    else:
+        again = f"the canary {outcome.moved_from.ref} is off; rollback again has nothing to undo"
+    print(f"endpoint {endpoint}: {moved} (now 100% of traffic); {again}")
+    return 0
+
+
 def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run `registry`, `rollback` or `serve`; returns the exit code (2 for a user's mistake)."""
     try:
@@ -198,13 +212,7 @@ def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             list_registry(registry)
             return 0
         if args.command == "rollback":
-            outcome = registry.rollback(args.endpoint)
-            print(
-                f"endpoint {args.endpoint}: rolled back from {outcome.moved_from.ref} "
-                f"to {outcome.moved_to.ref} (now 100% of traffic); rollback again swaps back "
-                f"to {outcome.moved_from.ref}"
-            )
-            return 0
+            return _rollback(registry, args.endpoint)
         return _serve(registry, deploy, args)
     except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)
