@@ -9,13 +9,23 @@ import itertools
 import re
 import shlex
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from llm_pipeline import cli
+from llm_pipeline.cli import registry as cli_registry
+from llm_pipeline.cli import run as cli_run
+from llm_pipeline.cli import serve as cli_serve
+from llm_pipeline.cli import vertex as cli_vertex
 from llm_pipeline.config import load_config
+from llm_pipeline.registry.local.registry import LocalRegistry
+from llm_pipeline.vertex import submit as vertex_submit
 
 from .pipeline_cli import REPO, run_pipeline
+
+EXAMPLE_ENDPOINT = cli_registry.EXAMPLE_ENDPOINT
 
 #: `pipeline.py`'s subcommands; one that is dispatched another way is missing from `--help`.
 SUBCOMMANDS = {"run", "registry", "rollback", "serve", "schedules", "clean"}
@@ -94,10 +104,81 @@ def test_examples_are_found() -> None:
     assert ["python", "pipeline.py", "--config", "configs/local.json"] in [c for _, c in found]
 
 
+class Reached(Exception):
+    """An example got past every check to the action it asks for (a run, a server, a call
+    to Vertex AI), which other tests run for real."""
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder as a user's after `make demo` twice: the configs, and the default
+    registry (runs/registry) where the demo's endpoint served version 1, then 2."""
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    registry = LocalRegistry(tmp_path / "runs" / "registry")
+    for number in (1, 2):
+        folder = tmp_path / f"model-{number}"
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        version = registry.register(model="docstrings-minilm", model_dir=str(folder), metrics={})
+        registry.deploy(version, EXAMPLE_ENDPOINT)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actions that leave this machine or take minutes raise Reached instead: a local
+    run (tests/pipelines), a call to Vertex AI (tests/vertex), the prediction server
+    (tests/test_registry_cli.py)."""
+
+    def reached(what: str) -> Any:
+        def action(*args: Any, **kwargs: Any) -> None:
+            raise Reached(what)
+
+        return action
+
+    monkeypatch.setattr(cli_run, "run_local", reached("a local run"))
+    for name in ("submit", "create_schedule", "list_schedules", "find_schedule"):
+        monkeypatch.setattr(vertex_submit, name, reached(f"Vertex AI: {name}"))
+    monkeypatch.setattr(cli_vertex, "upload_template", reached("Artifact Registry: upload"))
+    monkeypatch.setattr(cli_serve, "main", reached("the prediction server"))
+
+
+#: Each once: `pipeline.py --help` repeats some of its subcommands' examples.
+PIPELINE_EXAMPLES = [
+    list(command)
+    for command in dict.fromkeys(
+        tuple(command) for _, command in all_examples() if command[:2] == ["python", "pipeline.py"]
+    )
+]
+
+
+@pytest.mark.parametrize("command", PIPELINE_EXAMPLES, ids=lambda c: " ".join(c[2:])[:80])
+def test_each_pipeline_example_runs_as_written(
+    command: list[str], checkout: Path, actions: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each `pipeline.py` example of every --help, run as written in a user's checkout, gets
+    through the config, the fit check and every flag check to what it asks for."""
+    try:
+        code = cli.main(command[2:])
+    except Reached:
+        code = 0
+    except SystemExit as exit_:  # --help
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "error:" not in err
+
+
 @pytest.mark.parametrize(
-    "command", [command for _, command in all_examples()], ids=lambda c: " ".join(c)[:80]
+    "command",
+    [command for _, command in all_examples() if command not in PIPELINE_EXAMPLES],
+    ids=lambda c: " ".join(c)[:80],
 )
-def test_each_example_parses(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_image_command_example_parses(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The `python -m` commands run in the images (tests/containers runs them there)."""
     if "--help" in command:  # it prints the help and exits 0
         with pytest.raises(SystemExit) as exit_:
             parse_example(command)

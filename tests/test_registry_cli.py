@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
+from llm_pipeline.local.summary import format_summary
 from llm_pipeline.registry.local.registry import LocalRegistry
 
 from .pipeline_cli import PIPELINE, REPO, run_pipeline
@@ -48,35 +51,88 @@ def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
     result = run_pipeline("registry", "--registry-dir", str(two_deploys))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "model summarizer"
-    assert lines[1].split()[0] == "summarizer@1" and "rougeLsum 30.25" in lines[1]
-    assert "rouge1 38.25" in lines[1] and "run run-1" in lines[1]
-    assert lines[2].split()[0] == "summarizer@2" and "rougeLsum 31.50" in lines[2]
-    assert lines[3] == f"endpoint {ENDPOINT}: serves summarizer@2 (summarizer@2 100%)"
+    assert lines[0] == f"Registry: {two_deploys}"
+    assert lines[1] == "model summarizer"
+    assert lines[2].split()[0] == "summarizer@1" and "rougeLsum 30.25" in lines[2]
+    assert "rouge1 38.25" in lines[2] and "run run-1" in lines[2]
+    assert lines[3].split()[0] == "summarizer@2" and "rougeLsum 31.50" in lines[3]
+    assert lines[4] == f"endpoint {ENDPOINT}: serves summarizer@2 (summarizer@2 100%)"
 
 
 def test_registry_of_an_empty_folder_says_so(tmp_path: Path) -> None:
-    result = run_pipeline("registry", "--registry-dir", str(tmp_path / "none"))
+    result = run_pipeline("registry", "--registry-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["No models registered yet.", "No endpoints yet."]
+    assert result.stdout.splitlines()[1:] == ["No models registered yet.", "No endpoints yet."]
 
 
-def test_rollback_restores_the_previous_version_and_names_both(two_deploys: Path) -> None:
-    result = run_pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(two_deploys))
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (["registry"], "--registry-dir"),
+        (["rollback", "--endpoint", ENDPOINT], "the default"),
+        (["serve", "--endpoint", ENDPOINT], "--registry-dir"),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else value,
+)
+def test_a_registry_folder_that_does_not_exist_is_refused_and_nothing_is_created(
+    tmp_path: Path, command: list[str], named: str
+) -> None:
+    missing = tmp_path / "no" / "such" / "folder"
+    where = ["--registry-dir", str(missing)] if named == "--registry-dir" else []
+    folder = missing if where else tmp_path / "runs" / "registry"
+    result = run_pipeline(*command, *where, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    source = "--registry-dir" if where else "the default deploy.registry_dir"
+    assert f"error: no registry folder {folder} (from {source})" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rollback_swaps_with_the_previous_version_so_twice_undoes_it(two_deploys: Path) -> None:
+    served = []
+    for _ in range(2):
+        result = run_pipeline(
+            "rollback", "--endpoint", ENDPOINT, "--registry-dir", str(two_deploys)
+        )
+        assert result.returncode == 0, result.stderr
+        record = json.loads((two_deploys / "endpoints" / f"{ENDPOINT}.json").read_text())
+        served.append(record["deployed"])
+        assert record["history"][-1]["action"] == "rollback"
+    assert result.stdout.splitlines() == [
+        f"Registry: {two_deploys}",
+        f"endpoint {ENDPOINT}: rolled back from summarizer@1 to summarizer@2 (now 100% of "
+        "traffic); rollback again swaps back to summarizer@1",
+    ]
+    assert served == [
+        [{"model": "summarizer", "version": "1", "traffic": 100}],
+        [{"model": "summarizer", "version": "2", "traffic": 100}],
+    ]
+    help_text = run_pipeline("rollback", "--help").stdout
+    assert "swaps with the previous version" in " ".join(help_text.split())
+
+
+def test_rollback_of_a_canary_says_a_second_one_has_nothing_to_undo(tmp_path: Path) -> None:
+    registry = LocalRegistry(tmp_path / "registry")
+    for number in (1, 2):
+        version = registry.register(
+            model="summarizer", model_dir=str(model_folder(tmp_path, f"run-{number}")), metrics={}
+        )
+        registry.deploy(version, ENDPOINT, traffic_percent=100 if number == 1 else 10)
+    result = run_pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(registry.root))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
-        f"endpoint {ENDPOINT}: rolled back from summarizer@2 to summarizer@1 (now 100% of traffic)"
+    assert result.stdout.splitlines()[1] == (
+        f"endpoint {ENDPOINT}: rolled back from summarizer@2 to summarizer@1 (now 100% of "
+        "traffic); the canary summarizer@2 is off; rollback again has nothing to undo"
     )
-    record = json.loads((two_deploys / "endpoints" / f"{ENDPOINT}.json").read_text())
-    assert record["deployed"] == [{"model": "summarizer", "version": "1", "traffic": 100}]
-    assert [entry["action"] for entry in record["history"]][-1] == "rollback"
 
 
 def test_rollback_of_an_unknown_endpoint_names_the_ones_that_exist(two_deploys: Path) -> None:
+    (two_deploys / "registry.lock").unlink()
     result = run_pipeline("rollback", "--endpoint", "nope", "--registry-dir", str(two_deploys))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "no endpoint named 'nope'" in result.stderr and ENDPOINT in result.stderr
+    assert not (two_deploys / "registry.lock").exists()  # a failed rollback creates nothing
 
 
 def test_registry_dir_with_a_vertex_config_is_refused(tmp_path: Path) -> None:
@@ -93,57 +149,75 @@ def test_registry_dir_with_a_vertex_config_is_refused(tmp_path: Path) -> None:
     assert "--registry-dir is for a local registry" in result.stderr
 
 
+def printed_commands(summary: str) -> dict[str, str]:
+    """The commands a run's summary prints, by what they do, as printed."""
+    commands = {}
+    for line in summary.splitlines():
+        if line.startswith(("Serve it:", "Then ask:")):
+            commands[line.split(":")[0]] = line.split(":", 1)[1].strip()
+        elif line.strip().startswith("registry ") and "(python pipeline.py" in line:
+            commands["registry"] = line[line.index("(") + 1 : line.rindex(")")]
+    return commands
+
+
+def as_run_here(command: str) -> list[str]:
+    """A printed `python pipeline.py ...` command, run by this interpreter."""
+    words = shlex.split(command)
+    assert words[:2] == ["python", "pipeline.py"], command
+    return [sys.executable, str(PIPELINE), *words[2:]]
+
+
 @pytest.mark.slow
-def test_serve_runs_the_endpoints_version_until_sigterm(
+def test_the_commands_a_run_prints_work_as_printed_with_its_registry_dir(
     tmp_path: Path, tiny_model_dir: Path, loopback_port: int
 ) -> None:
-    registry = LocalRegistry(tmp_path / "registry")
+    """A run whose deploy.registry_dir is not the default: `registry` and `serve` as the
+    summary prints them read that registry, and its curl command gets an answer."""
+    registry = LocalRegistry(tmp_path / "my registry")
     version = registry.register(model="summarizer", model_dir=str(tiny_model_dir), metrics={})
     registry.deploy(version, ENDPOINT)
+    deployed = StepOutcome(
+        "deploy", "succeeded", {"version": version.ref, "endpoint": ENDPOINT}, seconds=1
+    )
+    run = LocalRun(run_dir=tmp_path / "run", succeeded=True, steps=(deployed,))
+    summary = format_summary(
+        run, registry=registry.root, example="Return the sum of two numbers.", port=loopback_port
+    )
+    commands = printed_commands(summary)
+    assert set(commands) == {"registry", "Serve it", "Then ask"}, summary
+
+    listed = subprocess.run(
+        as_run_here(commands["registry"]), capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert f"endpoint {ENDPOINT}: serves {version.ref}" in listed.stdout
+
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            str(PIPELINE),
-            "serve",
-            "--endpoint",
-            ENDPOINT,
-            "--registry-dir",
-            str(tmp_path / "registry"),
-            "--port",
-            str(loopback_port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
+        as_run_here(commands["Serve it"]), stdout=log, stderr=subprocess.STDOUT, cwd=REPO
     )
-    url = f"http://127.0.0.1:{loopback_port}"
     try:
         deadline = time.monotonic() + 90
         while True:
             assert process.poll() is None, (tmp_path / "serve.log").read_text()
             try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{loopback_port}/health", timeout=5).is_success:
                     break
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             time.sleep(0.5)
-        answer = httpx.post(
-            f"{url}/predict",
-            json={"instances": ["The json module encodes and decodes JSON documents."]},
-            timeout=60,
+        asked = subprocess.run(
+            ["bash", "-c", commands["Then ask"]], capture_output=True, text=True, timeout=60
         )
-        assert answer.status_code == 200, answer.text
-        assert len(answer.json()["predictions"]) == 1
+        assert asked.returncode == 0, asked.stderr
+        assert len(json.loads(asked.stdout)["predictions"]) == 1
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         log.close()
-    assert (
-        f"Serving summarizer@1 ({version.uri}) for endpoint {ENDPOINT}"
-        in (tmp_path / "serve.log").read_text()
-    )
+    served = (tmp_path / "serve.log").read_text()
+    assert f"Serving summarizer@1 ({version.uri}) for endpoint {ENDPOINT}" in served
 
 
 def test_serve_of_an_endpoint_that_serves_nothing_says_so(tmp_path: Path) -> None:

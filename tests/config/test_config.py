@@ -422,8 +422,35 @@ def test_overrides_apply_and_are_validated(tmp_path: Path) -> None:
     ).config
     assert (config.train.epochs, config.cluster.processes) == (2, 2)
     assert config.vertex.project == "acme"  # not a path: only path keys are resolved
-    assert problems_from_file(path, ("train.epochs=-1",)) == ["train.epochs: must be > 0.0, got -1"]
+    assert problems_from_file(path, ("train.epochs=-1",)) == [
+        "train.epochs: must be > 0.0, got -1 (from --set train.epochs=-1)"
+    ]
     assert "expected KEY=VALUE" in problems_from_file(path, ("train.epochs",))[0]
+
+
+def test_a_mistake_in_set_is_said_to_come_from_set(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(MINIMAL))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["train.epochs=-1", "train.epoch=2"])
+    assert str(caught.value).splitlines() == [
+        "2 problems in --set:",
+        "  - train.epochs: must be > 0.0, got -1 (from --set train.epochs=-1)",
+        "  - train.epoch: unknown key; did you mean 'epochs'? (from --set train.epoch=2)",
+    ]
+    # One from the file, one from --set: both places are named, each problem with its own.
+    path.write_text(json.dumps(with_change("train.learning_rate", -1)))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["cluster.processes=0"])
+    assert caught.value.source == f"{path} with --set"
+    assert caught.value.problems == [
+        "train.learning_rate: must be > 0.0, got -1",
+        "cluster.processes: must be >= 1, got 0 (from --set cluster.processes=0)",
+    ]
+    # A section's rule broken by a --set in it: the file and the --set both had a hand.
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["model.architecture={}"])
+    assert any(p.endswith("(after --set model.architecture={})") for p in caught.value.problems)
 
 
 @pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
@@ -442,7 +469,7 @@ def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
     )
     assert load_config(path, ["train.lora=null"]).config.train.lora is None
     assert problems_from_file(path, ("train.lora.r=eight",)) == [
-        "train.lora.r: must be an integer, got 'eight'"
+        "train.lora.r: must be an integer, got 'eight' (from --set train.lora.r=eight)"
     ]
 
 

@@ -92,7 +92,9 @@ def test_non_finite_number_in_a_raw_dict() -> None:
 def test_non_finite_override_names_its_key(tmp_path: Path, value: str) -> None:
     path = written(tmp_path, json.dumps(MINIMAL))
     found = problems_in(path, (f"train.epochs={value}",))
-    assert found == [f"train.epochs: {value} is not a finite number"]
+    assert found == [
+        f"train.epochs: {value} is not a finite number (from --set train.epochs={value})"
+    ]
     with pytest.raises(ValueError, match="not a finite number"):
         parse_override(f"train.epochs={value}")
 
@@ -100,7 +102,10 @@ def test_non_finite_override_names_its_key(tmp_path: Path, value: str) -> None:
 def test_non_finite_inside_an_override_object(tmp_path: Path) -> None:
     path = written(tmp_path, json.dumps(MINIMAL))
     found = problems_in(path, ('model.architecture={"model_type": "t5", "d_model": 1e309}',))
-    assert found == ["model.architecture.d_model: 1e309 is not a finite number"]
+    assert found == [
+        "model.architecture.d_model: 1e309 is not a finite number (from --set "
+        'model.architecture={"model_type": "t5", "d_model": 1e309})'
+    ]
 
 
 def test_large_finite_numbers_are_kept(tmp_path: Path) -> None:
@@ -131,7 +136,8 @@ def test_duplicate_key_in_an_override(tmp_path: Path) -> None:
     path = written(tmp_path, json.dumps(MINIMAL))
     found = problems_in(path, ('data.max_samples={"train": 10, "train": 20}',))
     assert found == [
-        "duplicate key 'train' in data.max_samples (given 2 times; only the last would count)"
+        "duplicate key 'train' in data.max_samples (given 2 times; only the last would count) "
+        """(from --set data.max_samples={"train": 10, "train": 20})"""
     ]
 
 

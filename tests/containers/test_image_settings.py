@@ -62,6 +62,21 @@ def test_compiling_without_a_project_is_refused_naming_the_setting(
     assert f"us-central1-docker.pkg.dev/acme/llm-pipeline/train:{__version__}" in spec.read_text()
 
 
+def test_compile_takes_the_project_and_region_the_images_are_named_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+    where = ["--project", "acme-ml", "--region", "europe-west4"]
+
+    assert cli.main(["--config", config, "--compile", str(spec), *where]) == 0
+    assert f"europe-west4-docker.pkg.dev/acme-ml/llm-pipeline/train:{__version__}" in (
+        spec.read_text()
+    )
+    assert cli.main(["--config", config, "--compile", str(spec), "--project", "Acme"]) == 2
+    assert "--project 'Acme' is not" in capsys.readouterr().err
+
+
 def test_a_run_submitted_with_project_and_region_flags_uses_their_images(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -5,6 +5,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from llm_pipeline.config import DeployConfig
 from llm_pipeline.evaluation.charts import loss_chart
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
@@ -101,6 +104,7 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     run = _run(tmp_path)
     report = write_run_report(run, title="demo")
     assert report is not None
+    (tmp_path / "registry").mkdir()
     text = format_summary(
         run, report=report, registry=tmp_path / "registry", example="It's a 'quoted' doc."
     )
@@ -111,7 +115,8 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     assert "Deployed demo@1 to endpoint demo-endpoint." in text
     assert f"report      {report.resolve()}" in text and str(report).endswith(".html")
     assert f"registry    {(tmp_path / 'registry').resolve()}" in text
-    assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
+    serve = "python pipeline.py serve --endpoint demo-endpoint --registry-dir"
+    assert f"{serve} {(tmp_path / 'registry').resolve()} --port 8080" in text
     curl = next(line for line in text.splitlines() if "curl" in line)
     # The body is one shell word whatever the document holds (quotes included).
     assert """-d '{"instances": ["It'"'"'s a '"'"'quoted'"'"' doc."]}'""" in curl
@@ -192,11 +197,38 @@ def test_when_nothing_ships_the_summary_says_what_the_endpoint_still_serves(
     text = format_summary(
         LocalRun(run.run_dir, True, (*steps, StepOutcome("deploy", "not run"))),
         endpoint="demo-endpoint",
+        registry=Path(DeployConfig().registry_dir),
     )
     assert "Gate: do not deploy: +0 is no improvement" in text
     assert "The endpoint demo-endpoint still serves demo@1." in text
     assert "python pipeline.py serve --endpoint demo-endpoint --port 8080" in text
     assert "Deployed" not in text
+
+
+def test_printed_commands_name_the_registry_when_it_is_not_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    registry = tmp_path / "my registry"
+    registry.mkdir()
+    run = _run(tmp_path)
+    text = format_summary(run, registry=registry)
+    flag = f"--registry-dir '{registry.resolve()}'"
+    assert f"python pipeline.py serve --endpoint demo-endpoint {flag} --port 8080" in text
+    assert f"(python pipeline.py registry {flag})" in text
+    default = format_summary(run, registry=Path(DeployConfig().registry_dir))
+    assert "--registry-dir" not in default
+    assert "(python pipeline.py registry)" not in default  # nothing there: no command to list
+    Path(DeployConfig().registry_dir).mkdir(parents=True)
+    default = format_summary(run, registry=Path(DeployConfig().registry_dir))
+    assert "(python pipeline.py registry)" in default
+
+
+def test_no_serve_command_where_pipeline_py_cannot_serve_the_endpoint(tmp_path: Path) -> None:
+    """A run that deployed to Vertex AI has no local registry: `serve` would refuse it."""
+    text = format_summary(_run(tmp_path))
+    assert "Deployed demo@1 to endpoint demo-endpoint." in text
+    assert "pipeline.py serve" not in text and "curl" not in text
 
 
 def _with_finetune_metrics(run: LocalRun, metrics: dict[str, float]) -> LocalRun:

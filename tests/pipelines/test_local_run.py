@@ -2,6 +2,7 @@
 offline: nothing beside the checkout), checked on disk."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ from llm_pipeline.local import LocalRun, run_local
 from llm_pipeline.pipelines import build_pipeline
 
 from ..chromium import render_in_chromium
-from ..docstring_data import DocstringData
 from ..pipeline_cli import run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,14 +155,17 @@ def test_evaluate_scores_and_reports(local_run: LocalRun) -> None:
 
 
 @pytest.mark.slow
-def test_cli_names_the_failing_step_and_its_reason(
-    tmp_path: Path, docstring_data: DocstringData
-) -> None:
+def test_cli_names_the_failing_step_and_its_reason(tmp_path: Path) -> None:
+    """On a user's CSV (one file: no test split) whose columns the config does not name:
+    the console shows the warning about the data in the step's progress, then the step's
+    error first, and the summary repeats it."""
+    data = tmp_path / "mine.csv"
+    data.write_text("document,summary\n" + "".join(f"text {i},sum {i}\n" for i in range(20)))
     result = run_pipeline(
         "--config",
         str(REPO / "configs" / "local.json"),
         "--set",
-        f"data.dataset={docstring_data.folder}",
+        f"data.dataset={data}",
         "--set",
         'data.columns={"document": "no_such_column", "summary": "summary"}',
         "--pipeline-root",
@@ -170,6 +173,19 @@ def test_cli_names_the_failing_step_and_its_reason(
         timeout=300,
     )
     assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    download = lines[lines.index("▸ download") :]
+    assert download[2] == (
+        f"    warning: {data} has no split 'test': no test split; evaluate will score "
+        "validation (splits there: train)"
+    )
+    assert download[3].startswith("✗ download failed after ")
+    assert download[3].endswith(
+        f" s: data.columns.document: column 'no_such_column' not in split 'train' of {data} "
+        "(columns there: document, summary)"
+    )
+    assert download[4] == ""  # then the summary: no executor JSON, no last lines
+    assert "registry" not in result.stdout  # nothing deployed: no registry to list
     summary = result.stdout
     assert "[FAIL] download" in summary
     assert "no_such_column" in summary
@@ -225,7 +241,9 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
     assert f"served by version {MODEL}@1" in gate
     assert gate.endswith("deploy_policy.override is 'always', deploying")
     assert f"Deployed {MODEL}@2 to endpoint {ENDPOINT}." in summary
-    assert f"python pipeline.py serve --endpoint {ENDPOINT} --port 8080" in summary
+    # deploy.registry_dir is not the default: the printed command names it.
+    serve = ["python", "pipeline.py", "serve", "--endpoint", ENDPOINT]
+    assert shlex.join([*serve, "--registry-dir", str(registry_dir), "--port", "8080"]) in summary
     assert "curl -s localhost:8080/predict" in summary
     for step in ("download", "preprocess"):
         assert f"[ok  ] {step:<14} reused: same inputs as an earlier run" in summary

@@ -164,7 +164,10 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
         # A flag that means something only on Vertex AI never lets a local run start.
         (["--region", REGION], "--project (or vertex.project) is required"),
         (["--pipeline-root", ROOT], "is a Vertex AI root: add --project"),
-        ([*WHERE, "--compile", "out.yaml"], "--compile only writes the spec"),
+        (
+            [*WHERE, "--wait", "--compile", "out.yaml"],
+            "--compile only writes the spec: leave out --wait",
+        ),
         ([*WHERE, "--start-time", "2027-01-01T00:00:00Z"], "--start-time only apply with"),
     ],
 )

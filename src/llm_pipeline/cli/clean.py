@@ -26,8 +26,9 @@ examples:
   python pipeline.py clean
       remove old runs' data, models and checkpoints; keep the newest run whole, every
       run's report.html and pipeline.log, and the registry
-  python pipeline.py clean --pipeline-root /tmp/my-runs --keep 0
-      the same for runs under another folder, the newest one included
+  python pipeline.py clean --keep 0 --dry-run
+      what removing the newest run's share too would free (--pipeline-root FOLDER: runs
+      started with that --pipeline-root)
 """
 
 

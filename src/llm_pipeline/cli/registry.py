@@ -1,7 +1,15 @@
 """`pipeline.py registry | rollback | serve`: look at and act on the model registry.
 
 Locally the registry is `deploy.registry_dir` (from `--config`, else `runs/registry`, or
-`--registry-dir`); with a config whose `deploy.target` is `vertex`, Vertex AI's.
+`--registry-dir`); with a config whose `deploy.target` is `vertex`, Vertex AI's. Each
+command says which registry it read; a local folder that does not exist is refused (exit
+2) before anything is read or written, so a mistyped folder is never taken for an empty
+registry and a failed command leaves no folder or lock file behind.
+
+`rollback` swaps an endpoint back to what it served before its last change, so a second
+rollback undoes the first (@2 → @1 → @2), as `kubectl rollout undo` and `helm rollback`
+do: a rollback run by mistake is undone by the same command, and both backends can do it
+(a Vertex endpoint records one earlier version, not a history to walk back through).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ examples:
   python pipeline.py rollback --config configs/local.json --endpoint {EXAMPLE_ENDPOINT}
       serve again the version the endpoint served before its last deploy
   python pipeline.py rollback --registry-dir runs/registry --endpoint {EXAMPLE_ENDPOINT}
-      the same, the registry folder named
+      the same, the registry folder named; run twice, it serves again what it served at first
 """
 SERVE_EXAMPLES = f"""\
 examples:
@@ -86,8 +94,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     rollback = add(
         "rollback",
-        "Serve again the version an endpoint served before.",
-        "Move all of an endpoint's traffic back to the version it served before its last deploy.",
+        "Swap an endpoint back to the version it served before.",
+        "Move all of an endpoint's traffic back to the version it served before its last "
+        "change. A rollback is a change too: it swaps with the previous version, so a second "
+        "rollback undoes the first (@2 → @1 → @2), as `kubectl rollout undo` does.",
         ROLLBACK_EXAMPLES,
     )
     rollback.add_argument("--endpoint", required=True, help="Endpoint name.")
@@ -103,16 +113,36 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     serve.add_argument("--port", type=int, default=8080, help="Port (default 8080).")
 
 
-def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig]:
+class NoRegistryFolder(UserError):
+    """A local registry folder that does not exist: a mistyped path, or nothing deployed yet."""
+
+    exit_code = 2  # the command line names it: a usage error
+
+
+def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig, str]:
+    """The registry the command line names, its deploy section, and where it is, in words."""
     deploy, vertex = DeployConfig(), VertexConfig()
+    named_by = "the default deploy.registry_dir"
     if args.config is not None:
         config = load_config(args.config, args.overrides).config
         deploy, vertex = config.deploy, config.vertex
+        named_by = f"deploy.registry_dir of {args.config}"
     elif args.overrides:
         raise ConfigError(["--set needs --config"])
     if args.registry_dir is not None and deploy.target != "local":
         raise ConfigError(["--registry-dir is for a local registry; the config's target is vertex"])
-    return open_registry(deploy, vertex, registry_dir=args.registry_dir), deploy
+    if deploy.target != "local":
+        where = f"Vertex AI, project {vertex.project}, region {vertex.region}"
+        return open_registry(deploy, vertex), deploy, where
+    if args.registry_dir is not None:
+        named_by = "--registry-dir"
+    folder = Path(args.registry_dir or deploy.registry_dir).expanduser().absolute()
+    if not folder.is_dir():
+        raise NoRegistryFolder(
+            f"no registry folder {folder} (from {named_by}): nothing was deployed there. "
+            "Name the folder a run deployed to with --registry-dir, or its config with --config"
+        )
+    return open_registry(deploy, vertex, registry_dir=folder), deploy, str(folder)
 
 
 def _metrics_text(version: ModelVersion) -> str:
@@ -159,20 +189,30 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     return serve_main(argv)
 
 
+def _rollback(registry: Registry, endpoint: str) -> int:
+    """Roll `endpoint` back and say what a second rollback would do: swap back, unless this
+    one took a canary off (the version that kept serving beside it stays)."""
+    served = registry.served_version(endpoint)
+    outcome = registry.rollback(endpoint)
+    moved = f"rolled back from {outcome.moved_from.ref} to {outcome.moved_to.ref}"
+    if served is not None and served.ref == outcome.moved_from.ref:
+        again = f"rollback again swaps back to {outcome.moved_from.ref}"
+    else:
+        again = f"the canary {outcome.moved_from.ref} is off; rollback again has nothing to undo"
+    print(f"endpoint {endpoint}: {moved} (now 100% of traffic); {again}")
+    return 0
+
+
 def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run `registry`, `rollback` or `serve`; returns the exit code (2 for a user's mistake)."""
     try:
-        registry, deploy = _registry(args)
+        registry, deploy, where = _registry(args)
+        print(f"Registry: {where}", flush=True)
         if args.command == "registry":
             list_registry(registry)
             return 0
         if args.command == "rollback":
-            outcome = registry.rollback(args.endpoint)
-            print(
-                f"endpoint {args.endpoint}: rolled back from {outcome.moved_from.ref} "
-                f"to {outcome.moved_to.ref} (now 100% of traffic)"
-            )
-            return 0
+            return _rollback(registry, args.endpoint)
         return _serve(registry, deploy, args)
     except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
 from llm_pipeline.cli import clean, vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
-from llm_pipeline.config.reference import config_reference_markdown
+from llm_pipeline.config.reference import config_reference_text
 from llm_pipeline.fit.check import SKIP_FLAG, check_fit, enforce
 from llm_pipeline.fit.places import Target
 from llm_pipeline.fit.table import format_table
 from llm_pipeline.local import LocalRun, run_local, step_order
 from llm_pipeline.local.disk import kept_on_disk
-from llm_pipeline.local.summary import format_summary
+from llm_pipeline.local.summary import HEADLINE, format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step
 from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
-from llm_pipeline.vertex import compile_pipeline
 
 DEFAULT_LOCAL_ROOT = Path("runs")
 #: Characters of a real document put in the summary's ready `curl` command.
@@ -37,8 +37,9 @@ examples:
   python pipeline.py --config configs/local.json --set train.epochs=2 \\
       --set data.max_samples='{"train": 200}'
       override settings; values are parsed as JSON where they parse
-  python pipeline.py --config configs/small1vm1gpu.json --compile small1vm1gpu.yaml
-      write the pipeline spec for the Vertex Pipelines UI
+  python pipeline.py --config configs/small1vm1gpu.json --compile small1vm1gpu.yaml \\
+      --project my-project
+      write the pipeline spec for the Vertex Pipelines UI, its images in my-project
   python pipeline.py --config configs/local.json --dry-run
       show the resolved config and the steps without running anything
   python pipeline.py --config configs/xxl2vm16gpu.json --check-fit
@@ -55,8 +56,10 @@ examples:
   python pipeline.py --config configs/small1vm1gpu.json \\
       --upload-template https://us-central1-kfp.pkg.dev/my-project/pipelines
       push the compiled pipeline to Artifact Registry for the template gallery
+  python pipeline.py --help-config train
+      the train section's keys with their types, defaults and descriptions
   python pipeline.py --help-config
-      every config key with its type, default and description
+      the top-level keys and the list of sections
 (`run` may be left out: `pipeline.py --config C` is `pipeline.py run --config C`)
 """
 
@@ -86,7 +89,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--compile",
         type=Path,
         metavar="OUT.yaml",
-        help="Write the pipeline spec (for the Vertex Pipelines UI) instead of running.",
+        help="Write the pipeline spec (for the Vertex Pipelines UI) instead of running; "
+        "--project, --region and a gs:// --pipeline-root (else the config's vertex section) "
+        "name the images and folders it runs with.",
     )
     parser.add_argument(
         "--pipeline-root",
@@ -120,8 +125,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--help-config",
-        action="store_true",
-        help="Print every config key with its type, default and description, then exit.",
+        nargs="?",
+        const="",
+        metavar="SECTION",
+        help="Print a config section's keys (train, data, ...) with their types, defaults and "
+        "descriptions, then exit; with no SECTION, the top-level keys and the sections.",
     )
     vertex.add_vertex_arguments(parser)
 
@@ -140,9 +148,7 @@ def print_summary(
         registry = Path(config.deploy.registry_dir).expanduser()
         endpoint = config.deploy.endpoint_name()
     example = _example_instance(run, config)
-    headline = (
-        {"headline": config.deploy_policy.metric} if config and config.deploy_policy.metric else {}
-    )
+    headline = config.deploy_policy.metric if config and config.deploy_policy.metric else None
     checkpoint_dir = config.train.checkpoint_dir if config else None
     kept = kept_on_disk(run.run_dir, checkpoint_dir) if run.run_dir else None
     print(
@@ -154,7 +160,7 @@ def print_summary(
             endpoint=endpoint,
             kept=kept,
             clean_command=clean.clean_command(pipeline_root),
-            **headline,
+            headline=headline or HEADLINE,
         )
     )
 
@@ -212,11 +218,21 @@ def _check_fit(config: PipelineConfig, target: Target, *, show: bool, refuse: bo
         enforce(report)
 
 
+def _help_config(section: str) -> int:
+    """`--help-config [SECTION]`, wrapped to the terminal (README has every section)."""
+    width = min(shutil.get_terminal_size().columns, 100)
+    try:
+        print(config_reference_text(section or None, width), end="")
+    except ValueError as exc:
+        print(f"error: --help-config: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run, compile or submit as the flags say; returns the exit code."""
-    if args.help_config:
-        print(config_reference_markdown())
-        return 0
+    if args.help_config is not None:
+        return _help_config(args.help_config)
     try:
         loaded = _load(args, parser)
     except ConfigError as exc:
@@ -234,16 +250,11 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             return 2
         if args.check_fit:
             return 0
+    if args.compile is not None:
+        return vertex.compile_spec(args, config)
     if args.upload_template or vertex.wants_vertex(args):
         return vertex.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
-    if args.compile is not None:
-        if problems := config.vertex.unresolved_image_problems():
-            print(f"error: {ConfigError(problems, source='the config')}", file=sys.stderr)
-            return 2
-        path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
-        print(f"Wrote the pipeline spec to {path}")
-        return 0
     pipeline = build_pipeline(config, target="local")
     if args.dry_run:
         print(config.model_dump_json(indent=2))

@@ -25,10 +25,12 @@ from llm_pipeline.config.preflight import (
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
 from llm_pipeline.output_files import Step
+from llm_pipeline.pipelines import build_pipeline
+from llm_pipeline.vertex import compile_pipeline
 from llm_pipeline.vertex import submit as vs
 from llm_pipeline.vertex.schedules import validate_cron
 from llm_pipeline.vertex.spec_summary import describe_spec
-from llm_pipeline.vertex.target import vertex_location, vertex_target
+from llm_pipeline.vertex.target import located, vertex_location, vertex_target
 from llm_pipeline.vertex.templates import artifact_registry_location, check_host, upload_template
 
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "delete")
@@ -117,10 +119,7 @@ def wants_vertex(args: argparse.Namespace) -> bool:
 def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
     """Flags that cannot go together, said before anything is compiled."""
     problems = []
-    submitting = wants_vertex(args)
-    if args.compile is not None and (submitting or args.upload_template):
-        problems.append("--compile only writes the spec: leave out the Vertex AI flags")
-    if args.upload_template and submitting:
+    if args.upload_template and wants_vertex(args):
         problems.append("--upload-template only uploads the spec: leave out the run flags")
     if args.schedule is None and (given := _given(args, SCHEDULE_FLAGS)):
         problems.append(f"{', '.join(given)} only apply with --schedule")
@@ -135,6 +134,44 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
             "vertex.project) to submit, or give a local folder for a local run"
         )
     return problems
+
+
+#: The Vertex AI flags `--compile` takes: where the spec will run, which its images and
+#: training folders are named for.
+COMPILE_FLAGS = ("project", "region", "pipeline_root")
+
+
+def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
+    """Write the Vertex spec to `args.compile`, for the project, region and root the flags
+    give (else the config's); the exit code."""
+    try:
+        refused = _given(args, [name for name in ALL_FLAGS if name not in COMPILE_FLAGS])
+        if args.upload_template:
+            refused.append("--upload-template")
+        if refused:
+            raise ConfigError(
+                [
+                    f"--compile only writes the spec: leave out {', '.join(refused)} (it takes "
+                    "--project, --region and --pipeline-root, for the images and folders "
+                    "the spec names)"
+                ],
+                source="the command line",
+            )
+        where = located(
+            config.vertex,
+            project=args.project,
+            region=args.region,
+            pipeline_root=args.pipeline_root,
+        )
+        config = config.model_copy(update={"vertex": where})
+        if problems := config.vertex.unresolved_image_problems():
+            raise ConfigError(problems, source="the config")
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
+    print(f"Wrote the pipeline spec to {path}")
+    return 0
 
 
 def run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:

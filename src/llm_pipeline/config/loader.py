@@ -230,15 +230,22 @@ def load_config(
     base = source.resolve().parent if source is not None else Path.cwd()
     tree, mapped, problems = map_flat_keys(raw)
     _resolve_paths(tree, base, PATH_OR_HUB_KEYS + PATH_KEYS)
+    overridden: dict[str, str] = {}  # dotted key -> the --set that gave it
+    unparsed: list[str] = []  # the problems of a --set that does not parse, naming it
     for text in overrides:
         try:
             key, value = parse_override(text)
             dotted = FLAT_KEYS.get(key, key)
             set_path(tree, dotted, value)
+            overridden[dotted] = text
             if dotted in PATH_OR_HUB_KEYS + PATH_KEYS:
                 _resolve_paths(tree, Path.cwd(), [dotted])
         except ValueError as exc:
-            problems.append(str(exc))
+            message = str(exc)
+            unparsed.append(
+                message if message.startswith("--set") else f"{exc} (from --set {text})"
+            )
+            problems.append(unparsed[-1])
     notices = []
     if mapped:
         notices.append(
@@ -249,8 +256,47 @@ def load_config(
         config = PipelineConfig.model_validate(tree)
     except ValidationError as exc:
         problems.extend(problems_from(exc, PipelineConfig))
-        raise ConfigError(problems, source=where) from None
+        raise _blamed(problems, where, overridden, unparsed) from None
     problems.extend(_path_problems(config))
     if problems:
-        raise ConfigError(problems, source=where)
+        raise _blamed(problems, where, overridden, unparsed)
     return LoadedConfig(config=config, path=source, notices=tuple(notices))
+
+
+def _blamed(
+    problems: list[str], where: str | None, overridden: dict[str, str], unparsed: list[str]
+) -> ConfigError:
+    """The error, each problem that a `--set` caused said to come from it (and the error
+    from `--set` when all did), so a user looks where the mistake is, not in the file.
+    `unparsed` are the problems of overrides that did not parse, which name theirs."""
+    marked, from_set, with_set = [], 0, 0
+    for problem in problems:
+        if problem in unparsed:
+            from_set += 1
+        elif (given := _override_of(problem, overridden, below=False)) is not None:
+            problem, from_set = f"{problem} (from --set {given})", from_set + 1
+        elif (given := _override_of(problem, overridden, below=True)) is not None:
+            problem, with_set = f"{problem} (after --set {given})", with_set + 1
+        marked.append(problem)
+    if where is None or from_set == len(marked):
+        source = "--set" if from_set == len(marked) else where
+    elif from_set or with_set:
+        source = f"{where} with --set"
+    else:
+        source = where
+    return ConfigError(marked, source=source)
+
+
+def _override_of(problem: str, overridden: dict[str, str], *, below: bool) -> str | None:
+    """The `--set` that gave the key a problem names (`train.epochs: ...`), or one of its
+    keys; with `below`, one that gave a key under the section the problem names
+    (`model: set exactly one of ...` after `--set model.source=...`). None if no --set did."""
+    path = problem.split(":", 1)[0]
+    if " " in path:
+        return None
+    for key, text in overridden.items():
+        if below and key.startswith(f"{path}."):
+            return text
+        if not below and (path == key or path.startswith(f"{key}.")):
+            return text
+    return None

@@ -14,6 +14,7 @@ import re
 import shlex
 from pathlib import Path
 
+from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.disk import KeptOnDisk
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
 from llm_pipeline.local.stopping import SIGNAL_NAMES
@@ -36,14 +37,17 @@ def format_summary(
     example: str | None = None,
     endpoint: str | None = None,
     headline: str = HEADLINE,
+    port: int = SERVE_PORT,
     kept: KeptOnDisk | None = None,
     clean_command: str = "",
 ) -> str:
-    """The summary as text. `registry` is a local registry's folder; `example` a document
-    to put in the ready `curl` command; `endpoint` the config's endpoint, named when this
-    run deployed nothing but the endpoint serves an earlier version; `headline` the score
-    shown for the model and its baselines (the config's gate metric); `kept` what the run
-    left on disk, said with `clean_command`, the command that removes old runs' share."""
+    """The summary as text. `registry` is a local registry's folder (None for a registry
+    `pipeline.py serve` cannot serve from: no command to serve is printed then); `example`
+    a document to put in the ready `curl` command; `endpoint` the config's endpoint, named
+    when this run deployed nothing but the endpoint serves an earlier version; `headline`
+    the score shown for the model and its baselines (the config's gate metric); `port`
+    the one the printed `serve` command listens on; `kept` what the run left on disk,
+    said with `clean_command`, the command that removes old runs' share."""
     gate, shipped = run.outcome(Step.SHOULD_DEPLOY), run.outcome(Step.DEPLOY)
     lines = ["", f"Run folder: {run.run_dir or '(none was created)'}"]
     lines += [_step_line(step) for step in run.steps]
@@ -55,7 +59,8 @@ def format_summary(
     if kept is not None:
         lines += ["", kept.describe()]
         lines += [f"Old runs' checkpoints and data: {clean_command}"] if clean_command else []
-    lines += _serving(gate, shipped, example, endpoint)
+    if registry is not None:
+        lines += _serving(gate, shipped, example, endpoint, registry_flags(registry), port)
     took = format_duration(run.seconds)
     ended = "stopped" if run.stopped_by else "succeeded" if run.succeeded else "failed"
     lines.append(f"Pipeline {ended} ({took} in steps).")
@@ -166,8 +171,9 @@ def _places(
         folder = Path(evaluate.outputs["predictions"])
         places.append(("metrics", str(folder / METRICS_FILE)))
         places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
-    if registry is not None:
-        places.append(("registry", f"{registry.resolve()}  (python pipeline.py registry)"))
+    if registry is not None and registry.is_dir():  # a registry command refuses a missing one
+        listing = shlex.join(["python", "pipeline.py", "registry", *registry_flags(registry)])
+        places.append(("registry", f"{registry.resolve()}  ({listing})"))
     if run.log_file is not None:
         places.append(("log", str(run.log_file)))
     if not places:
@@ -175,11 +181,21 @@ def _places(
     return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
 
 
+def registry_flags(registry: Path) -> list[str]:
+    """The flags a registry command needs to read `registry`: none for the default folder
+    (from the working directory the run started in), else `--registry-dir` and the folder."""
+    if registry.resolve() == Path(DeployConfig().registry_dir).resolve():
+        return []
+    return ["--registry-dir", str(registry.resolve())]
+
+
 def _serving(
     gate: StepOutcome | None,
     shipped: StepOutcome | None,
     example: str | None,
     endpoint: str | None,
+    flags: list[str],
+    port: int,
 ) -> list[str]:
     if shipped is not None and shipped.status == "succeeded" and shipped.outputs.get("endpoint"):
         endpoint, lead = shipped.outputs["endpoint"], []
@@ -188,11 +204,12 @@ def _serving(
     else:
         return []
     body = json.dumps({"instances": [example or "Paste an input for the model here."]})
+    serve = ["python", "pipeline.py", "serve", "--endpoint", endpoint, *flags, "--port", str(port)]
     return [
         "",
         *lead,
-        f"Serve it:   python pipeline.py serve --endpoint {endpoint} --port {SERVE_PORT}",
-        f"Then ask:   curl -s localhost:{SERVE_PORT}/predict -H 'Content-Type: application/json' "
+        f"Serve it:   {shlex.join(serve)}",
+        f"Then ask:   curl -s localhost:{port}/predict -H 'Content-Type: application/json' "
         f"-d {shlex.quote(body)}",
-        f"Or open     http://localhost:{SERVE_PORT}/ in a browser.",
+        f"Or open     http://localhost:{port}/ in a browser.",
     ]

@@ -75,6 +75,24 @@ def vertex_location(
     return str(chosen["project"]), str(chosen["region"])
 
 
+def located(
+    vertex: VertexConfig,
+    *,
+    project: str | None = None,
+    region: str | None = None,
+    pipeline_root: str | None = None,
+) -> VertexConfig:
+    """`vertex` with the flags that were given put in, each checked, none required: where a
+    compiled spec will run (its images are named for the project and region, its training
+    folders go under the root)."""
+    given = {"project": project, "region": region, "pipeline_root": pipeline_root}
+    given = {name: value for name, value in given.items() if value}
+    problems = _problems(given, required=set())
+    if problems:
+        raise ConfigError(problems, source="the Vertex AI settings")
+    return vertex.model_copy(update=given)
+
+
 def vertex_target(
     vertex: VertexConfig,
     *,

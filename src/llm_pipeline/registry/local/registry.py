@@ -207,16 +207,24 @@ class LocalRegistry(Registry):
         the endpoint serves only what it served before that last change.
         """
         name = checked_name(endpoint, "endpoint")
+        # Refused before the lock is taken: a rollback that fails creates nothing, not even
+        # the lock file (an endpoint is never deleted, so it cannot vanish in between).
+        self._require_endpoint(name)
         with self._locked():
-            record = self._endpoints.read(name)
-            if record is None:
-                known = ", ".join(self._endpoints.names()) or "none yet"
-                raise RegistryError(f"no endpoint named {name!r}; endpoints: {known}")
+            record = self._require_endpoint(name)
             moved_from, moved_to = rollback_plan(name, record, self._endpoints)
             after = self._endpoints.write_change(name, record, "rollback", [share(moved_to, 100)])
         return RollbackOutcome(endpoint=after, moved_from=moved_from, moved_to=moved_to)
 
     # -- internals --------------------------------------------------------------------
+
+    def _require_endpoint(self, name: str) -> local_records.EndpointRecord:
+        """The endpoint's record; RegistryError naming the endpoints there are if missing."""
+        record = self._endpoints.read(name)
+        if record is None:
+            known = ", ".join(self._endpoints.names()) or "none yet"
+            raise RegistryError(f"no endpoint named {name!r} in {self.root}; endpoints: {known}")
+        return record
 
     @property
     def _lock_path(self) -> Path:
