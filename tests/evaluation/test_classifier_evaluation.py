@@ -20,6 +20,7 @@ import torch
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from llm_pipeline import components
+from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.errors import EvaluationError
@@ -76,6 +77,11 @@ def evaluated(
         metrics=sink,
         report=SimpleNamespace(path=str(out / "report.html")),
         predictions=SimpleNamespace(path=str(out / "predictions")),
+        # Nothing is served (an empty registry): no champion to score.
+        deploy=DeployConfig(registry_dir=str(out / "registry")).model_dump_json(),
+        vertex=VertexConfig().model_dump_json(),
+        evaluation_data=str(out / "evaluation_data"),
+        champion=str(out / "champion"),
     )
     folder = out / "predictions"
     rows = [json.loads(line) for line in (folder / PREDICTIONS_FILE).read_text().splitlines()]
