@@ -140,6 +140,20 @@ def test_metrics_equal_scikit_learns_on_the_written_predictions(
     assert written == pytest.approx(metrics)
 
 
+def test_the_step_hands_the_gate_its_fingerprint_and_no_champion_when_nothing_is_served(
+    evaluated: SimpleNamespace, dataset_dir: Path
+) -> None:
+    from llm_pipeline.evaluation.fingerprint import evaluation_fingerprint
+    from llm_pipeline.registry import Champion
+
+    out = evaluated.folder.parent
+    settings = EvaluateConfig(batch_size=4, bootstrap_samples=200, seed=1)
+    expected = evaluation_fingerprint(dataset_dir, settings, get_task(TASK))
+    assert (out / "evaluation_data").read_text() == expected
+    assert Champion.from_json((out / "champion").read_text()) == Champion()
+    assert not (evaluated.folder / "champion").exists()
+
+
 def test_the_majority_baseline_predicts_the_most_frequent_training_label(
     evaluated: SimpleNamespace,
 ) -> None:
