@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/local.json
 DATA ?=
+# A run on your own data ships its own model to its own endpoint, named after the data
+# (`my.csv`: model `my` on `my-endpoint`), so that it neither replaces the demo's model nor
+# becomes the bar the demo's next run must pass.
+MODEL ?= $(if $(DATA),$(basename $(notdir $(patsubst %/,%,$(DATA)))))
 VERBOSE ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`: two, one per core of the 2-core machine CI runs on;
@@ -42,7 +46,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	# Offline by design: fail at once instead of retrying an unreachable hub.
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA)) $(if $(VERBOSE),--verbose)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA)) \
+		$(if $(MODEL),--set deploy.model_display_name=$(MODEL) --set deploy.endpoint_display_name=$(MODEL)-endpoint) \
+		$(if $(VERBOSE),--verbose)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

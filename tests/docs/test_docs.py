@@ -1,6 +1,7 @@
 """The docs that are generated must match the code they describe."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,32 @@ def test_readme_names_the_two_commands() -> None:
     makefile = (REPO / "Makefile").read_text()
     assert "\ndemo:" in makefile and "\ntest:" in makefile
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def demo_command(*variables: str) -> str:
+    """The command `make demo` runs with `variables`, as make prints it (nothing runs)."""
+    stamp = ".venv/.installed"  # taken as made: the command, not the install, is checked
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-o", stamp, "demo", *variables],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return " ".join(made.stdout.replace("\\\n", " ").split())
+
+
+def test_a_demo_on_your_own_data_ships_its_own_model_to_its_own_endpoint() -> None:
+    """README's "Your own data": `make demo DATA=my.csv` must not ship the user's model as
+    the demo's, where the demo's next run would be gated against it."""
+    own = demo_command("DATA=/data/my.csv")
+    assert "--set data.dataset=/data/my.csv" in own
+    assert "--set deploy.model_display_name=my" in own
+    assert "--set deploy.endpoint_display_name=my-endpoint" in own
+    named = demo_command("DATA=/data/reviews/", "MODEL=review-summarizer")
+    assert "--set deploy.model_display_name=review-summarizer" in named
+    assert "--set deploy.endpoint_display_name=review-summarizer-endpoint" in named
+    assert "deploy." not in demo_command()  # the demo's own names, from its config
 
 
 def test_readme_points_newcomers_at_the_architecture_page_on_its_first_screen() -> None:

@@ -20,6 +20,7 @@ import torch
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from llm_pipeline import components
+from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.errors import EvaluationError
@@ -76,6 +77,11 @@ def evaluated(
         metrics=sink,
         report=SimpleNamespace(path=str(out / "report.html")),
         predictions=SimpleNamespace(path=str(out / "predictions")),
+        # Nothing is served (an empty registry): no champion to score.
+        deploy=DeployConfig(registry_dir=str(out / "registry")).model_dump_json(),
+        vertex=VertexConfig().model_dump_json(),
+        evaluation_data=str(out / "evaluation_data"),
+        champion=str(out / "champion"),
     )
     folder = out / "predictions"
     rows = [json.loads(line) for line in (folder / PREDICTIONS_FILE).read_text().splitlines()]
@@ -132,6 +138,20 @@ def test_metrics_equal_scikit_learns_on_the_written_predictions(
     assert metrics["seconds"] >= metrics["scoring_seconds"] > 0
     written = json.loads((evaluated.folder / METRICS_FILE).read_text())
     assert written == pytest.approx(metrics)
+
+
+def test_the_step_hands_the_gate_its_fingerprint_and_no_champion_when_nothing_is_served(
+    evaluated: SimpleNamespace, dataset_dir: Path
+) -> None:
+    from llm_pipeline.evaluation.fingerprint import evaluation_fingerprint
+    from llm_pipeline.registry import Champion
+
+    out = evaluated.folder.parent
+    settings = EvaluateConfig(batch_size=4, bootstrap_samples=200, seed=1)
+    expected = evaluation_fingerprint(dataset_dir, settings, get_task(TASK))
+    assert (out / "evaluation_data").read_text() == expected
+    assert Champion.from_json((out / "champion").read_text()) == Champion()
+    assert not (evaluated.folder / "champion").exists()
 
 
 def test_the_majority_baseline_predicts_the_most_frequent_training_label(

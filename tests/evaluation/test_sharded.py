@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from llm_pipeline import components
+from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.errors import ConfigError
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
@@ -84,6 +85,11 @@ def evaluate_step(
         metrics=metrics,
         report=SimpleNamespace(path=str(out / "report.html")),
         predictions=SimpleNamespace(path=str(out / "predictions")),
+        # Nothing is served (an empty registry): no champion to score.
+        deploy=DeployConfig(registry_dir=str(out / "registry")).model_dump_json(),
+        vertex=VertexConfig().model_dump_json(),
+        evaluation_data=str(out / "evaluation_data"),
+        champion=str(out / "champion"),
     )
     rows = [
         json.loads(line)

@@ -22,9 +22,19 @@ from llm_pipeline.tasks import DEFAULT_TASK
 
 
 @dsl.component(base_image="python:3.11")
-def scored(metrics: Output[Metrics], model: Output[Model], dataset: Output[Dataset]) -> None:
-    """What evaluate hands the gate: metrics, and the model and data deploy would ship."""
+def scored(
+    metrics: Output[Metrics],
+    model: Output[Model],
+    dataset: Output[Dataset],
+    evaluation_data: dsl.OutputPath(str),  # type: ignore[valid-type]
+    champion: dsl.OutputPath(str),  # type: ignore[valid-type]
+) -> None:
+    """What evaluate hands the gate: metrics, the evaluation's fingerprint, no champion
+    (nothing is served), and the model and data deploy would ship."""
     metrics.log_metric("rougeLsum", 21.5)
+    for path, text in ((evaluation_data, "d" * 32), (champion, "")):
+        with open(path, "w") as out:
+            out.write(text)
     for artifact in (model, dataset):
         with open(artifact.path, "w") as out:
             out.write("never read: the gate says no")
@@ -43,6 +53,8 @@ def gated_pipeline(registry_dir: Path, override: str) -> object:
             policy=policy,
             vertex=vertex,
             metrics=evaluated.outputs["metrics"],
+            evaluation_data=evaluated.outputs["evaluation_data"],
+            champion=evaluated.outputs["champion"],
         )
         gate.set_display_name("should-deploy").set_caching_options(False)
         with dsl.If(gate.outputs["Output"] == True, name="deploy-if-better"):  # noqa: E712
@@ -54,6 +66,7 @@ def gated_pipeline(registry_dir: Path, override: str) -> object:
                 evaluate=EvaluateConfig().model_dump_json(),
                 run="test",
                 gate_served=gate.outputs["served_version"],
+                evaluation_data=evaluated.outputs["evaluation_data"],
                 model=evaluated.outputs["model"],
                 metrics=evaluated.outputs["metrics"],
                 dataset=evaluated.outputs["dataset"],

@@ -11,6 +11,7 @@ from datasets import load_from_disk
 from llm_pipeline.config import load_config
 from llm_pipeline.local import LocalRun, run_local
 from llm_pipeline.pipelines import build_pipeline
+from llm_pipeline.registry import EVALUATION_DATA_LABEL
 
 from ..chromium import render_in_chromium
 from ..pipeline_cli import run_pipeline
@@ -209,6 +210,9 @@ def test_the_first_run_deploys_to_an_empty_endpoint(
     assert served is not None and served.ref == f"{MODEL}@1"
     # The registered metrics are the evaluation's, and the files outlive the run folder.
     assert served.metrics["rougeLsum"] == steps["evaluate"].metrics["rougeLsum"]
+    # ... and so is what they were scored on, for later gates to compare like with like.
+    fingerprint = steps["evaluate"].outputs["evaluation_data"]
+    assert served.labels == {EVALUATION_DATA_LABEL: fingerprint} and len(fingerprint) == 32
     assert (Path(served.uri) / "model.safetensors").is_file()
     assert not Path(served.uri).is_relative_to(local_run.run_dir)  # type: ignore[arg-type]
 
@@ -219,8 +223,9 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
 ) -> None:
     """Through the CLI, as a user runs it, in the same runs folder: download and preprocess
     are reused (same data, same settings); the gate compares with version 1, which the
-    endpoint serves, and says so; `override: always` ships version 2 whatever its score (a
-    shorter run, SECOND_RUN, need not beat the first); rollback restores version 1.
+    endpoint serves, scored by this run's evaluate on this run's rows, and says so;
+    `override: always` ships version 2 whatever its score (a shorter run, SECOND_RUN, need
+    not beat the first); rollback restores version 1.
     tests/local/test_local_condition.py covers a gate that says no."""
     result = run_pipeline(
         "--config",
@@ -238,7 +243,8 @@ def test_a_second_run_is_gated_against_the_served_version_and_rolled_back(
     summary = result.stdout
     gate = next(line for line in summary.splitlines() if line.startswith("Gate: "))
     assert gate.startswith("Gate: deploy: rougeLsum ")
-    assert f"served by version {MODEL}@1" in gate
+    # Version 1 scored again, on this run's 4 rows (evaluate.max_samples), is the bar.
+    assert f"served by version {MODEL}@1 (both scored on this run's 4 evaluation rows)" in gate
     assert gate.endswith("deploy_policy.override is 'always', deploying")
     assert f"Deployed {MODEL}@2 to endpoint {ENDPOINT}." in summary
     # deploy.registry_dir is not the default: the printed command names it.

@@ -7,21 +7,40 @@ from typing import Any
 import pytest
 
 from llm_pipeline.config import DeployPolicyConfig
-from llm_pipeline.registry import GateError, ModelVersion, decide
+from llm_pipeline.registry import (
+    EVALUATION_DATA_LABEL,
+    Champion,
+    GateError,
+    ModelVersion,
+    Served,
+    decide,
+    served_scores,
+)
+
+#: Fingerprints of two evaluations (`evaluation.fingerprint`): this run's, another dataset's.
+THIS_RUN, OTHER_DATA = "a" * 32, "b" * 32
 
 
-def served(version: str = "3", **metrics: float) -> ModelVersion:
-    return ModelVersion(model="summarizer", version=version, uri="/m", metrics=metrics)
+def version(evaluation_data: str | None = THIS_RUN, **metrics: float) -> ModelVersion:
+    """Version 3, registered with `metrics` scored on the evaluation `evaluation_data`."""
+    labels = {EVALUATION_DATA_LABEL: evaluation_data} if evaluation_data else {}
+    return ModelVersion(model="summarizer", version="3", uri="/m", metrics=metrics, labels=labels)
 
 
-CASES: list[tuple[str, dict[str, Any], dict[str, float], ModelVersion | None, bool, str]] = [
+def served(**metrics: float) -> Served | None:
+    """Version 3 served, scored on this run's evaluation data: its scores compare."""
+    return served_scores(version(**metrics), champion=Champion(), fingerprint=THIS_RUN)
+
+
+SAME = "(scored on the same evaluation rows and settings)"
+CASES: list[tuple[str, dict[str, Any], dict[str, float], Served | None, bool, str]] = [
     (
         "better",
         {},
         {"rougeLsum": 31.2},
         served(rougeLsum=30.8),
         True,
-        "rougeLsum 31.2 vs 30.8 served by version summarizer@3: +0.4 >= min_improvement 0, "
+        f"rougeLsum 31.2 vs 30.8 served by version summarizer@3 {SAME}: +0.4 >= min_improvement 0, "
         "deploying",
     ),
     (
@@ -30,7 +49,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, float], ModelVersion | None, bo
         {"rougeLsum": 29.0},
         served(rougeLsum=30.8),
         False,
-        "rougeLsum 29 vs 30.8 served by version summarizer@3: -1.8 is no improvement, "
+        f"rougeLsum 29 vs 30.8 served by version summarizer@3 {SAME}: -1.8 is no improvement, "
         "not deploying",
     ),
     (
@@ -39,7 +58,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, float], ModelVersion | None, bo
         {"rougeLsum": 30.8},
         served(rougeLsum=30.8),
         False,
-        "rougeLsum 30.8 vs 30.8 served by version summarizer@3: +0 is no improvement, "
+        f"rougeLsum 30.8 vs 30.8 served by version summarizer@3 {SAME}: +0 is no improvement, "
         "not deploying",
     ),
     (
@@ -48,8 +67,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, float], ModelVersion | None, bo
         {"rougeLsum": 31.2},
         served(rougeLsum=30.8),
         False,
-        "rougeLsum 31.2 vs 30.8 served by version summarizer@3: +0.4 < min_improvement 0.5, "
-        "not deploying",
+        f"rougeLsum 31.2 vs 30.8 served by version summarizer@3 {SAME}: +0.4 < "
+        "min_improvement 0.5, not deploying",
     ),
     (
         "beyond min_improvement",
@@ -118,7 +137,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, float], ModelVersion | None, bo
 def test_gate_decides_and_says_why(
     policy: dict[str, Any],
     metrics: dict[str, float],
-    now: ModelVersion | None,
+    now: Served | None,
     deploy: bool,
     reason: str,
 ) -> None:
@@ -158,3 +177,97 @@ def test_improvement_is_reported_with_the_numbers() -> None:
     decision = decide({"rougeLsum": 31.2}, served(rougeLsum=30.8), rouge_policy())
     assert decision.served_value == 30.8 and decision.value == 31.2
     assert decision.improvement == pytest.approx(0.4)
+
+
+# -- like with like: the served version's scores count only on the same evaluation rows --
+
+
+def test_a_score_from_another_dataset_is_not_compared() -> None:
+    """The issue's case: the endpoint serves a model scored 100 on three rows of the user's
+    own data; this run, on the demo's data, scores 9.093. The 100 says nothing about it."""
+    elsewhere = version(OTHER_DATA, rougeLsum=100.0)
+    compared = served_scores(elsewhere, champion=Champion(), fingerprint=THIS_RUN)
+
+    decision = decide({"rougeLsum": 9.093}, compared, rouge_policy())
+
+    assert decision.deploy is True
+    assert decision.reason == (
+        "rougeLsum 9.093; the endpoint serves version summarizer@3, which cannot be compared "
+        "with it: it was scored on other evaluation rows or settings (its recorded rougeLsum "
+        "100 is not comparable): deploying"
+    )
+    assert decision.served is elsewhere
+    assert decision.served_value is None and decision.improvement is None
+
+
+def test_with_nothing_comparable_deploy_if_nothing_served_decides() -> None:
+    compared = served_scores(
+        version(OTHER_DATA, rougeLsum=100.0), champion=Champion(), fingerprint=THIS_RUN
+    )
+    decision = decide({"rougeLsum": 9.093}, compared, rouge_policy(deploy_if_nothing_served=False))
+    assert decision.deploy is False
+    assert decision.reason.endswith(
+        "not deploying (deploy_policy.deploy_if_nothing_served is false)"
+    )
+
+
+def test_a_version_registered_without_its_evaluation_data_is_not_compared() -> None:
+    compared = served_scores(
+        version(None, rougeLsum=30.0), champion=Champion(), fingerprint=THIS_RUN
+    )
+    assert compared is not None and compared.metrics is None
+    assert "records no evaluation data" in compared.basis
+
+
+def test_the_champion_scored_on_this_runs_rows_is_what_is_compared() -> None:
+    """The served version, scored by this run's evaluate step on this run's 3 rows: its
+    8.5 is compared, not the 100 it was registered with."""
+    recorded = version(OTHER_DATA, rougeLsum=100.0)
+    champion = Champion(recorded.ref, {"rougeLsum": 8.5, "samples": 3.0})
+
+    decision = decide(
+        {"rougeLsum": 9.093},
+        served_scores(recorded, champion=champion, fingerprint=THIS_RUN),
+        rouge_policy(),
+    )
+
+    assert decision.deploy is True
+    assert decision.reason == (
+        "rougeLsum 9.093 vs 8.5 served by version summarizer@3 (both scored on this run's 3 "
+        "evaluation rows): +0.593 >= min_improvement 0, deploying"
+    )
+    assert decision.served_value == 8.5
+
+
+def test_the_champion_outranks_a_recorded_score_of_the_same_evaluation() -> None:
+    recorded = version(THIS_RUN, rougeLsum=9.0)
+    champion = Champion(recorded.ref, {"rougeLsum": 12.0, "samples": 3.0})
+    compared = served_scores(recorded, champion=champion, fingerprint=THIS_RUN)
+    assert compared is not None and compared.metrics == champion.metrics
+    assert decide({"rougeLsum": 10.0}, compared, rouge_policy()).deploy is False
+
+
+def test_a_champion_of_another_version_is_ignored() -> None:
+    """The endpoint moved between evaluate and the gate: the champion scored a version that
+    is no longer served, so it says nothing; the recorded score of the same evaluation does."""
+    now = version(THIS_RUN, rougeLsum=9.0)
+    stale = Champion("summarizer@2", {"rougeLsum": 1.0, "samples": 3.0})
+    compared = served_scores(now, champion=stale, fingerprint=THIS_RUN)
+    assert compared is not None and compared.metrics == {"rougeLsum": 9.0}
+    assert compared.basis == "scored on the same evaluation rows and settings"
+
+
+def test_why_the_champion_was_not_scored_is_in_the_reason() -> None:
+    note = "summarizer@3 cannot be scored on this run's rows (it is a text_classification model)"
+    compared = served_scores(
+        version(OTHER_DATA, rougeLsum=100.0), champion=Champion(note=note), fingerprint=THIS_RUN
+    )
+    reason = decide({"rougeLsum": 9.0}, compared, rouge_policy()).reason
+    assert f"other evaluation rows or settings, and {note}" in reason
+
+
+def test_the_champion_travels_between_steps_as_text() -> None:
+    champion = Champion("summarizer@3", {"rougeLsum": 8.5}, "")
+    assert Champion.from_json(champion.to_json()) == champion
+    assert Champion.from_json(Champion(note="why").to_json()) == Champion(note="why")
+    assert Champion.from_json("") == Champion()

@@ -165,3 +165,17 @@ def test_labels_vertex_would_refuse_are_refused_here(
 ) -> None:
     with pytest.raises(LabelError, match=message):
         encode_version_labels(metrics, labels=labels)
+
+
+def test_the_evaluation_fingerprint_is_a_label_that_comes_back() -> None:
+    """On Vertex the gate reads a served version's evaluation fingerprint from its labels."""
+    from llm_pipeline.evaluation.fingerprint import FINGERPRINT_LENGTH
+    from llm_pipeline.registry import EVALUATION_DATA_LABEL
+
+    fingerprint = "0123456789abcdef" * (FINGERPRINT_LENGTH // 16)
+    labels = encode_version_labels(
+        {"rougeLsum": 15.8}, run="run-1", labels={EVALUATION_DATA_LABEL: fingerprint}
+    )
+    decoded = decode_version_labels(labels)
+    assert decoded.labels == {EVALUATION_DATA_LABEL: fingerprint}
+    assert decoded.metrics == {"rougeLsum": 15.8}

@@ -17,12 +17,15 @@ from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline import components
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.registry import EVALUATION_DATA_LABEL
 from llm_pipeline.registry.local import LocalRegistry
 from llm_pipeline.steps.deploy import generation_defaults
 
 pytestmark = pytest.mark.slow
 
 ENDPOINT = "summarizer-endpoint"
+#: The fingerprint of the evaluation that scored the model (`evaluation.fingerprint`).
+EVALUATED_ON = "0123456789abcdef" * 2
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,7 @@ def deploy_step(
         ).model_dump_json(),
         run="run-under-test",
         gate_served=gate_served,
+        evaluation_data=EVALUATED_ON,
         model=SimpleNamespace(path=str(model_dir), uri=str(model_dir)),
         metrics=metrics,
         dataset=SimpleNamespace(path=str(data)),
@@ -85,6 +89,8 @@ def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
     served = LocalRegistry(registry_dir).served_version(ENDPOINT)
     assert served is not None and served.ref == "summarizer@1"
     assert served.metrics == {"rougeLsum": 31.5} and served.run == "run-under-test"
+    # What the metrics were scored on, so that a later gate compares like with like.
+    assert served.labels == {EVALUATION_DATA_LABEL: EVALUATED_ON}
     assert served.serving_env["LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS"] == "64"
     assert served.serving_env["LLM_PIPELINE_SERVE_TASK"] == "summarization"
     # The endpoint generates as the evaluation did.

@@ -68,6 +68,7 @@ def test_a_classifier_is_probed_with_texts_and_its_labels_are_answers(
         evaluate=EvaluateConfig(bootstrap_samples=0).model_dump_json(),
         run="run-under-test",
         gate_served="",
+        evaluation_data="f" * 32,
         model=SimpleNamespace(
             path=str(multi_label_classifier_dir), uri=str(multi_label_classifier_dir)
         ),

@@ -14,6 +14,7 @@ def deploy(
     evaluate: str,
     run: str,
     gate_served: str,
+    evaluation_data: str,
     model: Input[Model],
     metrics: Input[Metrics],
     dataset: Input[Dataset],
@@ -47,6 +48,9 @@ def deploy(
         run: The pipeline run's name, recorded with the version.
         gate_served: `model@version` the gate compared with; if the endpoint serves
             something else now, another run deployed in between and this step stops.
+        evaluation_data: Output of `evaluate`: the fingerprint of the rows and settings the
+            metrics were scored on, registered with the version (label `evaluation_data`)
+            so that a later gate compares recorded scores only of the same evaluation.
         model: Output of `finetune`.
         metrics: Output of `evaluate`, stored with the version (Vertex: as labels).
         dataset: Output of `preprocess`; its evaluation documents are the probe requests.

@@ -1,6 +1,6 @@
 """KFP component: run the fine-tuned model on held-out data and score what it gives."""
 
-from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, OutputPath
 
 from llm_pipeline.components.image import component
 
@@ -9,11 +9,15 @@ from llm_pipeline.components.image import component
 def evaluate(
     task: str,
     evaluate: str,
+    deploy: str,
+    vertex: str,
     model: Input[Model],
     dataset: Input[Dataset],
     metrics: Output[Metrics],
     report: Output[HTML],
     predictions: Output[Dataset],
+    evaluation_data: OutputPath(str),  # type: ignore[valid-type]
+    champion: OutputPath(str),  # type: ignore[valid-type]
 ):
     """Score the model on the test split (validation when there is none) by the task's metrics.
 
@@ -35,6 +39,9 @@ def evaluate(
             `no_repeat_ngram_size`, `do_sample`, `temperature`, `top_p`, `stop`,
             `use_stemmer`, `bootstrap_samples` (95% intervals), `lead_k`,
             `score_base_model`, `seed`, `processes` (default: one per GPU).
+        deploy: The config's `deploy` section as JSON (`DeployConfig`): where the served
+            version is found.
+        vertex: The config's `vertex` section as JSON (project and region).
         model: Output of `finetune` (a Hugging Face model folder).
         dataset: Output of `preprocess` (token ids and the raw text).
 
@@ -49,7 +56,11 @@ def evaluate(
             per-label scores, the confusion matrix and the wrong answers first).
         predictions: A folder with predictions.jsonl (input, reference, prediction and
             per-example scores), metrics.json, report.html and, for a model with a label
-            head, confusion_matrix.json.
+            head, confusion_matrix.json; the champion's own under `champion/`.
+        evaluation_data: The fingerprint of the rows scored and the settings that decide
+            the scores; the deploy step registers it with the version.
+        champion: JSON: the served version (`model@version`) and its metrics on these rows,
+            or a note saying why it was not scored.
     """
     arguments = dict(locals())
     from llm_pipeline.steps.evaluate import run_evaluate

@@ -55,8 +55,9 @@ class DeployPolicyConfig(Section):
     )
     deploy_if_nothing_served: bool = Field(
         default=True,
-        description="Deploy (floors permitting) when the endpoint serves nothing yet; "
-        "`false` leaves a first deploy to a person.",
+        description="Deploy (floors permitting) when the endpoint serves nothing yet, or "
+        "nothing the gate can compare with (scored on other evaluation rows); `false` leaves "
+        "such a deploy to a person.",
     )
 
 

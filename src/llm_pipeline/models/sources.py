@@ -10,7 +10,7 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelSourceError, exception_chain
@@ -209,3 +209,30 @@ def ensure_pad_token(tokenizer: "PreTrainedTokenizerBase") -> None:
             "token; batches are padded and answers must end, so use a tokenizer that has one"
         )
     tokenizer.pad_token = tokenizer.eos_token
+
+
+def tokenization_difference(
+    first: str | os.PathLike[str], second: str | os.PathLike[str]
+) -> str | None:
+    """What differs between the tokenizers saved in the model folders `first` and `second`,
+    or None when they turn text into the same ids: the same vocabulary and pipeline (a fast
+    tokenizer's whole definition: normalizer, pre-tokenizer, model, added tokens,
+    post-processor), the same special tokens and the same chat template. A model can be
+    scored on another run's evaluation rows only then: the evaluation feeds it that run's
+    token ids (and a causal LM's prompts, rendered with that run's chat template)."""
+    from transformers import AutoTokenizer
+
+    a: Any = AutoTokenizer.from_pretrained(os.fspath(first))
+    b: Any = AutoTokenizer.from_pretrained(os.fspath(second))
+    if type(a) is not type(b):
+        return f"a {type(a).__name__} against a {type(b).__name__}"
+    if a.is_fast and b.is_fast:
+        if a.backend_tokenizer.to_str() != b.backend_tokenizer.to_str():
+            return "their vocabularies or tokenization rules differ"
+    elif a.get_vocab() != b.get_vocab():
+        return "their vocabularies differ"
+    if a.special_tokens_map != b.special_tokens_map:
+        return "their special tokens differ"
+    if getattr(a, "chat_template", None) != getattr(b, "chat_template", None):
+        return "their chat templates differ"
+    return None

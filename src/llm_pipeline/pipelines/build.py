@@ -141,6 +141,8 @@ def build_pipeline(
         scored = evaluate(
             task=config.task,
             evaluate=sections["evaluate"],
+            deploy=sections["deploy"],
+            vertex=sections["vertex"],
             model=trained.outputs["trained_model"],
             dataset=tokenized.outputs["tokenized"],
         )
@@ -151,6 +153,8 @@ def build_pipeline(
             policy=sections["deploy_policy"],
             vertex=sections["vertex"],
             metrics=scored.outputs["metrics"],
+            evaluation_data=scored.outputs["evaluation_data"],
+            champion=scored.outputs["champion"],
         )
         options[Step.SHOULD_DEPLOY](gate)
         # The gate's bool is its single return value, `Output`: kfp.local resolves only
@@ -164,6 +168,7 @@ def build_pipeline(
                 evaluate=sections["evaluate"],
                 run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                 gate_served=gate.outputs["served_version"],
+                evaluation_data=scored.outputs["evaluation_data"],
                 model=trained.outputs["trained_model"],
                 metrics=scored.outputs["metrics"],
                 dataset=tokenized.outputs["tokenized"],

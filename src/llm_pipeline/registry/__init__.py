@@ -12,6 +12,7 @@ from pathlib import Path
 from llm_pipeline.config.deploy import DeployConfig
 from llm_pipeline.config.vertex import VertexConfig
 from llm_pipeline.registry.base import (
+    EVALUATION_DATA_LABEL,
     Deployed,
     DeployError,
     DeployOutcome,
@@ -24,7 +25,14 @@ from llm_pipeline.registry.base import (
     ensure_still_served,
     prediction_text,
 )
-from llm_pipeline.registry.gate import Decision, GateError, decide
+from llm_pipeline.registry.gate import (
+    Champion,
+    Decision,
+    GateError,
+    Served,
+    decide,
+    served_scores,
+)
 
 
 def open_registry(
@@ -61,6 +69,8 @@ def open_registry(
 
 
 __all__ = [
+    "EVALUATION_DATA_LABEL",
+    "Champion",
     "Decision",
     "DeployError",
     "DeployOutcome",
@@ -71,9 +81,11 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RollbackOutcome",
+    "Served",
     "VersionCheck",
     "decide",
     "ensure_still_served",
     "open_registry",
     "prediction_text",
+    "served_scores",
 ]

@@ -16,6 +16,11 @@ from typing import Any
 
 from llm_pipeline.errors import UserError
 
+#: The label every version the pipeline registers carries: the fingerprint of the
+#: evaluation that scored it (its rows and settings, `evaluation.fingerprint`). The gate
+#: compares recorded scores only between versions with the same one.
+EVALUATION_DATA_LABEL = "evaluation_data"
+
 
 class RegistryError(UserError):
     """The registry cannot do what was asked (a damaged file, an unknown version, ...)."""

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
+from llm_pipeline.storage import to_uri
 
 __all__ = [
     "RESOLVED_CONFIG_FILE",
@@ -17,6 +18,7 @@ __all__ = [
     "MetricsSink",
     "log_metrics",
     "save_resolved_config",
+    "write_text_output",
 ]
 
 
@@ -112,3 +114,10 @@ def save_resolved_config(folder: str | Path, **sections: BaseModel | str) -> Non
         for name, section in sections.items()
     }
     (Path(folder) / RESOLVED_CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def write_text_output(path: str, text: str) -> None:
+    """Write a step's text output (an `OutputPath(str)` or a Markdown artifact's file)."""
+    target = Path(to_uri(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")

@@ -9,7 +9,6 @@ only after the new version has answered.
 import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
@@ -18,6 +17,7 @@ from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
 from llm_pipeline.registry import (
+    EVALUATION_DATA_LABEL,
     DeployError,
     DeployOutcome,
     ModelVersion,
@@ -29,9 +29,9 @@ from llm_pipeline.registry import (
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
-from llm_pipeline.steps.artifacts import Arguments, log_metrics
+from llm_pipeline.steps.artifacts import Arguments, log_metrics, write_text_output
 from llm_pipeline.steps.reporting import reports_user_errors
-from llm_pipeline.storage import check_output_complete, to_uri
+from llm_pipeline.storage import check_output_complete
 from llm_pipeline.tasks import get_task
 
 
@@ -74,6 +74,7 @@ def run_deploy(arguments: Arguments) -> None:
             if _is_number(v)
         },
         run=arguments.text("run"),
+        labels={EVALUATION_DATA_LABEL: arguments.text("evaluation_data").strip()},
         config={
             "data": data_config.model_dump(mode="json"),
             "deploy": deploy_config.model_dump(mode="json"),
@@ -94,9 +95,9 @@ def run_deploy(arguments: Arguments) -> None:
         arguments.metrics("deployment"),
         {"version": _as_number(registered.version), "traffic": _traffic(outcome)},
     )
-    _write(arguments.artifact("report").path, _markdown(outcome, endpoint_name, probe))
-    _write(arguments.text("version"), registered.ref)
-    _write(arguments.text("endpoint"), endpoint_name)
+    write_text_output(arguments.artifact("report").path, _markdown(outcome, endpoint_name, probe))
+    write_text_output(arguments.text("version"), registered.ref)
+    write_text_output(arguments.text("endpoint"), endpoint_name)
 
 
 def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any]:
@@ -174,9 +175,3 @@ def _markdown(outcome: DeployOutcome, endpoint: str, probe: Sequence[Any]) -> st
         f"| version | traffic | files |\n|---|---|---|\n{rows}\n\n"
         f"**Probe instance:** {shown}\n\n**Prediction:** {outcome.prediction}\n"
     )
-
-
-def _write(path: str, text: str) -> None:
-    target = Path(to_uri(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")

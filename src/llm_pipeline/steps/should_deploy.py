@@ -1,20 +1,23 @@
 """The should_deploy component's body: the gate against what the endpoint serves now."""
 
-from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import DeployConfig, DeployPolicyConfig, VertexConfig
 from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
-from llm_pipeline.registry import Decision, open_registry
-from llm_pipeline.registry.gate import decide
-from llm_pipeline.steps.artifacts import Arguments, log_metrics
+from llm_pipeline.registry import Champion, Decision, decide, open_registry, served_scores
+from llm_pipeline.steps.artifacts import Arguments, log_metrics, write_text_output
 from llm_pipeline.steps.reporting import reports_user_errors
 
 
 @reports_user_errors(Step.SHOULD_DEPLOY)
 def run_should_deploy(arguments: Arguments) -> bool:
     """Decide, record the decision as Metrics and Markdown, and return it.
+
+    The new model is compared with the served version's scores on the same evaluation rows:
+    the evaluate step's `champion` (the served version scored on this run's rows), else the
+    version's recorded scores if it was registered with this run's `evaluation_data`
+    fingerprint, else nothing (`registry.gate` says what then decides).
 
     `reason` and `served_version` are the paths of the step's text outputs: the sentence
     that says why, and `model@version` of what the endpoint served (empty: nothing), which
@@ -28,7 +31,12 @@ def run_should_deploy(arguments: Arguments) -> bool:
     served = registry.served_version(endpoint)
     metrics = arguments.artifact("metrics").metadata
     new_metrics = {k: float(v) for k, v in dict(metrics).items() if _is_number(v)}
-    result = decide(new_metrics, served, policy_config)
+    compared = served_scores(
+        served,
+        champion=Champion.from_json(arguments.text("champion")),
+        fingerprint=arguments.text("evaluation_data").strip(),
+    )
+    result = decide(new_metrics, compared, policy_config)
     status(result.reason)
     log_metrics(
         arguments.metrics("decision"),
@@ -39,19 +47,14 @@ def run_should_deploy(arguments: Arguments) -> bool:
             "improvement": result.improvement,
         },
     )
-    _write_text(arguments.artifact("report").path, _markdown(result, endpoint))
-    _write_text(arguments.text("reason"), result.reason)
-    _write_text(arguments.text("served_version"), served.ref if served else "")
+    write_text_output(arguments.artifact("report").path, _markdown(result, endpoint))
+    write_text_output(arguments.text("reason"), result.reason)
+    write_text_output(arguments.text("served_version"), served.ref if served else "")
     return result.deploy
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _write_text(path: str, text: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text, encoding="utf-8")
 
 
 def _markdown(result: Decision, endpoint: str) -> str:

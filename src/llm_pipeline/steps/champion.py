@@ -1,0 +1,74 @@
+"""The gate's champion: the version the endpoint serves, scored on this run's rows.
+
+Scores recorded on other data cannot be compared (100 on three rows of one dataset against
+9 on another), so where the served version's files can be loaded here (a local registry)
+the evaluate step scores it on the same rows with the same settings as the new model, one
+pass each, and the gate compares the two. Where it cannot, the champion says why, and the
+gate falls back to recorded scores of the same evaluation (`registry.gate`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llm_pipeline.config import DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.errors import EvaluationError
+from llm_pipeline.evaluation.processes import evaluate_in_processes
+from llm_pipeline.models.sources import tokenization_difference
+from llm_pipeline.progress import status
+from llm_pipeline.registry import Champion, ModelVersion, open_registry
+from llm_pipeline.serve.settings import env_name
+
+
+def score_champion(
+    *,
+    task: str,
+    deploy: DeployConfig,
+    vertex: VertexConfig,
+    model_dir: str,
+    dataset_dir: str,
+    config: EvaluateConfig,
+    output_dir: Path,
+) -> Champion:
+    """The served version's scores on `dataset_dir` with `config` (as the new model in
+    `model_dir` was scored), written under `output_dir`; or why there are none."""
+    if deploy.target != "local":
+        return Champion(note="the served model is in Vertex AI, where this step cannot load it")
+    served = open_registry(deploy, vertex).served_version(deploy.endpoint_name())
+    if served is None:
+        return Champion()
+    problem = _why_not_scorable(served, task=task, model_dir=model_dir)
+    if problem is None:
+        status(f"scoring the served version {served.ref} on the same rows, for the gate")
+        # The served version's own scores only: the baselines are the new model's business.
+        settings = config.model_copy(update={"score_base_model": False})
+        try:
+            result = evaluate_in_processes(
+                model_dir=served.uri,
+                dataset_dir=dataset_dir,
+                config=settings,
+                output_dir=output_dir,
+                task=task,
+            )
+        except EvaluationError as exc:
+            problem = str(exc)
+        else:
+            return Champion(served.ref, result.metrics)
+    status(f"the served version {served.ref} cannot be scored on this run's rows: {problem}")
+    return Champion(note=f"{served.ref} cannot be scored on this run's rows ({problem})")
+
+
+def _why_not_scorable(served: ModelVersion, *, task: str, model_dir: str) -> str | None:
+    """Why `served` cannot be scored on rows made for the model in `model_dir`, or None."""
+    served_task = served.serving_env.get(env_name("task"))
+    if served_task != task:
+        if served_task is None:
+            return "its registration does not say its task"
+        return f"it is a {served_task} model, this run's is {task}"
+    try:
+        difference = tokenization_difference(served.uri, model_dir)
+    except (OSError, ValueError) as exc:
+        return f"its tokenizer cannot be loaded: {exc}"
+    if difference is not None:
+        return f"its tokenizer is not this run's: {difference}"
+    return None
