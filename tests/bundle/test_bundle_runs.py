@@ -106,7 +106,9 @@ def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(
         check=False,
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    assert built.stdout.startswith(f"built {bundle}: ") and "(limit 64 MiB)" in built.stdout
+    # (A first build of the docstring cache says so before it.)
+    assert any(line.startswith(f"built {bundle}: ") for line in built.stdout.splitlines())
+    assert "(limit 64 MiB)" in built.stdout
     assert not list((bundle / "pkgs").rglob("*.safetensors"))
     wheels = {p.name.split("-")[0].lower() for p in (bundle / "whl").glob("*.whl")}
     assert {"transformers", "deepspeed", "kfp", "pydantic", "llm_pipeline"} <= wheels

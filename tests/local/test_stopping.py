@@ -99,3 +99,18 @@ def test_no_signal_touches_nothing(said: list[str]) -> None:
     assert psutil.Process(step.pid).is_running()
     step.kill()
     step.wait()
+
+
+def test_a_kill_takes_the_runs_processes_only(said: list[str]) -> None:
+    """What the caller started besides the run (a test session's servers, an IDE's tools)
+    outlives the run's kill."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    step = _start_step("ignores")
+    try:
+        with StopOnSignal(say=said.append, grace_s=0.5):
+            os.kill(os.getpid(), signal.SIGTERM)
+            step.wait(timeout=30)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -58,10 +58,11 @@ def write_secrets(folder: Path, env: Mapping[str, str]) -> list[str]:
     return list(secrets)
 
 
-def node_file(name: str, env: Mapping[str, str] = os.environ) -> Path:
-    """`name` in this node's private folder (NODE_DIR_ENV), refused unless the folder and
-    the file belong to this user and nobody else may write them (or, for the folder, enter)."""
-    folder = env.get(NODE_DIR_ENV)
+def node_file(name: str, env: Mapping[str, str] | None = None) -> Path:
+    """`name` in this node's private folder (NODE_DIR_ENV in `env`, the process's
+    environment by default, read when called), refused unless the folder and the file
+    belong to this user and nobody else may write them (or, for the folder, enter)."""
+    folder = (os.environ if env is None else env).get(NODE_DIR_ENV)
     if not folder:
         raise RuntimeError(
             f"{NODE_DIR_ENV} is not set: this process was not started through the node's own "
@@ -73,9 +74,12 @@ def node_file(name: str, env: Mapping[str, str] = os.environ) -> Path:
     return path
 
 
-def load_node_secrets(environ: MutableMapping[str, str] = os.environ) -> list[str]:
-    """Put this node's secrets into `environ` (a rank started over ssh has none); their
-    names, which one line reports. Nothing to do outside the DeepSpeed multi-node launch."""
+def load_node_secrets(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """Put this node's secrets into `environ` (the process's environment by default; a rank
+    started over ssh has none); their names, which one line reports. Nothing to do outside
+    the DeepSpeed multi-node launch."""
+    if environ is None:
+        environ = os.environ
     if NODE_DIR_ENV not in environ:
         return []
     secrets = json.loads(node_file(SECRETS_FILE, environ).read_text(encoding="utf-8"))

@@ -67,13 +67,13 @@ class StopOnSignal:
         if self._watcher is not None:
             self._watcher.join()
         if self.signum is not None:
-            _kill(_descendants())  # a shell or helper still there once KFP has returned
+            _kill(_steps_and_theirs())  # a shell or helper still there once KFP has returned
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:  # a second signal: no more waiting
-            _kill(_descendants())
+            _kill(_steps_and_theirs())
             return
         self.signum = signum
         self._ask_steps_to_stop()
@@ -91,7 +91,7 @@ class StopOnSignal:
         while not self._done.wait(_POLL_S):
             if time.monotonic() < deadline:
                 self._ask_steps_to_stop()  # one KFP started after the signal
-            elif left := _descendants():
+            elif left := _steps_and_theirs():
                 self.say(f"Killing {len(left)} processes still running after {self.grace_s:.0f} s.")
                 _kill(left)
                 deadline = float("inf")
@@ -110,6 +110,26 @@ def _descendants() -> list[psutil.Process]:
         return list(psutil.Process().children(recursive=True))
     except psutil.Error:
         return []
+
+
+def _steps_and_theirs() -> list[psutil.Process]:
+    """The run's step processes, KFP's shells around them, and everything they started
+    (launchers, ranks): what a kill may take. Not every child of this process: a caller
+    (a test session, an IDE) may have started others that are not the run's."""
+    found: dict[int, psutil.Process] = {}
+    for step in filter(_runs_a_step, _descendants()):
+        found[step.pid] = step
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in step.children(recursive=True))
+    return list(found.values())
+
+
+def _runs_a_step(process: psutil.Process) -> bool:
+    """A step's process, or KFP's `sh -ec` whose script starts one."""
+    try:
+        return any(STEP_MODULE in part for part in process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _is_step(process: psutil.Process) -> bool:
