@@ -64,56 +64,21 @@ def docstring_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 
 #: Parses the installed packages' docstrings into the cache, as a built-in dataset's first
 #: load does (data/docstrings.py::build_pair_splits: the same roots, so the same cache entry).
-_PARSE_INSTALLED = (
-    "from llm_pipeline.data.docstrings import build_pair_splits; build_pair_splits(workers=1)"
-)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _installed_docstrings_parse(
-    request: pytest.FixtureRequest,
-    docstring_cache_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[subprocess.Popen[bytes] | None]:
-    """Where the session runs a pipeline on a built-in dataset (a test that asks for
-    `installed_docstrings`), the one parse of every installed package's docstrings that the
-    first such run would wait for (about 45 s on two cores) starts at once, in a process
-    of its own at the lowest priority, so that it uses what the tests before leave idle.
-    Under pytest-xdist only the first worker to take the lock starts it (the cache is shared)."""
-    wanted = any("installed_docstrings" in item.fixturenames for item in request.session.items)
-    if not wanted:
-        yield None
-        return
-    claim = session_root(tmp_path_factory) / "installed-docstrings-parse.claimed"
-    try:
-        claim.touch(exist_ok=False)
-    except FileExistsError:
-        yield None  # another worker parses; this one's run parses only what is not cached
-        return
-    process = subprocess.Popen(
-        [sys.executable, "-c", _PARSE_INSTALLED],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: os.nice(19),
-    )
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
+_PARSE_INSTALLED = "from llm_pipeline.data.docstrings import build_pair_splits; build_pair_splits()"
 
 
 @pytest.fixture(scope="session")
 def installed_docstrings(
-    _installed_docstrings_parse: subprocess.Popen[bytes] | None, docstring_cache_dir: Path
+    tmp_path_factory: pytest.TempPathFactory, docstring_cache_dir: Path
 ) -> Path:
     """The docstring cache, for a pipeline run whose download step reads a built-in dataset:
-    filled by the background parse where it has finished. One still parsing is stopped, and
-    the run parses as it would without it (with every core, faster than the niced one)."""
-    process = _installed_docstrings_parse
-    if process is not None and process.poll() is None:
-        process.kill()
-        process.wait()
+    every installed package's docstrings parsed once per test run (about 45 s on two cores),
+    by the first worker to need them while any other waits, so that no two runs parse."""
+
+    def parse(_: Path) -> None:
+        subprocess.run([sys.executable, "-c", _PARSE_INSTALLED], check=True)
+
+    built_once(tmp_path_factory, "installed-docstrings", parse)
     return docstring_cache_dir
 
 
