@@ -176,3 +176,21 @@ def _tiny_model() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with slow tests (processes, whole pipelines) run first, each file's tests still
+    in their order: under pytest-xdist a file runs whole on one worker, and a long one
+    taken last would leave the other worker idle while it finishes."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_deepspeed_segments_left() -> Iterator[None]:
+    """Tests that start DeepSpeed ranks without the project's launcher leave their CPU
+    all-reduce segments in /dev/shm (launch/shm_segments.py): swept after the session."""
+    from llm_pipeline.launch.shm_segments import remove_stale_segments
+
+    yield
+    remove_stale_segments()

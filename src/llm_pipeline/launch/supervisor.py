@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from llm_pipeline.launch.lifetime import STEP_PID_ENV, dies_with_this_process
+from llm_pipeline.launch.shm_segments import remove_stale_segments
 
 #: The signals passed on to the launcher (as SIGTERM): a preemption's, and a local run's Ctrl-C.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -80,6 +81,8 @@ def run_launcher(command: Sequence[str], *, env: Mapping[str, str], log_dir: Pat
         if process.poll() is None:
             process.terminate()
             process.wait()
+        # DeepSpeed's CPU all-reduce segments outlive its ranks, killed or not.
+        remove_stale_segments()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return LauncherExit(code, "".join(tail), forwarded[0] if forwarded else None)
