@@ -18,6 +18,7 @@ if __name__ == "__main__":
     load_node_secrets()  # under DeepSpeed's multi-node launcher: HF_TOKEN and the like
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -302,6 +303,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(PREEMPTED_EXIT_CODE)
     finally:
         release_folder()
+        _leave_the_group()
+
+
+def _leave_the_group() -> None:
+    """Tear the process group down before the interpreter does: left to exit, gloo's
+    threads can outlive their group and abort the rank ('terminate called without an
+    active exception', seen once in a rank that had finished training under load)."""
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
