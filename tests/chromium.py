@@ -135,13 +135,21 @@ class DevTools:
     def wait_until(self, expression: str, *, timeout_s: float = 60, what: str = "") -> Any:
         """Poll `expression` until it is truthy; its value."""
         deadline = time.monotonic() + timeout_s
-        while not (value := self.evaluate(expression)):
+        failure = ""
+        while True:
+            # A page mid-navigation has no document.body yet: an expression that throws
+            # is "not yet", and its error is reported only if it never comes right.
+            result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+            if "exceptionDetails" in result:
+                failure = result["exceptionDetails"].get("exception", {}).get("description", "")
+            elif value := result["result"].get("value"):
+                return value
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"timed out after {timeout_s} s waiting for {what or expression}"
+                    + (f" (last error: {failure})" if failure else "")
                 )
             time.sleep(0.1)
-        return value
 
     def click(self, selector: str) -> None:
         """A left click in the middle of the element `selector` finds."""
