@@ -10,13 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-#: How a task's network is built and generates: `seq2seq` reads the source with an encoder
-#: and writes the target with a decoder (T5, BART); `causal_lm` is one decoder that continues
-#: its prompt (OPT, Llama, Qwen, Gemma); `classifier` is an encoder (or a decoder) with a
-#: classification head that scores a fixed set of labels (DistilBERT, BERT, RoBERTa).
-#: A saved model folder says its own kind through its config.json (`is_encoder_decoder`,
-#: `id2label` with an `*ForSequenceClassification` architecture).
-ModelKind = Literal["seq2seq", "causal_lm", "classifier"]
+from llm_pipeline.tasks.kinds import ModelKind
+
 #: A chat: turns `{"role": "system" | "user" | "assistant", "content": str}`, in order (the
 #: layout of Hugging Face chat templates, OpenAI and Vertex).
 Chat = list[dict[str, str]]
@@ -113,12 +108,7 @@ class Task(ABC):
         checkpoint (`AutoModelForSeq2SeqLM`, `AutoModelForCausalLM`)."""
         import transformers
 
-        name = {
-            "seq2seq": "AutoModelForSeq2SeqLM",
-            "causal_lm": "AutoModelForCausalLM",
-            "classifier": "AutoModelForSequenceClassification",
-        }
-        return getattr(transformers, name[self.model_kind])
+        return getattr(transformers, self.model_kind.auto_class)
 
     # evaluation
     #: What the evaluate step reports, the gate's default metric first

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.kinds import CLASSIFIER, ModelKind
 
 
 class TextClassification(Task):
@@ -42,7 +43,7 @@ class TextClassification(Task):
         return max(fitting, key=len) if fitting else None
 
     # model and training
-    model_kind: ClassVar[ModelKind] = "classifier"
+    model_kind: ClassVar[ModelKind] = CLASSIFIER
 
     # evaluation
     # Macro-F1 weighs every label alike, so a model cannot pass the gate by predicting the

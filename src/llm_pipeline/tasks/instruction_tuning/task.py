@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 from llm_pipeline.tasks.chat import (
     ChatFormat,
     TemplateError,
@@ -33,7 +34,7 @@ class InstructionTuning(Task):
     name: ClassVar[str] = "instruction_tuning"
 
     # model and training
-    model_kind: ClassVar[ModelKind] = "causal_lm"
+    model_kind: ClassVar[ModelKind] = CAUSAL_LM
 
     # data
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))

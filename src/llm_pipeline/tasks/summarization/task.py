@@ -4,7 +4,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ModelKind, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 
 class Summarization(Task):
@@ -26,7 +27,7 @@ class Summarization(Task):
     )
 
     # model and training
-    model_kind: ClassVar[ModelKind] = "seq2seq"
+    model_kind: ClassVar[ModelKind] = SEQ2SEQ
 
     # evaluation
     # rougeLsum (summary-level LCS, one sentence per line) is what summarization papers lead with.
