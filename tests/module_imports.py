@@ -96,3 +96,59 @@ def imports_of(path: Path, source: Path = SOURCE, *, on_import_only: bool = Fals
             if name == PACKAGE or name.startswith(f"{PACKAGE}.")
         ]
     return found
+
+
+#: The registry's lookups that import a task's package (`llm_pipeline.tasks`): reading a
+#: task class by name, or all of them. Iterating the names, `len` and `in` import nothing.
+REGISTRY_LOOKUPS = {"get_task"}
+REGISTRY_MAPPING = "TASKS"
+IMPORTING_METHODS = {"values", "items", "get"}
+
+
+def task_packages(source: Path = SOURCE) -> list[str]:
+    """The task packages the registry imports by name (`TASK_PACKAGES` in tasks/__init__.py,
+    read as written); none for a tree whose registry has no such table."""
+    registry = source / "tasks" / "__init__.py"
+    if not registry.is_file():
+        return []
+    for node in ast.parse(registry.read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        named = isinstance(target, ast.Name) and target.id == "TASK_PACKAGES"
+        if named and isinstance(value, ast.Dict):
+            return [v.value for v in value.values if isinstance(v, ast.Constant)]
+    return []
+
+
+def _is_lookup(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        function = node.func
+        if getattr(function, "id", getattr(function, "attr", None)) in REGISTRY_LOOKUPS:
+            return True
+        return (
+            isinstance(function, ast.Attribute)
+            and function.attr in IMPORTING_METHODS
+            and getattr(function.value, "id", getattr(function.value, "attr", None))
+            == REGISTRY_MAPPING
+        )
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.ctx, ast.Load)
+        and getattr(node.value, "id", getattr(node.value, "attr", None)) == REGISTRY_MAPPING
+    )
+
+
+def registry_lookups_on_import(path: Path, source: Path = SOURCE) -> list[Import]:
+    """The task packages `path` imports through the registry while it is itself being
+    imported (a module-level `TASKS.values()`, `get_task(...)`): the registry imports them
+    by name (importlib), which no written import shows, so each is returned as an import
+    of every task package, at the line of the lookup."""
+    importer = module_name(path, source)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lookups = [node for node in executed_on_import(tree) if _is_lookup(node)]
+    first = min((getattr(node, "lineno", 0) for node in lookups), default=None)
+    if first is None:
+        return []
+    return [Import(importer, package, first) for package in task_packages(source)]

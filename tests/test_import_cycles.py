@@ -9,11 +9,28 @@ are edges as well, except a module's own packages, which Python has always start
 The imports a function makes when it runs, and those under `if TYPE_CHECKING:`, are checked
 too (`test_no_cycles_through_deferred_imports`): a deferred import still makes two modules
 depend on each other, so neither can be read, tested or moved without the other.
+
+The task registry (`llm_pipeline.tasks`) imports a task's package by its dotted name
+(`importlib`) when a layer first looks the task up, so no written import shows that edge. A
+lookup that runs while a module is being imported (`TASKS.values()` at module level) is an
+import of every task package at that moment, and counts as one in the import-time graph: a
+task package that reaches such a module while it is imported would see itself
+half-initialised. A lookup inside a function runs after the imports are done and is not an
+edge: the layers depend on the registry and the registry on the task packages by design
+(docs/architecture.md, "## Tasks"), which only the import-time graph could break.
 """
 
 from pathlib import Path
 
-from .module_imports import PACKAGE, SOURCE, Import, imports_of, module_name, modules
+from .module_imports import (
+    PACKAGE,
+    SOURCE,
+    Import,
+    imports_of,
+    module_name,
+    modules,
+    registry_lookups_on_import,
+)
 
 
 def import_graph(
@@ -23,6 +40,7 @@ def import_graph(
     functions import when they run), each with the import statement that does."""
     imports = {
         module_name(path, source): imports_of(path, source, on_import_only=on_import_only)
+        + (registry_lookups_on_import(path, source) if on_import_only else [])
         for path in modules(source)
     }
     graph: dict[str, dict[str, Import]] = {module: {} for module in imports}
@@ -138,3 +156,40 @@ def test_the_detector_finds_a_planted_cycle(tmp_path):
     assert "llm_pipeline.q (line 1) imports llm_pipeline.p.m, which runs llm_pipeline.p" in message
     # Counting the imports functions make, and those under TYPE_CHECKING, c and d are one.
     assert ["llm_pipeline.c", "llm_pipeline.d"] in import_cycles(source, on_import_only=False)
+
+
+def test_a_registry_lookup_while_importing_is_an_import_of_the_task_packages(tmp_path):
+    registry = (
+        "import importlib\n"
+        'TASK_PACKAGES = {"one": "llm_pipeline.tasks.one"}\n'
+        "TASKS = {}\n"
+        "def get_task(name):\n"
+        "    return importlib.import_module(TASK_PACKAGES[name]).TASK\n"
+    )
+    source = write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "tasks/__init__.py": registry,
+            "tasks/one/__init__.py": "from llm_pipeline.tasks.one.task import TASK\n",
+            "tasks/one/task.py": "from llm_pipeline.layer import helper\nTASK = 1\n",
+            # Looks every task up while it is imported: importing task.py comes back to it.
+            "layer.py": (
+                "from llm_pipeline.tasks import TASKS\n"
+                "METRICS = [t.metric for t in TASKS.values()]\n"
+                "def helper():\n    pass\n"
+            ),
+            # Looks tasks up only when called: no import-time edge.
+            "calm.py": (
+                "from llm_pipeline.tasks import get_task\ndef f(name):\n    return get_task(name)\n"
+            ),
+        },
+    )
+    cycles = import_cycles(source)
+    assert cycles == [
+        ["llm_pipeline.layer", "llm_pipeline.tasks.one", "llm_pipeline.tasks.one.task"]
+    ]
+    message = describe(cycles[0], import_graph(source))
+    assert "llm_pipeline.layer (line 2) imports llm_pipeline.tasks.one" in message
+    graph = import_graph(source)
+    assert "llm_pipeline.tasks.one" not in graph["llm_pipeline.calm"]
