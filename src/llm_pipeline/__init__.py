@@ -1,4 +1,8 @@
-"""llm-pipeline: fine-tune seq2seq models with DeepSpeed in Kubeflow Pipelines and ship them.
+"""llm-pipeline: fine-tune Hugging Face models with DeepSpeed in Kubeflow Pipelines, then
+evaluate, gate, register and serve them, on this machine or on Vertex AI.
+
+One pipeline serves every task; what differs between tasks (the data they read, the model
+they train, how it is scored and served) is each task's package in `llm_pipeline.tasks`.
 
 `__version__` is written here only: setup.py reads it, the image tags follow it
 (`vertex.image_repository`), and `make images` passes it to cloudbuild.yaml.
