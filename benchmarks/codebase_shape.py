@@ -15,7 +15,15 @@ afterwards, Ctrl-C included), so the figures come from the code itself, not from
    the real offline pipeline, tiny, with a `sitecustomize.py` that records the Python stack
    at every `subprocess.Popen` and at `Trainer.train` in every process; the chain is the
    rank's stack plus, in each ancestor process, the stack of the Popen that started it;
-5. the pairs the `duplicates` tool lists (when it is installed).
+5. the pairs the `duplicates` tool lists (when it is installed);
+6. issue 27's: each task's modules outside its package and their lines
+   (`task_modules_outside` says exactly which count); the comparisons of a task or model-kind
+   name outside `tasks/`, and every pick by name, found by tests/task_names.py, the detector
+   tests/test_task_seam.py holds the tree to; and the modules whose functions run under
+   `steps/evaluate.py::run_evaluate` in the same traced run (a profile hook in the evaluate
+   step's process while run_evaluate is on its stack, and in every process it starts).
+   The task and kind names are those of this repository's registry (the same three tasks
+   on both revisions).
 
     .venv/bin/python benchmarks/codebase_shape.py [--before aa22c27] [--after HEAD]
         [--skip-run] [--duplicates-cmd PATH]
@@ -24,6 +32,7 @@ afterwards, Ctrl-C included), so the figures come from the code itself, not from
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import itertools
 import json
@@ -160,6 +169,60 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _Finder())
+
+
+# The modules whose code runs under steps/evaluate.py::run_evaluate: in the evaluate step's
+# process, every Python function called while run_evaluate is on the stack; in the
+# processes it starts (evaluation ranks, which inherit _VISITS), every function called.
+_VISITS = "CODEBASE_SHAPE_VISITS"
+_visited = set()
+_active = []
+
+
+def _evaluate_step():
+    argv = list(sys.argv)
+    if "--function_to_execute" in argv[:-1]:
+        return argv[argv.index("--function_to_execute") + 1] == "evaluate"
+    return "--function_to_execute=evaluate" in argv
+
+
+def _in_run_evaluate(frame, event, arg):
+    code = frame.f_code
+    if event == "call":
+        if code.co_name == "run_evaluate" and code.co_filename.endswith("steps/evaluate.py"):
+            _active.append(frame)
+            os.environ[_VISITS] = "1"
+        if _active and code.co_name != "<module>":
+            _visited.add(code.co_filename)
+    elif event == "return" and _active and frame is _active[-1]:
+        _active.pop()
+        if not _active:
+            os.environ.pop(_VISITS, None)
+
+
+def _anywhere(frame, event, arg):
+    if event == "call" and frame.f_code.co_name != "<module>":
+        _visited.add(frame.f_code.co_filename)
+
+
+def _write_visits():
+    if _visited and _TRACE:
+        try:
+            line = {"event": "visits", "pid": os.getpid(), "files": sorted(_visited)}
+            with open(_TRACE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+        except Exception:
+            pass
+
+
+if _TRACE and (os.environ.get(_VISITS) or _evaluate_step()):
+    import atexit
+    import threading
+
+    _profile = _anywhere if os.environ.get(_VISITS) else _in_run_evaluate
+    sys.setprofile(_profile)
+    threading.setprofile(_profile)
+    atexit.register(_write_visits)
 '''
 
 
@@ -201,6 +264,272 @@ def import_cycles(src: Path, *, on_import_only: bool) -> list[list[str]]:
     finally:
         sys.path.remove(str(REPO))
     return find(src / PACKAGE, on_import_only=on_import_only)
+
+
+# --- what of a task lives outside its package -------------------------------------------
+
+
+def seam_tools() -> tuple[Any, Any, Any]:
+    """tests/task_names.py, tests/module_imports.py and tests/test_import_cycles.py of this
+    repository, and the vocabulary of its task registry (the same tasks on both revisions)."""
+    for path in (REPO / "src", REPO):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    from tests import task_names, test_import_cycles
+
+    return task_names, test_import_cycles, task_names.vocabulary()
+
+
+def name_picks(src: Path) -> tuple[int, int]:
+    """Outside tasks/: the comparisons (and `match` cases) that pick a task or a model kind
+    by name, and every pick by name tests/task_names.py finds (tables keyed by names, names
+    passed or looked up, kinds by their constants' names) — the same detector as
+    tests/test_task_seam.py."""
+    task_names, _, words = seam_tools()
+    found = [
+        finding
+        for path in task_names.outside_tasks(src / PACKAGE)
+        for finding in task_names.findings(path.read_text(encoding="utf-8"), words, str(path))
+    ]
+    compared = [f for f in found if f.what.startswith(("compares", "matches"))]
+    return len(compared), len(found)
+
+
+#: A module's name and a task's are the same word when equal or, both of at least this many
+#: letters, when they start alike: `classifier` and `classification`, `summarizer` and
+#: `summarization` (but not `summary`).
+STEM_LETTERS = 7
+
+
+def _words(text: str) -> set[str]:
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", text)
+    return {word.lower() for word in re.split(r"[^A-Za-z0-9]+|_", spaced) if word}
+
+
+def _same_word(a: str, b: str) -> bool:
+    return a == b or (min(len(a), len(b)) >= STEM_LETTERS and a[:STEM_LETTERS] == b[:STEM_LETTERS])
+
+
+def task_modules_outside(src: Path) -> dict[str, list[tuple[str, int]]]:
+    """Each task's modules outside tasks/, with their lines: the modules one task alone uses.
+
+    A module outside `tasks/` is task T's when
+    1. its name is T's: a word of its path under llm_pipeline/ (split at `/`, `_` and `.`)
+       is a word of T's registry name or class name (`text_classification`,
+       `TextClassification`) and of no other task's (`_same_word`: `classifier` is
+       `classification`'s); or
+    2. T alone uses it: every use of it is T's. A use is each place an importer reads a name
+       it imported from the module (or the import itself, if it reads none; or an
+       `import_module` of its name), in any function or under TYPE_CHECKING. A use is T's
+       when the importer is T's own (under `tasks/`: `tasks/<T>.py` or `tasks/<T>/`) or T's
+       by 1 or 2, or when it is on T's path: under an `if`/conditional-expression branch that
+       a comparison of a name selects for T alone (`if kind == "classifier":`, the `else` of
+       `!=`, what follows an `if kind != "classifier": return`; a kind's name selects the
+       tasks of that kind), or the value of a table keyed by
+       names, or in a module-level function that the importer calls only from such places
+       (followed through the importer's own functions, not into other modules).
+       Repeated until nothing changes.
+    A module two tasks use is shared, not either's. A renamed module escapes 1 but not 2; to
+    escape 2, shared code must use it outside any branch on a name, which is then a use by
+    every task (or a branch the name counts of `name_picks` show). Module docstrings are
+    not read: they may name a task as an example.
+    """
+    _, cycles, words = seam_tools()
+    from llm_pipeline.tasks import TASKS
+
+    tasks = sorted(words.tasks)
+    kind_of = {task: TASKS[task].model_kind.name for task in tasks}
+    by_name = {
+        **{task: {task} for task in tasks},
+        **{kind: {t for t in tasks if kind_of[t] == kind} for kind in words.kinds},
+    }
+    task_words = {task: _words(task) | _words(TASKS[task].__name__) for task in tasks}
+    modules = set(cycles.import_graph(src / PACKAGE, on_import_only=False))
+    owner: dict[str, str] = {}
+    for module in modules:
+        parts = module.split(".")
+        if len(parts) > 2 and parts[1] == "tasks" and parts[2] in words.tasks:
+            owner[module] = parts[2]
+    inside = set(owner)
+    shared_tasks = {m for m in modules if m.split(".")[1:2] == ["tasks"]} - inside
+
+    def named(module: str) -> set[str]:
+        mine = _words(".".join(module.split(".")[1:]))
+        return {
+            task
+            for task in tasks
+            if any(_same_word(w, t) for w in mine for t in task_words[task])
+            and not any(
+                _same_word(w, t) for w in mine for o in tasks if o != task for t in task_words[o]
+            )
+        }
+
+    for module in modules - inside - shared_tasks:
+        if len(found := named(module)) == 1:
+            owner[module] = found.pop()
+    uses = {
+        module_name_of(path, src): path_uses(path, src, modules, by_name, set(tasks))
+        for path in sorted((src / PACKAGE).rglob("*.py"))
+    }
+    changed = True
+    while changed:
+        changed = False
+        for module in sorted(modules - set(owner) - shared_tasks):
+            users: set[str] = set()
+            used = False
+            for importer, found in uses.items():
+                if module not in found or importer == module:
+                    continue
+                used = True
+                users |= {owner[importer]} if importer in owner else found[module]
+            if used and len(users) == 1:
+                owner[module] = users.pop()
+                changed = True
+    result: dict[str, list[tuple[str, int]]] = {task: [] for task in tasks}
+    for module, task in sorted(owner.items()):
+        if module not in inside:
+            path = src / Path(*module.split("."))
+            file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+            result[task].append((module.removeprefix(f"{PACKAGE}."), line_count(file)))
+    return result
+
+
+def module_name_of(path: Path, src: Path) -> str:
+    return module_name(path, src)
+
+
+def _selected(
+    test: ast.expr, by_name: Mapping[str, set[str]], every: set[str]
+) -> tuple[set[str], set[str]]:
+    """The tasks for which a branch's test is true and false: a comparison of a name selects
+    that name's tasks; any other test selects every task both ways."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        texts = [
+            node.value
+            for operand in (test.left, *test.comparators)
+            for node in ast.walk(operand)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        picked = set().union(*(by_name[t] for t in texts if t in by_name))
+        if picked:
+            if isinstance(test.ops[0], ast.Eq | ast.Is | ast.In):
+                return picked, every - picked
+            if isinstance(test.ops[0], ast.NotEq | ast.IsNot | ast.NotIn):
+                return every - picked, picked
+    return every, every
+
+
+def path_uses(
+    path: Path,
+    src: Path,
+    modules: set[str],
+    by_name: Mapping[str, set[str]],
+    every: set[str],
+) -> dict[str, set[str]]:
+    """The llm_pipeline modules `path` uses, each with the tasks on whose path it does."""
+    importer = module_name(path, src)
+    package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    top_functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+    def branch(node: ast.AST) -> tuple[set[str], str | None]:
+        """The tasks whose path `node` is on within its module-level function (or the
+        module), and that function's name."""
+        selected, current = set(every), node
+        while current in parents:
+            parent = parents[current]
+            if isinstance(parent, ast.If | ast.IfExp):
+                true, false = _selected(parent.test, by_name, every)
+                body = parent.body if isinstance(parent, ast.If) else [parent.body]
+                orelse = parent.orelse if isinstance(parent, ast.If) else [parent.orelse]
+                if any(current is item for item in body):
+                    selected &= true
+                elif any(current is item for item in orelse):
+                    selected &= false
+            # After `if <test>: ... return` in the same block, only the test's false side.
+            for block in (getattr(parent, name, None) for name in ("body", "orelse")):
+                if isinstance(block, list) and any(current is item for item in block):
+                    for earlier in block[: next(i for i, x in enumerate(block) if x is current)]:
+                        exits = isinstance(earlier, ast.If) and not earlier.orelse
+                        if exits and isinstance(earlier.body[-1], ast.Return | ast.Raise):
+                            selected &= _selected(earlier.test, by_name, every)[1]
+            if isinstance(parent, ast.Dict):
+                # A table keyed by names: `{"causal_lm": Completer, ...}[kind]`.
+                for key, value in zip(parent.keys, parent.values, strict=True):
+                    if value is current and isinstance(key, ast.Constant):
+                        selected &= by_name.get(str(key.value), every)
+            if parent is tree:
+                return selected, None
+            if isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef) and parent is tree:
+                return selected, current.name
+            if (
+                isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef)
+                and parents.get(parent) is tree
+            ):
+                return selected, parent.name
+            current = parent
+        return selected, None
+
+    loads: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loads.setdefault(node.id, []).append(node)
+    # Each module-level function's tasks: those of the places this module calls it from;
+    # every task if it calls it from none (another module may).
+    function_tasks = {name: set(every) for name in top_functions}
+    changed = True
+    while changed:
+        changed = False
+        for name in top_functions:
+            sites = [site for site in loads.get(name, []) if branch(site)[1] != name]
+            if not sites:
+                continue
+            found: set[str] = set()
+            for site in sites:
+                selected, caller = branch(site)
+                found |= selected & (function_tasks[caller] if caller else every)
+            if found != function_tasks[name]:
+                function_tasks[name] = found
+                changed = True
+
+    def tasks_at(node: ast.AST) -> set[str]:
+        selected, function = branch(node)
+        return selected & (function_tasks[function] if function else every)
+
+    result: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        bound: list[tuple[str | None, str]] = []  # (local name, module)
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                target = full if full in modules else base
+                bound.append((alias.asname or alias.name, target))
+        elif isinstance(node, ast.Import):
+            bound = [(alias.asname, alias.name) for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            bound = [(None, node.args[0].value)]
+        for local, target in bound:
+            if target not in modules or target == importer:
+                continue
+            sites = loads.get(local, []) if local else []
+            found = set().union(*(tasks_at(site) for site in sites)) if sites else tasks_at(node)
+            result[target] = result.get(target, set()) | found
+    return result
 
 
 class ChainError(Exception):
@@ -299,9 +628,30 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def trace_pipeline(checkout: Path, python: str, timeout_s: float) -> tuple[list[str], str]:
-    """Run the checkout's offline pipeline, tiny, under the recorder; return the chain and
-    where the traced processes imported llm_pipeline from."""
+def evaluate_visits(records: Sequence[Mapping[str, Any]], checkout: Path) -> list[str]:
+    """The checkout's llm_pipeline modules whose functions ran for `run_evaluate` (the
+    `visits` records of the evaluate step's process and the processes it started)."""
+    source = checkout / "src"
+    files = {
+        Path(name) for record in records if record["event"] == "visits" for name in record["files"]
+    }
+    return sorted(
+        module_name(path, source) for path in files if path.is_relative_to(source / PACKAGE)
+    )
+
+
+@dataclass
+class Trace:
+    """What one traced run of the pipeline shows."""
+
+    chain: list[str]
+    note: str
+    visits: list[str]
+
+
+def trace_pipeline(checkout: Path, python: str, timeout_s: float) -> Trace:
+    """Run the checkout's offline pipeline, tiny, under the recorder; return the chain, where
+    the traced processes imported llm_pipeline from, and the modules evaluate ran."""
     with tempfile.TemporaryDirectory(prefix="codebase-shape-run-") as scratch:
         work = Path(scratch)
         (work / "site").mkdir()
@@ -348,10 +698,12 @@ def trace_pipeline(checkout: Path, python: str, timeout_s: float) -> tuple[list[
         if not trace.exists():
             raise ChainError("nothing was recorded: sitecustomize.py did not load")
         records = read_records(trace.read_text(encoding="utf-8").splitlines())
-        chain = longest_chain(records, process.pid, checkout)
+        calls = [r for r in records if r["event"] != "visits"]
+        chain = longest_chain(calls, process.pid, checkout)
         loaded = sorted({str(r["llm_pipeline"]) for r in records if r.get("llm_pipeline")})
         processes = len({r["pid"] for r in records})
-        return chain, f"{processes} traced processes imported llm_pipeline from {loaded}"
+        note = f"{processes} traced processes imported llm_pipeline from {loaded}"
+        return Trace(chain, note, evaluate_visits(records, checkout))
 
 
 # --- duplicates ------------------------------------------------------------------------
@@ -391,6 +743,10 @@ class Shape:
     named_cycles: list[list[str]] = field(default_factory=list)
     chain: list[str] | str = "n/a (not run)"
     chain_note: str = ""
+    name_comparisons: int = 0
+    name_picks: int = 0
+    task_modules: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    visits: list[str] | str = "n/a (not run)"
     duplicates_tree: str = "n/a"
     duplicates_package: str = "n/a"
 
@@ -433,12 +789,17 @@ def measure(
         small_scattered=sum(not is_face_or_step(path, src) for path in small),
         cycles=import_cycles(src, on_import_only=True),
         named_cycles=import_cycles(src, on_import_only=False),
+        task_modules=task_modules_outside(src),
     )
+    shape.name_comparisons, shape.name_picks = name_picks(src)
     if run:
         try:
-            shape.chain, shape.chain_note = trace_pipeline(checkout, python, timeout_s)
+            trace = trace_pipeline(checkout, python, timeout_s)
         except ChainError as exc:
-            shape.chain = f"n/a ({exc})"
+            shape.chain = shape.visits = f"n/a ({exc})"
+        else:
+            shape.chain, shape.chain_note = trace.chain, trace.note
+            shape.visits = trace.visits or "n/a (no evaluate process recorded its calls)"
     if duplicates is None:
         shape.duplicates_tree = shape.duplicates_package = (
             "n/a (the duplicates tool is not installed)"
@@ -467,6 +828,9 @@ def table(before: Shape, after: Shape) -> str:
     def chain_length(shape: Shape) -> object:
         return len(shape.chain) if isinstance(shape.chain, list) else shape.chain
 
+    def count(value: list[str] | str) -> object:
+        return len(value) if isinstance(value, list) else value
+
     rows: list[tuple[str, object, object]] = [
         (".py files under src/llm_pipeline", before.files, after.files),
         ("lines in them", before.lines, after.lines),
@@ -486,6 +850,22 @@ def table(before: Shape, after: Shape) -> str:
             "files from pipeline.py to Trainer.train (run, traced)",
             chain_length(before),
             chain_length(after),
+        ),
+        *task_rows(before, after),
+        (
+            "comparisons of a task or model-kind name outside tasks/",
+            before.name_comparisons,
+            after.name_comparisons,
+        ),
+        (
+            "… every pick by name (tables, lookups, arguments, kind constants)",
+            before.name_picks,
+            after.name_picks,
+        ),
+        (
+            "modules run_evaluate runs code of (run, traced)",
+            count(before.visits),
+            count(after.visits),
         ),
         ("`duplicates` pairs, whole tree", before.duplicates_tree, after.duplicates_tree),
         (
@@ -514,9 +894,28 @@ def table(before: Shape, after: Shape) -> str:
             out.append(f"  ({shape.chain_note})")
         else:
             out.append(f"{which}: chain {shape.chain}")
+        for task, found in shape.task_modules.items():
+            lines = sum(n for _, n in found)
+            out.append(f"{which}: {task} outside its package, {len(found)} modules, {lines} lines:")
+            out.extend(f"  {module} ({n})" for module, n in found)
+        if isinstance(shape.visits, list):
+            out.append(f"{which}: run_evaluate ran code of {len(shape.visits)} modules:")
+            out.extend(f"  {module}" for module in shape.visits)
+        else:
+            out.append(f"{which}: run_evaluate's modules {shape.visits}")
         if shape.duplicates_tree.startswith("n/a"):
             out.append(f"{which}: duplicates {shape.duplicates_tree}")
     return "\n".join(out)
+
+
+def task_rows(before: Shape, after: Shape) -> list[tuple[str, object, object]]:
+    """Per task: its modules outside its package, and their lines (`task_modules_outside`)."""
+    rows: list[tuple[str, object, object]] = []
+    for task in sorted(set(before.task_modules) | set(after.task_modules)):
+        b, a = before.task_modules.get(task, []), after.task_modules.get(task, [])
+        rows.append((f"{task}: modules outside its package", len(b), len(a)))
+        rows.append(("… their lines", sum(n for _, n in b), sum(n for _, n in a)))
+    return rows
 
 
 def short_revision(repo: Path, revision: str) -> str:

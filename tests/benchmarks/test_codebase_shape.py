@@ -137,3 +137,77 @@ def test_frames_from_another_llm_pipeline_are_refused() -> None:
     records = shape.read_records(_run(train_llm_pipeline="/work/main/src/llm_pipeline"))
     with pytest.raises(shape.ChainError, match="not the checkout's copy"):
         shape.longest_chain(records, 100, CHECKOUT)
+
+
+def test_a_module_one_task_alone_uses_is_that_tasks(tmp_path: Path) -> None:
+    src = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "tasks/__init__.py": "",
+            "tasks/summarization/__init__.py": "from llm_pipeline.shared import helper\n",
+            "tasks/summarization/task.py": "from llm_pipeline.only_summaries import f\n",
+            "data/__init__.py": "",
+            # Named for one task: text classification's, whoever imports it.
+            "data/classifier_rows.py": "",
+            # Imported only by a task's package, or only by a module that is the task's.
+            "only_summaries.py": "from llm_pipeline.deeper import g\n",
+            "deeper.py": "",
+            # On one task's path: under a branch on a kind, or in a function only called there.
+            "data/chats.py": "",
+            "data/tables.py": "",
+            "data/rows.py": """\
+                from llm_pipeline.data.chats import render
+                from llm_pipeline.data import tables
+                from llm_pipeline.shared import helper
+
+                def _chat(batch):
+                    return render(batch)
+
+                def rows(task, batch):
+                    if task.model_kind != "causal_lm":
+                        return helper(batch)
+                    return _chat(batch)
+
+                def table(kind):
+                    return {"classifier": tables.labels}[kind]
+                """,
+            # Used by every task: shared.
+            "shared.py": "",
+        },
+    )
+    found = shape.task_modules_outside(src)
+    assert {task: [m for m, _ in modules] for task, modules in found.items()} == {
+        "instruction_tuning": ["data.chats"],
+        "summarization": ["deeper", "only_summaries"],
+        "text_classification": ["data.classifier_rows", "data.tables"],
+    }
+
+
+def test_name_comparisons_are_counted_as_the_seam_test_finds_them(tmp_path: Path) -> None:
+    src = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "tasks/__init__.py": 'KINDS = {"seq2seq": 1}\n',  # inside tasks/: not counted
+            "fit/shapes.py": """\
+                def f(kind, task):
+                    if kind == "classifier" or "causal_lm" in task.kinds:
+                        return {"seq2seq": 1}[kind]
+                    return kind.generates
+                """,
+        },
+    )
+    assert shape.name_picks(src) == (2, 3)
+
+
+def test_evaluate_visits_are_the_checkouts_modules() -> None:
+    records = [
+        {"event": "visits", "pid": 7, "files": [f"{OWN}/steps/evaluate.py", "/usr/lib/x.py"]},
+        {"event": "visits", "pid": 8, "files": [f"{OWN}/evaluation/__init__.py"]},
+        {"event": "train", "pid": 9, "files": [f"{OWN}/train/worker.py"]},
+    ]
+    assert shape.evaluate_visits(records, CHECKOUT) == [
+        "llm_pipeline.evaluation",
+        "llm_pipeline.steps.evaluate",
+    ]
