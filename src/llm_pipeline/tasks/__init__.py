@@ -5,6 +5,12 @@ imports a task's package the first time a layer asks for it, by the dotted name 
 layers (data, train, evaluation, serve, fit) sit below the task packages that call them, so
 none of them imports a task by name, and a config check does not import every task's model
 and scoring code. Adding a task is adding its package and one line here.
+
+docs/architecture.md ("## Tasks") says what a task package holds and which hooks the layers
+call; tests/test_task_seam.py holds every module outside `tasks/` to asking the task rather
+than comparing its name. A lookup here imports the task's package: a module that looks a task
+up while it is itself being imported makes every task package part of its import
+(tests/test_import_cycles.py counts it so).
 """
 
 import importlib
