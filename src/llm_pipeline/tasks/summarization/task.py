@@ -95,3 +95,10 @@ class Summarization(Task):
             return prefix + instance
 
         return prompt
+
+    # fit check
+    def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
+        """A document read by the encoder, its summary written by the decoder."""
+        from llm_pipeline.fit.places import source_tokens, target_tokens
+
+        return source_tokens(config), target_tokens(config)
