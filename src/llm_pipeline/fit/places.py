@@ -132,22 +132,6 @@ def local_gpu_problems(config: PipelineConfig, target: Target) -> list[str]:
     return problems
 
 
-def source_tokens(config: PipelineConfig) -> int:
-    """Tokens per document: data.max_source_length, else the cap a tokenizer may reach."""
-    return config.data.max_source_length or DEFAULT_SOURCE_CAP
-
-
-def target_tokens(config: PipelineConfig) -> int:
-    """Tokens per summary in training: data.max_target_length, else its computed cap."""
-    return config.data.max_target_length or config.data.max_target_length_cap
-
-
-def sequence_tokens(config: PipelineConfig) -> int:
-    """Tokens per causal LM sequence (prompt and response together, or one packed row):
-    data.max_length, else the cap a tokenizer may reach."""
-    return config.data.max_length or DEFAULT_SOURCE_CAP
-
-
 def training_lengths(config: PipelineConfig, shape: ModelShape) -> Lengths:
     """One training micro-batch at its longest, its rows' tokens as the task has them
     (`Task.fit_lengths`: a document and its summary, one whole sequence, a text)."""

@@ -153,11 +153,12 @@ class InstructionTuning(Task):
 
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
-        """One sequence, prompt and response together (or one packed row); evaluation's
-        prompts are within it (preprocess keeps them within data.max_length)."""
-        from llm_pipeline.fit.places import sequence_tokens
+        """One sequence, prompt and response together (or one packed row): data.max_length,
+        else the cap a tokenizer may reach; evaluation's prompts are within it (preprocess
+        keeps them within data.max_length)."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
 
-        return sequence_tokens(config), 0
+        return config.data.max_length or DEFAULT_SOURCE_CAP, 0
 
 
 def _text_problem(column: str, text: Any) -> str | None:

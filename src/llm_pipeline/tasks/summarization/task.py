@@ -98,7 +98,13 @@ class Summarization(Task):
 
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
-        """A document read by the encoder, its summary written by the decoder."""
-        from llm_pipeline.fit.places import source_tokens, target_tokens
+        """A document read by the encoder (data.max_source_length, else the cap a tokenizer
+        may reach) and its summary written by the decoder (data.max_target_length, else its
+        computed cap)."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
 
-        return source_tokens(config), target_tokens(config)
+        data = config.data
+        return (
+            data.max_source_length or DEFAULT_SOURCE_CAP,
+            data.max_target_length or data.max_target_length_cap,
+        )

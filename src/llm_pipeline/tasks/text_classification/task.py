@@ -125,9 +125,10 @@ class TextClassification(Task):
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
         """A text (or pair): data.max_length, else the cap a tokenizer may reach, within the
         model's positions (a BERT's 512). Its label is no token."""
-        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP, sequence_tokens
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
 
-        return min(sequence_tokens(config), shape.max_positions or DEFAULT_SOURCE_CAP), 0
+        read = config.data.max_length or DEFAULT_SOURCE_CAP
+        return min(read, shape.max_positions or DEFAULT_SOURCE_CAP), 0
 
     def fit_labels(self, config: Any) -> tuple[int, str | None]:
         """data.labels', else a small default with a note (the label set is read from the
