@@ -42,6 +42,7 @@ from llm_pipeline.fit.estimates import generation_memory
 from llm_pipeline.fit.memory import CPU_RUNTIME_GIB, GIB, Breakdown, Lengths
 from llm_pipeline.fit.shapes import shape_of
 from llm_pipeline.fit.states import training_memory
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 LAYOUTS: dict[str, dict[str, Any]] = {
     "llama": {
@@ -198,7 +199,7 @@ def measure(place: str, layout: str, dtype: str, work: Path) -> dict[str, Any]:
 
 def estimate(place: str, layout: str, dtype: str) -> Breakdown:
     lora = LORA if place == "train-lora" else None
-    shape = shape_of(transformers_config(layout), name=layout, kind="causal_lm", lora=lora)
+    shape = shape_of(transformers_config(layout), name=layout, kind=CAUSAL_LM, lora=lora)
     if place.startswith("train"):
         breakdown, _ = training_memory(
             shape,

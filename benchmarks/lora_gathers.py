@@ -160,6 +160,7 @@ def run_setting(name: str, options: argparse.Namespace, counter: GatherCount) ->
     from transformers.integrations import HfDeepSpeedConfig
 
     from llm_pipeline.fit.shapes import model_shape
+    from llm_pipeline.tasks.kinds import CAUSAL_LM
     from llm_pipeline.train.lora import apply_lora
     from llm_pipeline.train.trainer import deepspeed_settings
 
@@ -168,7 +169,7 @@ def run_setting(name: str, options: argparse.Namespace, counter: GatherCount) ->
     lora = lora_settings(options) if lora_on else None
     largest = None
     if threaded:
-        shape = model_shape(model_config, kind="causal_lm", lora=lora)
+        shape = model_shape(model_config, kind=CAUSAL_LM, lora=lora)
         largest = shape.adapters.largest_adapter if shape.adapters else None
     train = TrainConfig(per_device_batch_size=options.batch, zero_stage=3, lora=lora)
     config = deepspeed_settings(

@@ -2,19 +2,21 @@
 
 import pytest
 import torch
+import transformers
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+from transformers import AutoModelForCausalLM
 
 from llm_pipeline.config import LoraSettings
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
 
 from ..offline_models import TINY_T5
 from .tiny_causal import TINY_LLAMA, TINY_OPT, config_of
 
 
 def test_all_linear_on_a_llama_shape_by_hand():
-    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind="causal_lm", lora=LoraSettings(r=8))
+    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind=CAUSAL_LM, lora=LoraSettings(r=8))
     assert shape.adapters is not None
     # Per layer r·(in + out): q, k, v, o 64 -> 64; gate, up 64 -> 160; down 160 -> 64. The
     # LM head (64 -> 500) is the output layer, which "all-linear" leaves out.
@@ -30,11 +32,11 @@ def test_all_linear_on_a_llama_shape_by_hand():
 @pytest.mark.parametrize(
     ("architecture", "kind", "targets"),
     [
-        (TINY_LLAMA, "causal_lm", "all-linear"),
-        (TINY_OPT, "causal_lm", "all-linear"),
-        (TINY_OPT, "causal_lm", ["q_proj", "v_proj"]),
-        (TINY_T5, "seq2seq", "all-linear"),
-        (TINY_T5, "seq2seq", ["q", "v"]),
+        (TINY_LLAMA, CAUSAL_LM, "all-linear"),
+        (TINY_OPT, CAUSAL_LM, "all-linear"),
+        (TINY_OPT, CAUSAL_LM, ["q_proj", "v_proj"]),
+        (TINY_T5, SEQ2SEQ, "all-linear"),
+        (TINY_T5, SEQ2SEQ, ["q", "v"]),
     ],
     ids=["llama", "opt", "opt-qv", "t5", "t5-qv"],
 )
@@ -42,7 +44,7 @@ def test_the_count_is_what_peft_trains(architecture, kind, targets):
     config = config_of(architecture)
     settings = LoraSettings(r=4, target_modules=targets)
     shape = shape_of(config, name="tiny", kind=kind, lora=settings)
-    auto = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForSeq2SeqLM
+    auto = getattr(transformers, kind.auto_class)
     with torch.device("meta"):
         model = get_peft_model(auto.from_config(config), LoraConfig(r=4, target_modules=targets))
     trained = [p.numel() for n, p in model.named_parameters() if p.requires_grad]
@@ -53,7 +55,7 @@ def test_the_count_is_what_peft_trains(architecture, kind, targets):
 def test_llama_2_7b_with_rank_16_on_every_linear_layer():
     settings = dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])
     shape = shape_of(
-        config_of(settings), name="llama-2-7b", kind="causal_lm", lora=LoraSettings(r=16)
+        config_of(settings), name="llama-2-7b", kind=CAUSAL_LM, lora=LoraSettings(r=16)
     )
     # 32 layers x (q, k, v, o: 16 x (4096 + 4096); gate, up, down: 16 x (4096 + 11008)).
     assert shape.adapters is not None
@@ -71,7 +73,7 @@ def test_a_classifiers_head_trains_whole_beside_the_adapters(layout):
 
     settings = {"bert": TINY_BERT, "distilbert": TINY_DISTILBERT}.get(layout, TINY_LLAMA_CLASSIFIER)
     config = config_of(settings, num_labels=3)
-    shape = shape_of(config, name="tiny", kind="classifier", labels=3, lora=LoraSettings(r=4))
+    shape = shape_of(config, name="tiny", kind=CLASSIFIER, labels=3, lora=LoraSettings(r=4))
     # As train/lora.py makes it: PEFT's SEQ_CLS task with the head in modules_to_save.
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)

@@ -12,6 +12,7 @@ from llm_pipeline.config import PipelineConfig, load_config
 from llm_pipeline.fit.check import check_fit
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import model_shape, shape_of
+from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER
 from llm_pipeline.train.zero_stage import configured_stage
 
 from ..offline_models import MINILM, TINY_T5
@@ -201,7 +202,7 @@ def test_lora_on_a_summarization_model_trains_only_its_adapters():
 def test_the_causal_lms_have_their_published_sizes(name, published):
     settings = dict(KNOWN_MODELS[name])
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
-    assert shape_of(config, name=name, kind="causal_lm").parameters == published
+    assert shape_of(config, name=name, kind=CAUSAL_LM).parameters == published
 
 
 def instruction_tuning(tmp_path: Path, model: str, *overrides: str) -> PipelineConfig:
@@ -337,8 +338,8 @@ def test_data_labels_size_the_head_and_a_text_is_read_within_the_models_position
     # MiniLM (BERT, 384 wide, 512 positions): the head is 384 x 6 + 6, and a text is cut at
     # 512 tokens however long data.max_length allows.
     assert report.rows[0].settings.startswith("fp32, micro-batch 16 × 512 tokens, ")
-    shape = model_shape(config.model, kind="classifier", labels=6)
-    two = model_shape(config.model, kind="classifier", labels=2)
+    shape = model_shape(config.model, kind=CLASSIFIER, labels=6)
+    two = model_shape(config.model, kind=CLASSIFIER, labels=2)
     assert shape.parameters - two.parameters == 384 * 4 + 4
     assert shape.is_encoder_classifier and shape.encoder.layers == 6
 
@@ -347,7 +348,7 @@ def test_a_decoder_classifier_is_its_causal_lms_stack_without_the_lm_head():
     config = AutoConfig.for_model(
         **{"model_type": "llama", **dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])}
     )
-    shape = shape_of(config, name="llama", kind="classifier", labels=3)
+    shape = shape_of(config, name="llama", kind=CLASSIFIER, labels=3)
     assert not shape.is_encoder_classifier and shape.decoder.layers == 32
     # Llama-2-7B less its LM head (32000 x 4096), plus the score layer (4096 x 3, no bias).
     assert shape.parameters == 6_738_415_616 - 32000 * 4096 + 4096 * 3

@@ -15,6 +15,7 @@ from llm_pipeline.fit.classifier import (
 )
 from llm_pipeline.fit.memory import Lengths, runtime_bytes
 from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks.kinds import CLASSIFIER
 
 from .tiny_causal import config_of
 from .tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
@@ -27,7 +28,7 @@ BATCH = Lengths(batch=3, source=40, target=0)
 
 def shape(layout: str, lora: bool = False, **changes):
     config = config_of(LAYOUTS[layout], **changes)
-    return shape_of(config, name="tiny", kind="classifier", labels=3, lora=LORA if lora else None)
+    return shape_of(config, name="tiny", kind=CLASSIFIER, labels=3, lora=LORA if lora else None)
 
 
 def test_a_bert_layer_in_fp32_on_a_cpu_by_hand():

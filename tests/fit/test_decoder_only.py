@@ -16,6 +16,7 @@ from llm_pipeline.fit.decoder_only import (
 from llm_pipeline.fit.estimates import generation_memory
 from llm_pipeline.fit.memory import Lengths
 from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 from .tiny_causal import TINY_LLAMA, TINY_OPT, config_of
 
@@ -23,7 +24,7 @@ LORA = LoraSettings(r=8, alpha=16, dropout=0.05, target_modules="all-linear")
 
 
 def test_a_llama_layer_in_bf16_on_a_gpu_by_hand():
-    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind="causal_lm")
+    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind=CAUSAL_LM)
     lengths = Lengths(batch=3, source=40, target=0)
     h, ffn, heads = 64, 160, 4
     # Per token: two RMS norms (fp32 input 4 B + rsqrt 4 B, and the bf16 normalised value
@@ -38,7 +39,7 @@ def test_a_llama_layer_in_bf16_on_a_gpu_by_hand():
 
 
 def test_lora_keeps_adapter_dropout_instead_of_the_frozen_layers_inputs():
-    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind="causal_lm", lora=LORA)
+    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind=CAUSAL_LM, lora=LORA)
     lengths = Lengths(batch=3, source=40, target=0)
     h, ffn, heads = 64, 160, 4
     # q, k, v, o, gate, up read 64 wide, down 160: each adapter keeps its dropout's mask
@@ -50,7 +51,7 @@ def test_lora_keeps_adapter_dropout_instead_of_the_frozen_layers_inputs():
 
 
 def test_checkpointing_keeps_each_layer_input_and_recomputes_one_layer():
-    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind="causal_lm")
+    shape = shape_of(config_of(TINY_LLAMA), name="tiny", kind=CAUSAL_LM)
     lengths = Lengths(batch=3, source=40, target=0)
     layer = layer_bytes(shape, lengths, "bf16", "cuda")
     without = activation_bytes(shape, lengths, dtype="bf16", device="cuda", checkpointing=False)
@@ -63,7 +64,7 @@ def test_checkpointing_keeps_each_layer_input_and_recomputes_one_layer():
 
 def test_the_cache_holds_keys_and_values_of_prompt_and_new_tokens_of_every_beam():
     # Grouped-query attention: 2 key/value heads of 16 for 4 query heads.
-    shape = shape_of(config_of(TINY_LLAMA, num_key_value_heads=2), name="tiny", kind="causal_lm")
+    shape = shape_of(config_of(TINY_LLAMA, num_key_value_heads=2), name="tiny", kind=CAUSAL_LM)
     assert cache_bytes(shape, sequences=3 * 4, tokens=100 + 20, dtype="bf16") == (
         2 * 2 * 12 * 120 * 32 * 2
     )
@@ -113,14 +114,14 @@ def test_each_layer_keeps_what_the_cpu_formula_counts(layout: str, dtype: str, l
     two = _kept_by_autograd(LAYOUTS[layout], DTYPES[dtype], lora)
     three = _kept_by_autograd({**LAYOUTS[layout], "num_hidden_layers": 3}, DTYPES[dtype], lora)
     config = config_of(LAYOUTS[layout])
-    shape = shape_of(config, name="tiny", kind="causal_lm", lora=LORA if lora else None)
+    shape = shape_of(config, name="tiny", kind=CAUSAL_LM, lora=LORA if lora else None)
     assert layer_bytes(shape, Lengths(3, 40, 0), dtype, "cpu") == three - two
 
 
 @pytest.mark.parametrize(("layout", "dtype"), [("llama", "bf16"), ("opt", "fp32")])
 def test_the_model_keeps_its_layers_and_the_loss(layout: str, dtype: str):
     measured = _kept_by_autograd(LAYOUTS[layout], DTYPES[dtype], lora=False)
-    shape = shape_of(config_of(LAYOUTS[layout]), name="tiny", kind="causal_lm")
+    shape = shape_of(config_of(LAYOUTS[layout]), name="tiny", kind=CAUSAL_LM)
     estimate = kept_bytes(shape, Lengths(3, 40, 0), dtype=dtype, device="cpu")
     # Left out: token ids, labels and rotary tables, under 0.5% here, less at real sizes.
     assert estimate == pytest.approx(measured, rel=0.005)

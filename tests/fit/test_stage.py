@@ -15,6 +15,7 @@ from llm_pipeline.fit.stage import LADDER, MARGIN, choose_stage
 from llm_pipeline.fit.states import ZeroPlan, training_memory
 from llm_pipeline.fit.training import stage_choice
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 from ..offline_models import TINY_T5
 
@@ -91,7 +92,7 @@ def test_a_7b_lora_whose_base_fits_each_gpu_is_not_put_under_zero_3(machines):
 def test_a_7b_fine_tuned_whole_on_one_a100_80gb_takes_the_first_plan_its_estimate_fits():
     one_gpu = ("cluster.machine_type=a2-ultragpu-1g", "cluster.accelerator_count=1")
     config = config_of(LLAMA, "train.lora=null", *A100_80_X8[1:], *one_gpu)
-    shape = model_shape(config.model, kind="causal_lm")
+    shape = model_shape(config.model, kind=CAUSAL_LM)
     where, lengths = training_where(config, "vertex"), training_lengths(config, shape)
 
     def per_gpu(plan: ZeroPlan | None) -> float:

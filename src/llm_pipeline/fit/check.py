@@ -18,17 +18,17 @@ from llm_pipeline.tasks import get_task
 
 #: The flag that runs a config the check refuses; every refusal names it.
 SKIP_FLAG = "--skip-fit-check"
-#: Labels a classifier's head is estimated for when data.labels leaves them to preprocess.
-DEFAULT_LABELS = 2
 
 
 def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
     report = FitReport(other_problems=local_gpu_problems(config, target))
-    kind = get_task(config.task).model_kind
-    labels, labels_note = classifier_labels(config) if kind == "classifier" else (0, None)
+    task = get_task(config.task)
+    labels, labels_note = task.fit_labels(config)
     try:
-        shape = model_shape(config.model, kind=kind, lora=config.train.lora, labels=labels)
+        shape = model_shape(
+            config.model, kind=task.model_kind, lora=config.train.lora, labels=labels
+        )
     except ShapeUnavailable as exc:
         report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")
         return report
@@ -55,18 +55,6 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
                 "fit/machines.py)"
             )
     return report
-
-
-def classifier_labels(config: PipelineConfig) -> tuple[int, str | None]:
-    """The labels a classifier's head scores: data.labels', else a small default (the label
-    set is read from the training split only in preprocess), with a note saying so. The head
-    is hidden x labels, a small part of any estimate."""
-    if config.data.labels is not None:
-        return len(config.data.labels), None
-    return DEFAULT_LABELS, (
-        f"classifier head estimated for {DEFAULT_LABELS} labels: data.labels is unset and the "
-        "label set is read from the training split in preprocess (the head is a small part)"
-    )
 
 
 def enforce(report: FitReport) -> None:

@@ -5,7 +5,8 @@ so a refusal can say what takes the memory. The formulas here count what PyTorch
 alive, tensor by tensor, for a T5-style block (RMS norm, attention, feed-forward, dropout),
 as transformers 5 and torch 2.13 run it; a causal LM's (a decoder-only stack) are in
 `decoder_only.py`, a classifier's (forward only outside training) in `classifier.py`, and
-`activation_bytes` and `generation_memory` pick by the shape's kind.
+`activation_bytes` and `generation_memory` pick by the facts of the shape's kind
+(`classification_head`, `encoder_decoder`).
 `benchmarks/fit.py` compares them with peaks measured on CPU; `memory.py` says what differs
 between a CPU and a CUDA process.
 """
@@ -113,12 +114,12 @@ def activation_bytes(
     gradients beside what is kept, and for the gradient of the logits. Under LoRA the
     adapters' own (`adapter_bytes`) come on top; a causal LM's are `decoder_only`'s.
     """
-    if shape.kind == "causal_lm":
-        return decoder_only.activation_bytes(
+    if shape.kind.classification_head:
+        return classifier.activation_bytes(
             shape, lengths, dtype=dtype, device=device, checkpointing=checkpointing
         )
-    if shape.kind == "classifier":
-        return classifier.activation_bytes(
+    if not shape.kind.encoder_decoder:
+        return decoder_only.activation_bytes(
             shape, lengths, dtype=dtype, device=device, checkpointing=checkpointing
         )
     s = DTYPE_BYTES[dtype]
@@ -220,11 +221,11 @@ def generation_memory(
     `source`: a seq2seq model's document tokens, a causal LM's prompt tokens (the cache
     then holds prompt and new tokens of every beam). A classifier generates nothing: one
     forward pass over `batch` texts of `source` tokens (`beams` and `new_tokens` unused)."""
-    if shape.kind == "classifier":
+    if shape.kind.classification_head:
         return classifier.forward_memory(
             shape, batch=batch, tokens=source, dtype=dtype, device=device
         )
-    if shape.kind == "causal_lm":
+    if not shape.kind.encoder_decoder:
         cache = decoder_only.cache_bytes(
             shape, sequences=batch * beams, tokens=source + new_tokens, dtype=dtype
         )

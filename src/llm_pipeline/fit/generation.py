@@ -77,7 +77,7 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
     evaluate = config.evaluate
     source = input_tokens(config, shape)
     processes = count(where.processes, "process")
-    if shape.kind == "classifier":
+    if not shape.kind.generates:
         beams, new_tokens = 1, 0
         settings = (
             f"{where.dtype}, batch {evaluate.batch_size} × {source} tokens, forward only, "
@@ -123,7 +123,7 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
     """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
     where = serving_where(config, target)
     limits = server_batch(config, shape)
-    if shape.kind == "classifier":
+    if not shape.kind.generates:
         settings = (
             f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
             f"{limits.source} tokens, forward only"
@@ -178,4 +178,4 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
 
 def _input_word(shape: ModelShape) -> str:
     """What a model generates from: a seq2seq model's source, a causal LM's prompt."""
-    return "prompt" if shape.kind == "causal_lm" else "source"
+    return "source" if shape.kind.encoder_decoder else "prompt"

@@ -23,11 +23,13 @@ from llm_pipeline.fit.machines import (
 )
 from llm_pipeline.fit.memory import DeviceKind, Lengths
 from llm_pipeline.fit.shapes import ModelShape
+from llm_pipeline.tasks import get_task
 
 Target = Literal["local", "vertex"]
 
-#: Longest source (or causal LM sequence) read when data.max_source_length (max_length) is
-#: unset (the tokenizer's limit, at most this: data/preprocess and the server cap it alike).
+#: Longest source (or causal LM sequence, or text) read when data.max_source_length
+#: (max_length) is unset (the tokenizer's limit, at most this: data/preprocess and the server
+#: cap it alike).
 DEFAULT_SOURCE_CAP = 1024
 
 
@@ -130,42 +132,15 @@ def local_gpu_problems(config: PipelineConfig, target: Target) -> list[str]:
     return problems
 
 
-def source_tokens(config: PipelineConfig) -> int:
-    """Tokens per document: data.max_source_length, else the cap a tokenizer may reach."""
-    return config.data.max_source_length or DEFAULT_SOURCE_CAP
-
-
-def target_tokens(config: PipelineConfig) -> int:
-    """Tokens per summary in training: data.max_target_length, else its computed cap."""
-    return config.data.max_target_length or config.data.max_target_length_cap
-
-
-def sequence_tokens(config: PipelineConfig) -> int:
-    """Tokens per causal LM sequence (prompt and response together, or one packed row):
-    data.max_length, else the cap a tokenizer may reach."""
-    return config.data.max_length or DEFAULT_SOURCE_CAP
-
-
-def text_tokens(config: PipelineConfig, shape: ModelShape) -> int:
-    """Tokens per text a classifier reads: data.max_length, else the cap a tokenizer may
-    reach, within the model's positions (a BERT's 512)."""
-    return min(sequence_tokens(config), shape.max_positions or DEFAULT_SOURCE_CAP)
-
-
 def training_lengths(config: PipelineConfig, shape: ModelShape) -> Lengths:
-    """One training micro-batch at its longest: a seq2seq model's source and target, a
-    causal LM's whole sequence, a classifier's text (its labels are not tokens)."""
-    batch = config.train.per_device_batch_size
-    if shape.kind == "causal_lm":
-        return Lengths(batch, sequence_tokens(config), 0)
-    if shape.kind == "classifier":
-        return Lengths(batch, text_tokens(config, shape), 0)
-    return Lengths(batch, source_tokens(config), target_tokens(config))
+    """One training micro-batch at its longest, its rows' tokens as the task has them
+    (`Task.fit_lengths`: a document and its summary, one whole sequence, a text)."""
+    read, written = get_task(config.task).fit_lengths(config, shape)
+    return Lengths(config.train.per_device_batch_size, read, written)
 
 
 def input_tokens(config: PipelineConfig, shape: ModelShape) -> int:
-    """Tokens a model reads in evaluation: a document, a prompt (at most a whole sequence:
-    preprocess keeps prompts within data.max_length), or a classifier's text."""
-    if shape.kind == "classifier":
-        return text_tokens(config, shape)
-    return sequence_tokens(config) if shape.kind == "causal_lm" else source_tokens(config)
+    """Tokens a model reads per row in evaluation: what a training row reads (a document, a
+    prompt within its whole sequence, a text)."""
+    read, _ = get_task(config.task).fit_lengths(config, shape)
+    return read

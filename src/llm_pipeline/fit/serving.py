@@ -57,7 +57,7 @@ def server_batch(config: PipelineConfig, shape: ModelShape) -> ServerBatch:
     )
     settings = load_settings(env)
     source = settings.max_input_tokens or MAX_INPUT_TOKENS_CAP
-    if shape.kind == "classifier":
+    if not shape.kind.generates:  # one forward pass, each text within the model's positions
         return ServerBatch(
             batch=settings.max_batch_size,
             beams=1,

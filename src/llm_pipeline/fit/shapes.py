@@ -4,10 +4,12 @@ No weights are read. The config comes from where `model` says (hub id, local fol
 `gs://`/`s3://` folder, `package:`, an architecture dict, or two encoders to warm-start),
 and the parameters are counted on a model built on PyTorch's meta device, so every
 architecture transformers knows is counted exactly as it will load (tied weights once).
-It is built as the task's kind (`tasks.get_task(config.task).model_kind`): a seq2seq model
-has an encoder and a decoder stack; a causal LM is one decoder stack, whose layer layout
+It is built as the task's kind (`tasks.get_task(config.task).model_kind`, its facts read as
+fields): a seq2seq model (`encoder_decoder`) has an encoder and a decoder stack; a causal LM
+is one decoder stack, whose layer layout
 (gated feed-forward or not, LayerNorm or RMS norm) is read from its first layer; a classifier
-(`AutoModelForSequenceClassification`, for a number of labels) is an encoder stack (BERT,
+(`classification_head`: `AutoModelForSequenceClassification`, for the number of labels the
+task says, `Task.fit_labels`) is an encoder stack (BERT,
 DistilBERT, RoBERTa, DeBERTa: the model types transformers builds a masked LM of) or a causal
 LM's decoder stack, with its head. Under LoRA the shape also carries the adapters PEFT would
 add (`adapters.py`), and a classifier's head, which trains whole beside them.
@@ -31,7 +33,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from llm_pipeline.config import LoraSettings, ModelConfig
@@ -40,14 +42,11 @@ from llm_pipeline.fit.adapters import Adapters, count_adapters
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.storage import is_remote, local_copy
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
-
-#: What a task trains (`Task.model_kind`): an encoder-decoder, a decoder-only causal LM, or a
-#: classifier (an encoder or a decoder with a classification head).
-ModelKind = Literal["seq2seq", "causal_lm", "classifier"]
 
 #: How long the hub probe waits for a connection.
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -100,7 +99,7 @@ class ModelShape:
     source_note: str | None = None  # e.g. "offline: google/t5-v1_1-xxl's published config"
     # A causal LM's one stack is `decoder` (`encoder` has 0 layers); a classifier's is
     # `encoder` when it is an encoder, else `decoder`.
-    kind: ModelKind = "seq2seq"
+    kind: ModelKind = SEQ2SEQ  # what a task trains (`Task.model_kind`)
     adapters: Adapters | None = None  # LoRA's (train.lora); None: every weight trains
     labels: int = 0  # a classifier's head scores this many labels
     max_positions: int | None = None  # the longest input the model takes, when it says
@@ -108,13 +107,13 @@ class ModelShape:
     @property
     def is_encoder_classifier(self) -> bool:
         """A classifier whose stack is an encoder (BERT's kind), not a decoder."""
-        return self.kind == "classifier" and self.encoder.layers > 0
+        return self.kind.classification_head and self.encoder.layers > 0
 
 
 def model_shape(
     model: ModelConfig,
     *,
-    kind: ModelKind = "seq2seq",
+    kind: ModelKind = SEQ2SEQ,
     lora: LoraSettings | None = None,
     labels: int = 2,
 ) -> ModelShape:
@@ -145,24 +144,24 @@ def shape_of(
     *,
     name: str,
     note: str | None = None,
-    kind: ModelKind = "seq2seq",
+    kind: ModelKind = SEQ2SEQ,
     lora: LoraSettings | None = None,
     labels: int = 2,
 ) -> ModelShape:
     """The shape of a transformers config (built on the meta device to count parameters)."""
     from transformers import GenerationConfig
 
-    if kind == "classifier":
-        return _classifier_shape(config, name=name, note=note, lora=lora, labels=labels)
+    if kind.classification_head:
+        return _classifier_shape(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
     model = _meta_model(config, kind)
     total, largest, encoder_parameters = _count_parameters(model, config)
     generation = GenerationConfig.from_model_config(config)
-    if kind == "causal_lm":
-        decoder = _causal_stack(config, model)
-        encoder = replace(decoder, layers=0)
-    else:
+    if kind.encoder_decoder:
         encoder = _stack(getattr(config, "encoder", config), decoder=False)
         decoder = _stack(getattr(config, "decoder", config), decoder=True)
+    else:
+        decoder = _causal_stack(config, model)
+        encoder = replace(decoder, layers=0)
     return ModelShape(
         name=name,
         parameters=total,
@@ -184,6 +183,7 @@ def _classifier_shape(
     *,
     name: str,
     note: str | None,
+    kind: ModelKind,
     lora: LoraSettings | None,
     labels: int,
 ) -> ModelShape:
@@ -200,7 +200,7 @@ def _classifier_shape(
         )
     config = copy.deepcopy(config)
     config.num_labels = labels
-    model = _meta_model(config, "classifier")
+    model = _meta_model(config, kind)
     total, largest, _ = _count_parameters(model, config)
     if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         encoder = _encoder_stack(config, model)
@@ -220,7 +220,7 @@ def _classifier_shape(
         default_max_length=0,
         default_num_beams=1,
         source_note=note,
-        kind="classifier",
+        kind=kind,
         adapters=count_adapters(model, lora, whole=head) if lora is not None else None,
         labels=labels,
         max_positions=_optional(config, "max_position_embeddings", "n_positions"),
@@ -259,31 +259,24 @@ def _stack(config: Any, *, decoder: bool) -> Stack:
 def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
     """The model as the finetune step builds it, on PyTorch's meta device (no memory)."""
     import torch
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoModelForSeq2SeqLM,
-        AutoModelForSequenceClassification,
-        EncoderDecoderModel,
-    )
+    import transformers
+    from transformers import EncoderDecoderModel
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "some weights are newly initialised" and the like
     try:
         with torch.device("meta"):
-            if kind == "causal_lm":
-                model: Any = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-            elif kind == "classifier":
-                model = AutoModelForSequenceClassification.from_config(
-                    config, trust_remote_code=False
-                )
-            elif config.model_type == "encoder-decoder":
-                model = EncoderDecoderModel(config=config)
+            model: Any
+            if kind.encoder_decoder and config.model_type == "encoder-decoder":
+                model = EncoderDecoderModel(config=config)  # two checkpoints warm-started
             else:
-                model = AutoModelForSeq2SeqLM.from_config(config, trust_remote_code=False)
+                auto = getattr(transformers, kind.auto_class)
+                model = auto.from_config(config, trust_remote_code=False)
     except (ValueError, KeyError, TypeError) as exc:
-        what = {"causal_lm": "causal LM", "classifier": "classifier"}.get(kind, "seq2seq model")
-        raise ShapeUnavailable(f"not a {what} transformers can build ({first_line(exc)})") from exc
+        raise ShapeUnavailable(
+            f"not a {kind.description} transformers can build ({first_line(exc)})"
+        ) from exc
     finally:
         hf_logging.set_verbosity(verbosity)
     return model

@@ -206,7 +206,7 @@ def precision_problems(config: PipelineConfig, target: Target) -> list[str]:
 
 def _tokens_words(shape: ModelShape, lengths: Lengths) -> str:
     """`(512 + 128)` source and target tokens, or a causal LM's or a classifier's `512`."""
-    if shape.kind != "seq2seq":
+    if not shape.kind.encoder_decoder:
         return str(lengths.source)
     return f"({lengths.source} + {lengths.target})"
 

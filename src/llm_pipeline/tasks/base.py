@@ -177,3 +177,17 @@ class Task(ABC):
         if isinstance(instance, tuple):
             return sum(len(text) for text in instance)
         return sum(len(turn["content"]) for turn in instance)
+
+    # fit check
+    @abstractmethod
+    def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
+        """(tokens a row reads, tokens it writes apart from those) at their longest, as the
+        fit check estimates a training micro-batch from `config` (a PipelineConfig: the
+        task's own `data.*` lengths, or the caps a tokenizer may reach) for the model
+        `shape` (`fit.shapes.ModelShape`); evaluation reads the first per row. A task whose
+        row is one sequence writes 0 tokens apart."""
+
+    def fit_labels(self, config: Any) -> tuple[int, str | None]:
+        """How many labels the model's head scores (0: no classification head), which the
+        fit check builds the model's shape for, and a note when that number is a guess."""
+        return 0, None

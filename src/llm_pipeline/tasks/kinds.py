@@ -20,6 +20,16 @@ class ModelKind:
     description: str
     #: The transformers Auto class that builds the model from a config or a checkpoint.
     auto_class: str
+    #: An encoder reads the source and a decoder writes the target: two stacks, and two
+    #: token lengths per row (the source's and the target's). The other kinds are one stack
+    #: reading one sequence.
+    encoder_decoder: bool
+    #: The model writes tokens one at a time, keeping keys and values in a cache (so a
+    #: batch has beams and new tokens); otherwise it runs one forward pass per batch.
+    generates: bool
+    #: A head scores a fixed set of labels from one token's hidden state: no LM head over
+    #: the vocabulary, no target tokens.
+    classification_head: bool
 
     def __str__(self) -> str:
         return self.name
@@ -27,15 +37,30 @@ class ModelKind:
 
 #: Reads the source with an encoder and writes the target with a decoder (T5, BART).
 SEQ2SEQ = ModelKind(
-    name="seq2seq", description="seq2seq model", auto_class="AutoModelForSeq2SeqLM"
+    name="seq2seq",
+    description="seq2seq model",
+    auto_class="AutoModelForSeq2SeqLM",
+    encoder_decoder=True,
+    generates=True,
+    classification_head=False,
 )
 #: One decoder that continues its prompt (OPT, Llama, Qwen, Gemma).
-CAUSAL_LM = ModelKind(name="causal_lm", description="causal LM", auto_class="AutoModelForCausalLM")
+CAUSAL_LM = ModelKind(
+    name="causal_lm",
+    description="causal LM",
+    auto_class="AutoModelForCausalLM",
+    encoder_decoder=False,
+    generates=True,
+    classification_head=False,
+)
 #: An encoder (or a decoder) with a head that scores a fixed set of labels (BERT, RoBERTa).
 CLASSIFIER = ModelKind(
     name="classifier",
     description="classifier",
     auto_class="AutoModelForSequenceClassification",
+    encoder_decoder=False,
+    generates=False,
+    classification_head=True,
 )
 
 #: Every kind by its name (to read one back from a file or a command line).

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
 from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
-from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 from llm_pipeline.tasks.chat import (
     ChatFormat,
     TemplateError,
@@ -25,6 +24,7 @@ from llm_pipeline.tasks.chat import (
     chat_problem,
     turn_name,
 )
+from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
 class InstructionTuning(Task):
@@ -150,6 +150,15 @@ class InstructionTuning(Task):
                 ) from None
 
         return prompt
+
+    # fit check
+    def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
+        """One sequence, prompt and response together (or one packed row): data.max_length,
+        else the cap a tokenizer may reach; evaluation's prompts are within it (preprocess
+        keeps them within data.max_length)."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
+
+        return config.data.max_length or DEFAULT_SOURCE_CAP, 0
 
 
 def _text_problem(column: str, text: Any) -> str | None:

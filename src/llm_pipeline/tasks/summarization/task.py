@@ -95,3 +95,16 @@ class Summarization(Task):
             return prefix + instance
 
         return prompt
+
+    # fit check
+    def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
+        """A document read by the encoder (data.max_source_length, else the cap a tokenizer
+        may reach) and its summary written by the decoder (data.max_target_length, else its
+        computed cap)."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
+
+        data = config.data
+        return (
+            data.max_source_length or DEFAULT_SOURCE_CAP,
+            data.max_target_length or data.max_target_length_cap,
+        )

@@ -117,3 +117,27 @@ class TextClassification(Task):
             return instance
 
         return prompt
+
+    # fit check
+    #: Labels the head is estimated for when data.labels leaves them to preprocess.
+    fit_default_labels: ClassVar[int] = 2
+
+    def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
+        """A text (or pair): data.max_length, else the cap a tokenizer may reach, within the
+        model's positions (a BERT's 512). Its label is no token."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
+
+        read = config.data.max_length or DEFAULT_SOURCE_CAP
+        return min(read, shape.max_positions or DEFAULT_SOURCE_CAP), 0
+
+    def fit_labels(self, config: Any) -> tuple[int, str | None]:
+        """data.labels', else a small default with a note (the label set is read from the
+        training split only in preprocess; the head is hidden x labels, a small part of any
+        estimate)."""
+        if config.data.labels is not None:
+            return len(config.data.labels), None
+        labels = self.fit_default_labels
+        return labels, (
+            f"classifier head estimated for {labels} labels: data.labels is unset and the "
+            "label set is read from the training split in preprocess (the head is a small part)"
+        )
