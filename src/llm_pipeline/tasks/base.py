@@ -8,6 +8,7 @@ line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from llm_pipeline.tasks.kinds import ModelKind
@@ -168,6 +169,16 @@ class Task(ABC):
         when the model loads: `prefix` (the server's `source_prefix`) and `chat_template`
         (training's `data.chat_template`) are for the tasks that use them. The function
         raises InstanceError for an instance the model's own rules refuse."""
+
+    @abstractmethod
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """The model in `folder` loaded for the prediction server (a `serve.served.ServedModel`:
+        how it reads instances, predicts a batch and shapes each prediction), under the
+        server's `settings` (`serve.Settings`). Raises ModelLoadError when the folder holds
+        no model of the task's kind, ServeError when the settings do not suit the model.
+
+        Each task imports its serving module inside this method: the model code (torch,
+        transformers) loads only in a server, after it listens, never in a config check."""
 
     @staticmethod
     def instance_chars(instance: Instance) -> int:

@@ -13,11 +13,11 @@ rendered by the same rules as training's chats; the prediction is the model's co
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
 from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
-from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 from llm_pipeline.tasks.chat import (
     ChatFormat,
     TemplateError,
@@ -25,6 +25,7 @@ from llm_pipeline.tasks.chat import (
     chat_problem,
     turn_name,
 )
+from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
 class InstructionTuning(Task):
@@ -150,6 +151,12 @@ class InstructionTuning(Task):
                 ) from None
 
         return prompt
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A causal LM that completes a batch of chats in one generate call."""
+        from llm_pipeline.tasks.instruction_tuning.serving import Completer
+
+        return Completer.load(settings, folder, self)
 
 
 def _text_problem(column: str, text: Any) -> str | None:

@@ -1,6 +1,7 @@
 """Summarization: a document in, a short summary out."""
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -95,3 +96,9 @@ class Summarization(Task):
             return prefix + instance
 
         return prompt
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A seq2seq model that summarizes a batch of documents in one generate call."""
+        from llm_pipeline.tasks.summarization.serving import Summarizer
+
+        return Summarizer.load(settings, folder, self)

@@ -12,6 +12,7 @@ The model is an encoder (or a decoder) with a classification head
 """
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -117,3 +118,9 @@ class TextClassification(Task):
             return instance
 
         return prompt
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A classifier that scores a batch of texts (or pairs) in one forward pass."""
+        from llm_pipeline.tasks.text_classification.serving import Classifier
+
+        return Classifier.load(settings, folder, self)
