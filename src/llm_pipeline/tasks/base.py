@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from llm_pipeline.tasks.kinds import ModelKind
 
@@ -35,19 +35,16 @@ class InstanceError(ValueError):
 
 @dataclass(frozen=True)
 class ServingPage:
-    """What the prediction server's page at `/` shows for a task (serve/page.py draws it)."""
+    """The words and settings of the prediction server's page at `/` for a task; its widget
+    (the boxes, the script, how a prediction is shown) is `Task.serving_widget`."""
 
-    #: `document`: paste a text, read what the model makes of it; `chat`: a system prompt,
-    #: the turns so far, a message box, and the model's answers; `labels`: paste a text, see
-    #: every label's score as a bar.
-    layout: Literal["document", "chat", "labels"]
     #: The page's title and heading.
     title: str
     #: What the person does: the send button's label.
     action: str
     #: The input box's placeholder.
     placeholder: str
-    #: The heading above the model's output (document layout).
+    #: The heading above the model's output.
     output: str
     #: The generation parameters the page offers as settings.
     parameters: tuple[str, ...]
@@ -179,6 +176,11 @@ class Task(ABC):
 
         Each task imports its serving module inside this method: the model code (torch,
         transformers) loads only in a server, after it listens, never in a config check."""
+
+    @abstractmethod
+    def serving_widget(self) -> Any:
+        """The task's part of the page at `/` (a `serve.page.Widget`): its boxes, its script,
+        and how it shows a prediction; imported when a page is drawn."""
 
     @staticmethod
     def instance_chars(instance: Instance) -> int:

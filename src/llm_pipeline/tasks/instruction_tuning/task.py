@@ -90,7 +90,6 @@ class InstructionTuning(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="chat",
         title="Chat",
         action="Send",
         placeholder="Message (Enter sends, Shift+Enter starts a new line)",
@@ -151,6 +150,12 @@ class InstructionTuning(Task):
                 ) from None
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A chat: a system prompt, the turns so far and a message box."""
+        from llm_pipeline.tasks.instruction_tuning.page import WIDGET
+
+        return WIDGET
 
     def serving_model(self, settings: Any, folder: Path) -> Any:
         """A causal LM that completes a batch of chats in one generate call."""

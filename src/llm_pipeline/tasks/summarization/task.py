@@ -49,7 +49,6 @@ class Summarization(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="document",
         title="Summarize",
         action="Summarize",
         placeholder="Text to summarize",
@@ -96,6 +95,12 @@ class Summarization(Task):
             return prefix + instance
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A text box and the summary under it."""
+        from llm_pipeline.tasks.summarization.page import WIDGET
+
+        return WIDGET
 
     def serving_model(self, settings: Any, folder: Path) -> Any:
         """A seq2seq model that summarizes a batch of documents in one generate call."""

@@ -61,12 +61,12 @@ class TextClassification(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="labels",
         title="Classify",
         action="Classify",
         placeholder="Text to classify",
         output="Labels",
-        parameters=("top_k",),
+        # None offered: the page asks for every label's score itself (top_k).
+        parameters=(),
     )
     serving_parameters: ClassVar[tuple[str, ...]] = ("top_k",)
     serving_instance_shape: ClassVar[str] = (
@@ -118,6 +118,12 @@ class TextClassification(Task):
             return instance
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A text box (two, for pairs) and every label's score as a bar."""
+        from llm_pipeline.tasks.text_classification.page import WIDGET
+
+        return WIDGET
 
     def serving_model(self, settings: Any, folder: Path) -> Any:
         """A classifier that scores a batch of texts (or pairs) in one forward pass."""
