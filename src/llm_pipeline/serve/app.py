@@ -85,21 +85,13 @@ def create_app(
 
 
 def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
-    """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as the
-    kind its task trains. Raises ServeError (or another UserError) with a one-line reason."""
-    from llm_pipeline.serve.classifier import Classifier
-    from llm_pipeline.serve.completer import Completer
-    from llm_pipeline.serve.summarizer import Summarizer
-
+    """The model `settings` names, fetched (gs:// into `download_dir`) and loaded as its
+    task serves it (`Task.serving_model`). Raises ServeError (or another UserError) with a
+    one-line reason."""
     folder = fetch_model(settings.model_uri, download_dir)
     task = get_task(settings.task)
-    kinds: dict[str, Any] = {
-        "seq2seq": Summarizer,
-        "causal_lm": Completer,
-        "classifier": Classifier,
-    }
     try:
-        served: ServedModel = kinds[task.model_kind].load(settings, folder, task)
+        served: ServedModel = task.serving_model(settings, folder)
     except ModelLoadError as exc:
         raise ServeError(
             f"{exc} (this server serves task {task.name!r}, {env_name('task')})"

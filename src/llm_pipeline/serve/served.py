@@ -1,11 +1,11 @@
-"""The served model: where its files come from, and which kind of model the task needs.
+"""The served model: what the routes and the batcher ask of it, and where its files come from.
 
-The task (`Settings.task`) names the model's kind: a seq2seq model (`Summarizer`), a
-decoder-only causal LM (`Completer`) or a sequence classifier (`Classifier`), each in its own
-module, which builds on this one (`app.load_served_model` picks one). Each reads
-a model input per instance (a prompt, or the text or pair of texts to classify) and gives
-one prediction per input (a text, or labels with scores), in one model call per batch: a
-generate call, or a forward pass.
+The task (`Settings.task`) loads its model as it serves it (`Task.serving_model`, in the
+task's package: a seq2seq model that summarizes, a causal LM that completes chats, a
+classifier that scores labels), building on the helpers here. Each reads a model input per
+instance (a prompt, or the text or pair of texts to classify) and gives one prediction per
+input (a text, or labels with scores), in one model call per batch: a generate call, or a
+forward pass.
 """
 
 from __future__ import annotations

@@ -196,8 +196,8 @@ class Settings(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _task_takes_them(cls, value: GenerationParameters, info: ValidationInfo) -> Any:
-        task = info.data.get("task")
-        if task in TASKS:
+        task = info.data.get("task")  # absent when the task itself was refused
+        if isinstance(task, str) and task in TASKS:
             allowed = TASKS[task].serving_parameters
             unknown = [name for name in value.model_fields_set if name not in allowed]
             if unknown:

@@ -8,7 +8,8 @@ line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar
 
 from llm_pipeline.tasks.kinds import ModelKind
 
@@ -34,19 +35,16 @@ class InstanceError(ValueError):
 
 @dataclass(frozen=True)
 class ServingPage:
-    """What the prediction server's page at `/` shows for a task (serve/page.py draws it)."""
+    """The words and settings of the prediction server's page at `/` for a task; its widget
+    (the boxes, the script, how a prediction is shown) is `Task.serving_widget`."""
 
-    #: `document`: paste a text, read what the model makes of it; `chat`: a system prompt,
-    #: the turns so far, a message box, and the model's answers; `labels`: paste a text, see
-    #: every label's score as a bar.
-    layout: Literal["document", "chat", "labels"]
     #: The page's title and heading.
     title: str
     #: What the person does: the send button's label.
     action: str
     #: The input box's placeholder.
     placeholder: str
-    #: The heading above the model's output (document layout).
+    #: The heading above the model's output.
     output: str
     #: The generation parameters the page offers as settings.
     parameters: tuple[str, ...]
@@ -168,6 +166,21 @@ class Task(ABC):
         when the model loads: `prefix` (the server's `source_prefix`) and `chat_template`
         (training's `data.chat_template`) are for the tasks that use them. The function
         raises InstanceError for an instance the model's own rules refuse."""
+
+    @abstractmethod
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """The model in `folder` loaded for the prediction server (a `serve.served.ServedModel`:
+        how it reads instances, predicts a batch and shapes each prediction), under the
+        server's `settings` (`serve.Settings`). Raises ModelLoadError when the folder holds
+        no model of the task's kind, ServeError when the settings do not suit the model.
+
+        Each task imports its serving module inside this method: the model code (torch,
+        transformers) loads only in a server, after it listens, never in a config check."""
+
+    @abstractmethod
+    def serving_widget(self) -> Any:
+        """The task's part of the page at `/` (a `serve.page.Widget`): its boxes, its script,
+        and how it shows a prediction; imported when a page is drawn."""
 
     @staticmethod
     def instance_chars(instance: Instance) -> int:

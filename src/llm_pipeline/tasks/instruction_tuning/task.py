@@ -13,6 +13,7 @@ rendered by the same rules as training's chats; the prediction is the model's co
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -89,7 +90,6 @@ class InstructionTuning(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="chat",
         title="Chat",
         action="Send",
         placeholder="Message (Enter sends, Shift+Enter starts a new line)",
@@ -150,6 +150,18 @@ class InstructionTuning(Task):
                 ) from None
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A chat: a system prompt, the turns so far and a message box."""
+        from llm_pipeline.tasks.instruction_tuning.page import WIDGET
+
+        return WIDGET
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A causal LM that completes a batch of chats in one generate call."""
+        from llm_pipeline.tasks.instruction_tuning.serving import Completer
+
+        return Completer.load(settings, folder, self)
 
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:

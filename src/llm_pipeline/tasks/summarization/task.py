@@ -1,6 +1,7 @@
 """Summarization: a document in, a short summary out."""
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -48,7 +49,6 @@ class Summarization(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="document",
         title="Summarize",
         action="Summarize",
         placeholder="Text to summarize",
@@ -95,6 +95,18 @@ class Summarization(Task):
             return prefix + instance
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A text box and the summary under it."""
+        from llm_pipeline.tasks.summarization.page import WIDGET
+
+        return WIDGET
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A seq2seq model that summarizes a batch of documents in one generate call."""
+        from llm_pipeline.tasks.summarization.serving import Summarizer
+
+        return Summarizer.load(settings, folder, self)
 
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:

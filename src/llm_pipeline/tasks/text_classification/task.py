@@ -12,6 +12,7 @@ The model is an encoder (or a decoder) with a classification head
 """
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
@@ -60,12 +61,12 @@ class TextClassification(Task):
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(
-        layout="labels",
         title="Classify",
         action="Classify",
         placeholder="Text to classify",
         output="Labels",
-        parameters=("top_k",),
+        # None offered: the page asks for every label's score itself (top_k).
+        parameters=(),
     )
     serving_parameters: ClassVar[tuple[str, ...]] = ("top_k",)
     serving_instance_shape: ClassVar[str] = (
@@ -117,6 +118,18 @@ class TextClassification(Task):
             return instance
 
         return prompt
+
+    def serving_widget(self) -> Any:
+        """A text box (two, for pairs) and every label's score as a bar."""
+        from llm_pipeline.tasks.text_classification.page import WIDGET
+
+        return WIDGET
+
+    def serving_model(self, settings: Any, folder: Path) -> Any:
+        """A classifier that scores a batch of texts (or pairs) in one forward pass."""
+        from llm_pipeline.tasks.text_classification.serving import Classifier
+
+        return Classifier.load(settings, folder, self)
 
     # fit check
     #: Labels the head is estimated for when data.labels leaves them to preprocess.

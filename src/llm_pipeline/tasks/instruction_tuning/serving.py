@@ -1,4 +1,5 @@
-"""A served causal LM: prompts and chats become completions.
+"""Instruction tuning served: prompts and chats become a causal LM's completions
+(`InstructionTuning.serving_model`).
 
 A chat is rendered as training rendered it (`tasks.chat`: the tokenizer's own chat
 template, else training's `data.chat_template`, which the deploy step hands the server,

@@ -1,4 +1,4 @@
-"""A served seq2seq model: a batch of texts becomes summaries.
+"""Summarization served: a batch of documents becomes summaries (`Summarization.serving_model`).
 
 Texts are read as training read documents (the same prefix, truncated to the same number of
 tokens), and generated with the code evaluation uses (`models.generation`: longest first,

@@ -1,5 +1,5 @@
-"""A served sequence classifier: a batch of texts (or pairs of texts) becomes labels with
-scores, in one forward pass.
+"""Text classification served: a batch of texts (or pairs of texts) becomes labels with
+scores, in one forward pass (`TextClassification.serving_model`).
 
 The model folder is the finetune step's (`AutoModelForSequenceClassification`); its labels
 are the ones training wrote into its config (`LabelSet.from_model_config`). Texts are
