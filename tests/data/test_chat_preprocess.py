@@ -16,7 +16,7 @@ import datasets
 import pytest
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.chat_preprocess import fit_to_length
+from llm_pipeline.tasks.instruction_tuning.preprocess import fit_to_length
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer

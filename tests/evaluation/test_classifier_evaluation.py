@@ -22,7 +22,7 @@ from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 from llm_pipeline import components
 from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write

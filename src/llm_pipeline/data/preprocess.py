@@ -32,11 +32,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.chat_preprocess import preprocess_chats
-from llm_pipeline.data.classifier_preprocess import preprocess_classification
 from llm_pipeline.data.preprocess_report import (
-    ChatPreprocessReport,
-    ClassifierPreprocessReport,
     LengthStats,
     PreprocessReport,
     SplitStats,
@@ -48,6 +44,7 @@ from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
+from llm_pipeline.tasks.base import PreprocessResult
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +66,9 @@ def preprocess_dataset(
     data: DataConfig,
     model: ModelConfig,
     task: Task,
-) -> PreprocessReport | ChatPreprocessReport | ClassifierPreprocessReport:
-    """Tokenize every split of the dataset at `dataset_dir` into `output_dir`.
-
-    A causal-LM task's chats go to `data.chat_preprocess`, a classifier's labelled texts to
-    `data.classifier_preprocess`; what follows is the seq2seq way.
+) -> PreprocessResult:
+    """Tokenize every split of the dataset at `dataset_dir` into `output_dir`, the task's way
+    (`Task.preprocess`).
 
     Raises DataError for data that cannot be used (missing columns, a split with no usable
     rows, max lengths too short for the tokenizer's special tokens) and ModelSourceError
@@ -81,24 +76,22 @@ def preprocess_dataset(
     """
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
-    if task.model_kind == "causal_lm":
-        return preprocess_chats(
-            dataset=dataset,
-            tokenizer=tokenizer,
-            output_dir=output_dir,
-            data=data,
-            model=model,
-            task=task,
-        )
-    if task.model_kind == "classifier":
-        return preprocess_classification(
-            dataset=dataset,
-            tokenizer=tokenizer,
-            output_dir=output_dir,
-            data=data,
-            model=model,
-            task=task,
-        )
+    return task.preprocess(
+        dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
+    )
+
+
+def preprocess_seq2seq(
+    dataset: datasets.DatasetDict,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | Path,
+    data: DataConfig,
+    model: ModelConfig,
+    task: Task,
+) -> PreprocessReport:
+    """Tokenize every split of `dataset` into `output_dir`: sources and targets (see the
+    module doc)."""
     source_layout = _special_layout(tokenizer, target=False)
     target_layout = _special_layout(tokenizer, target=True)
     max_source, source_from = _max_source_length(data, tokenizer)

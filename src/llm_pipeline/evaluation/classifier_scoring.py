@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.evaluation.classification import (
     HEADLINE_METRICS,
     ClassificationScores,

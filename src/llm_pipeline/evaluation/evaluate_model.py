@@ -33,7 +33,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.errors import EvaluationError, UserError
 from llm_pipeline.evaluation.classifier_examples import (
     ClassifierExamples,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
+from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import ParameterError, ServeError
 from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.schemas import GenerationParameters

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.errors import TrainError
 
 __all__ = ["balanced_class_weights", "classifier_loss", "label_counts"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
-from llm_pipeline.data.labels import LabelSet, read_label_set
+from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.errors import TrainError, UserError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step

@@ -18,7 +18,7 @@ from typing import Any
 
 from llm_pipeline.config import DataConfig, ModelConfig, TrainConfig
 from llm_pipeline.config.train import AUTO
-from llm_pipeline.data.labels import LABEL_SET_KEY
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY
 from llm_pipeline.fit.machines import Place, this_machine
 from llm_pipeline.fit.memory import DeviceKind, Lengths
 from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP, Where, auto_dtype
