@@ -34,6 +34,7 @@ from transformers import PreTrainedTokenizerBase
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
 from llm_pipeline.data.packing import example_lengths, keeps_examples_apart, pack_split
+from llm_pipeline.data.preprocess import BATCH_SIZE, tokenizer_length
 from llm_pipeline.data.preprocess_report import LengthStats, PackingStats, logger
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
@@ -55,10 +56,6 @@ from llm_pipeline.tasks.instruction_tuning.preprocess_report import (
     log_chat_report,
 )
 
-#: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
-#: report a huge sentinel when the checkpoint sets none).
-LENGTH_LIMIT = 1024
-BATCH_SIZE = 1000
 IGNORE_INDEX = -100
 
 #: Per-row facts carried through the map pass and dropped before saving.
@@ -147,7 +144,7 @@ def _max_length(
     if data.max_length is not None:
         length, where = data.max_length, "config"
     else:
-        length, where = min(int(tokenizer.model_max_length), LENGTH_LIMIT), "tokenizer"
+        length, where = tokenizer_length(tokenizer), "tokenizer"
     # Room for the leading special token(s), one prompt token and one response token.
     least = len(chat_format.leading_ids) + 2
     if length < least:

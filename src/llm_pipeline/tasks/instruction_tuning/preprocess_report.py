@@ -36,7 +36,7 @@ class ChatPreprocessReport:
     """The resolved sequence length and template, and per-split statistics."""
 
     max_length: int
-    #: `config`, or `tokenizer` (its model_max_length, capped at SOURCE_LENGTH_LIMIT).
+    #: `config`, or `tokenizer` (its model_max_length, capped at data.preprocess.LENGTH_LIMIT).
     max_length_from: str
     #: `tokenizer` (its own chat template), `config` (data.chat_template) or `default`.
     chat_template_from: str

@@ -31,6 +31,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.preprocess import BATCH_SIZE, tokenizer_length
 from llm_pipeline.data.preprocess_report import LengthStats
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
@@ -43,11 +44,6 @@ from llm_pipeline.tasks.text_classification.preprocess_report import (
     ClassifierSplitStats,
     log_classifier_report,
 )
-
-#: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
-#: report a huge sentinel when the checkpoint sets none).
-LENGTH_LIMIT = 1024
-BATCH_SIZE = 1000
 
 #: Per-row facts carried through the map pass and dropped before saving.
 _PRIVATE = {
@@ -180,7 +176,7 @@ def _max_length(
     if data.max_length is not None:
         length, where = data.max_length, "config"
     else:
-        length, where = min(int(tokenizer.model_max_length), LENGTH_LIMIT), "tokenizer"
+        length, where = tokenizer_length(tokenizer), "tokenizer"
     special = tokenizer.num_special_tokens_to_add(pair=pairs)
     if length <= special:
         raise DataError(
