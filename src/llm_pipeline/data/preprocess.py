@@ -2,13 +2,17 @@
 and the model's tokenizer, handed to the task (`Task.preprocess`), which writes the
 tokenized dataset and its `preprocess.json`.
 
-What every task's preprocessing shares lives here too: the batch size of its map passes and
-the cap on a length the tokenizer gives.
+What every task's preprocessing shares lives here too: the batch size of its map passes,
+the cap on a length the tokenizer gives, token length statistics for its report, and the
+step's logger, under which every task's preprocessing logs.
 """
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
@@ -18,6 +22,8 @@ from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.output_files import Step
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.base import PreprocessResult
+
+logger = logging.getLogger(__name__)
 
 #: A null max length uses the tokenizer's limit, but never more than this: many tokenizers
 #: report a huge sentinel (1e30) when the checkpoint sets no limit.
@@ -51,6 +57,21 @@ def tokenizer_length(tokenizer: PreTrainedTokenizerBase) -> int:
     """The longest sequence the tokenizer says its model takes, capped at LENGTH_LIMIT: the
     max length a config leaves null."""
     return min(int(tokenizer.model_max_length), LENGTH_LIMIT)
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """Token lengths before truncation, special tokens included."""
+
+    p50: float
+    p95: float
+    p99: float
+    max: int
+
+    @classmethod
+    def of(cls, lengths: np.ndarray) -> "LengthStats":
+        p50, p95, p99 = np.percentile(lengths, [50, 95, 99])
+        return cls(p50=float(p50), p95=float(p95), p99=float(p99), max=int(lengths.max()))
 
 
 def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:

@@ -33,9 +33,13 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
-from llm_pipeline.data.packing import example_lengths, keeps_examples_apart, pack_split
-from llm_pipeline.data.preprocess import BATCH_SIZE, tokenizer_length
-from llm_pipeline.data.preprocess_report import LengthStats, PackingStats, logger
+from llm_pipeline.data.packing import (
+    PackingStats,
+    example_lengths,
+    keeps_examples_apart,
+    pack_split,
+)
+from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, logger, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir

@@ -5,7 +5,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess_report import LengthStats, PackingStats, logger
+from llm_pipeline.data.packing import PackingStats
+from llm_pipeline.data.preprocess import LengthStats, logger
 
 
 @dataclass(frozen=True)

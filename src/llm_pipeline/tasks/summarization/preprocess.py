@@ -28,8 +28,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import BATCH_SIZE, tokenizer_length
-from llm_pipeline.data.preprocess_report import LengthStats
+from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir

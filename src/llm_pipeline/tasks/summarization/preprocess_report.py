@@ -5,7 +5,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess_report import LengthStats, logger
+from llm_pipeline.data.preprocess import LengthStats, logger
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ rows each split left out, by reason and label; logged, and written to `preproces
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess_report import LengthStats, logger
+from llm_pipeline.data.preprocess import LengthStats, logger
 from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
 
 #: Why a classifier's row is left out, in the words the log uses.
