@@ -9,7 +9,7 @@ Output (`save_to_disk` folder, one split per input split):
   generation prompt included: what evaluation feeds generation) and `response` (that
   turn's text: the reference).
 - with `data.packing` and a model whose attention follows position ids, the train split is
-  packed instead (data/packing.py): rows of exactly `max_length` tokens with `input_ids`,
+  packed instead (packing.py): rows of exactly `max_length` tokens with `input_ids`,
   `labels` and `position_ids` only.
 - `preprocess.json`: the resolved length and template, and per-split statistics.
 
@@ -33,12 +33,6 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
-from llm_pipeline.data.packing import (
-    PackingStats,
-    example_lengths,
-    keeps_examples_apart,
-    pack_split,
-)
 from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, logger, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
@@ -53,6 +47,12 @@ from llm_pipeline.tasks.chat import (
     chat_problem,
     last_assistant,
     resolved_chat_template,
+)
+from llm_pipeline.tasks.instruction_tuning.packing import (
+    PackingStats,
+    example_lengths,
+    keeps_examples_apart,
+    pack_split,
 )
 from llm_pipeline.tasks.instruction_tuning.preprocess_report import (
     ChatPreprocessReport,

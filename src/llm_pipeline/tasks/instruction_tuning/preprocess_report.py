@@ -5,8 +5,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.packing import PackingStats
 from llm_pipeline.data.preprocess import LengthStats, logger
+from llm_pipeline.tasks.instruction_tuning.packing import PackingStats
 
 
 @dataclass(frozen=True)

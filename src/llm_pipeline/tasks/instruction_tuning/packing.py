@@ -20,9 +20,7 @@ Labels never cross an example: the model predicts token t+1 from token t (the lo
 labels left by one), so each example's first label is -100, and the last token of one
 example is never trained to predict the first of the next.
 
-Packing is causal-LM machinery that any task may call on its tokenized train split (it reads
-`input_ids` and `labels` only, whatever made them), and the training layer reads the rows it
-writes (`data/saved.py::PACKED_COLUMNS`); instruction tuning's preprocess is its caller today.
+The training layer reads the rows it writes by their columns (`data/saved.py::PACKED_COLUMNS`).
 """
 
 from __future__ import annotations
