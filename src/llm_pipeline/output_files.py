@@ -52,7 +52,7 @@ PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
 EVALUATION_REPORT_FILE = "report.html"
 #: Beside preprocess's tokenized data: the resolved lengths, per-split statistics and, for a
-#: classifier, its label set (data/labels.py reads it back).
+#: classifier, its label set (tasks/text_classification/labels.py reads it back).
 PREPROCESS_REPORT_FILE = "preprocess.json"
 #: In evaluate's predictions folder, for a classifier: the confusion matrix and each label's
 #: precision, recall, F1 and rows.

@@ -16,13 +16,13 @@ import datasets
 import pytest
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.chat_preprocess import fit_to_length
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.chat import Segment, chat_problem
+from llm_pipeline.tasks.instruction_tuning.preprocess import fit_to_length
 
 from ..docstring_data import DocstringData
 from ..offline_models import MINILM as MINILM_SOURCE

@@ -14,10 +14,10 @@ from transformers import AutoTokenizer
 from llm_pipeline import components
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data import DataError
-from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models.sources import resolve_model_path
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 
 from ..offline_models import MINILM
 

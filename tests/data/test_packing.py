@@ -12,10 +12,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.packing import keeps_examples_apart, pack_bins
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.instruction_tuning.packing import keeps_examples_apart, pack_bins
 from llm_pipeline.train.collators import CausalLMCollator
 
 from ..docstring_data import DocstringData

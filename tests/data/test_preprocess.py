@@ -338,3 +338,31 @@ def test_a_max_length_with_no_room_for_text_is_refused(clean: Any, tmp_path: Pat
             model=MINILM,
             task=TASK,
         )
+
+
+def test_the_driver_hands_the_checked_splits_and_the_models_tokenizer_to_the_task(
+    clean: Any, tmp_path: Path
+) -> None:
+    """`preprocess_dataset` knows no task: whatever a task's `preprocess` makes of the rows
+    is what the step gets (a new task is a package, not a branch here)."""
+    seen: dict[str, Any] = {}
+
+    class Recording(type(TASK)):  # type: ignore[misc]
+        def preprocess(self, dataset: Any, **given: Any) -> Any:
+            seen.update(given, splits={split: len(table) for split, table in dataset.items()})
+            return "the task's report"
+
+    source = _save(
+        tmp_path / "in", {"train": clean["train"][:3], "validation": clean["train"][3:5]}
+    )
+    data = _config()
+    report = preprocess_dataset(
+        dataset_dir=source, output_dir=tmp_path / "out", data=data, model=MINILM, task=Recording()
+    )
+    assert report == "the task's report"
+    assert seen["splits"] == {"train": 3, "validation": 2}
+    assert seen["output_dir"] == tmp_path / "out" and seen["data"] is data
+    assert (
+        seen["model"] is MINILM
+        and seen["tokenizer"].name_or_path == load_tokenizer(MINILM).name_or_path
+    )

@@ -18,8 +18,8 @@ from typing import Any
 import datasets
 import torch
 
-from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
 
 from .generate_fixtures import minilm_tokenizer_dir
 

@@ -22,7 +22,6 @@ from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 from llm_pipeline import components
 from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write
@@ -36,6 +35,7 @@ from llm_pipeline.output_files import (
     PREDICTIONS_FILE,
 )
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
 
 from ..chromium import devtools, png_pixels
 from . import classifier_fixtures as fixtures

@@ -224,7 +224,7 @@ def save_tiny_classifier(
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
+    from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
     labels = LabelSet(names=CLASSIFIER_LABELS, multi_label=multi_label, threshold=threshold)

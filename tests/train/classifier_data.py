@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from llm_pipeline.data.labels import LABEL_SET_KEY, LabelSet
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
 
 TOPICS: dict[str, list[str]] = {
     "weather": ["rain", "snow", "cloud", "storm", "sunny", "wind", "fog", "thunder"],

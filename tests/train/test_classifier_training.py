@@ -21,10 +21,10 @@ import torch
 from sklearn.utils.class_weight import compute_class_weight
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import ModelError, TrainError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.train.classifier_loss import balanced_class_weights, classifier_loss
 
 from ..offline_models import MINILM, TINY_LLAMA

@@ -17,7 +17,7 @@ from llm_pipeline.storage import check_output_complete, is_remote, local_copy, t
 #: the rest is raw text for people and for evaluation.
 MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 #: A packed split's (`data.packing`): no attention mask, which would stop transformers from
-#: keeping the packed examples apart (data/packing.py).
+#: keeping the packed examples apart (tasks/instruction_tuning/packing.py).
 PACKED_COLUMNS = ("input_ids", "labels", "position_ids")
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.errors import DataError, EvaluationError
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.output_files import Step
+from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 
 __all__ = ["ClassifierExamples", "load_classifier_examples"]
 

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.evaluation.classification import (
     HEADLINE_METRICS,
     ClassificationScores,
@@ -39,6 +38,7 @@ from llm_pipeline.output_files import (
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 
 __all__ = ["MAJORITY", "score_classifier_and_write"]
 

@@ -33,7 +33,6 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import EvaluationError, UserError
 from llm_pipeline.evaluation.classifier_examples import (
     ClassifierExamples,
@@ -62,6 +61,7 @@ from llm_pipeline.output_files import (
 from llm_pipeline.progress import status
 from llm_pipeline.storage import to_uri
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS, ModelKind, Task, get_task
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 
 __all__ = [
     "BASE_MODEL",

@@ -1,7 +1,7 @@
 """Classifiers to fine-tune: an encoder (or a decoder) with a classification head.
 
 `loading.load_model` comes here for the `classifier` kind, with the label set's config fields
-(`data.labels.LabelSet.model_config_fields`: `num_labels`, `id2label`, `label2id`,
+(`LabelSet.model_config_fields`: `num_labels`, `id2label`, `label2id`,
 `problem_type`, the multi-label threshold), which the built model's config carries from then
 on, so a saved folder says its own labels. The network is transformers'
 `AutoModelForSequenceClassification` of the checkpoint's or the architecture's model type:

@@ -43,7 +43,7 @@ def load_model(
     """The `kind` of model `model` describes, its special-token ids matching `tokenizer`.
 
     A classifier needs `labels`: the config fields of the labels it scores
-    (`data.labels.LabelSet.model_config_fields()`). Raises ModelError naming the config key,
+    (`LabelSet.model_config_fields()`). Raises ModelError naming the config key,
     the location tried and why it failed.
     """
     if kind == "causal_lm":

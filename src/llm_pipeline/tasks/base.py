@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from llm_pipeline.tasks.kinds import ModelKind
 
@@ -50,6 +50,27 @@ class ServingPage:
     parameters: tuple[str, ...]
 
 
+class SplitResult(Protocol):
+    """What preprocessing made of one split, as far as the preprocess step reads it."""
+
+    @property
+    def rows_out(self) -> int:
+        """Rows kept: the split's rows less those left out."""
+        ...
+
+
+class PreprocessResult(Protocol):
+    """What a task's `preprocess` reports: the step logs its metrics and each split's rows,
+    and the task's own report says the rest (lengths, labels, packing)."""
+
+    @property
+    def splits(self) -> Mapping[str, SplitResult]: ...
+
+    def metrics(self) -> dict[str, float]:
+        """Flat `<split>_<stat>` names for KFP's Metrics artifact."""
+        ...
+
+
 class Task(ABC):
     """What one task (summarization, instruction tuning, ...) contributes to the pipeline."""
 
@@ -79,22 +100,15 @@ class Task(ABC):
         """The accepted role sets in words, for messages: `['prompt', 'response'] or ...`."""
         return " or ".join(str(sorted(roles)) for roles in self.role_sets)
 
-    def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
-        """The model's input text for each row of a batch (seq2seq tasks)."""
-        raise NotImplementedError(f"task {self.name!r} has no separate source text")
-
-    def target_texts(self, batch: dict[str, list[Any]]) -> list[str]:
-        """The text the model should produce for each row of a batch."""
-        return [str(text) for text in batch[self.target_role]]
-
-    def chats(self, batch: dict[str, list[Any]]) -> list[Any]:
-        """Each row of a batch as a chat (causal-LM tasks); check them with `chat_problems`."""
-        raise NotImplementedError(f"task {self.name!r} reads no chats")
-
-    def chat_problems(self, batch: dict[str, list[Any]]) -> list[str | None]:
-        """What makes each row of a batch unusable for training, naming the column or turn;
-        None for a usable row (causal-LM tasks)."""
-        raise NotImplementedError(f"task {self.name!r} reads no chats")
+    @abstractmethod
+    def preprocess(
+        self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any
+    ) -> PreprocessResult:
+        """Tokenize every split of `dataset` (the download step's `DatasetDict`, checked for
+        the task's roles) with `tokenizer` into a `save_to_disk` folder at `output_dir`, with
+        its `preprocess.json` beside it; `data` and `model` are the run's `DataConfig` and
+        `ModelConfig`. Raises DataError for data the task cannot use.
+        """
 
     # model and training
     #: The network the task trains: it picks the `AutoModelFor...` class, how batches are

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import TrainError
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 
 __all__ = ["balanced_class_weights", "classifier_loss", "label_counts"]
 

@@ -13,7 +13,7 @@ prompt), and `DataCollatorForSeq2Seq` pads through the tokenizer, which knows no
   to predict it, and every count of label tokens (the Trainer's, the run's) agrees;
 * a batch with `position_ids` leaves the attention mask out. Given positions and no mask,
   transformers builds attention that stays inside each packed example (`masking_utils`'
-  packed-sequence detection, under SDPA: data/packing.py); with a mask it would not look
+  packed-sequence detection, under SDPA: the task's packing.py); with a mask it would not look
   for the example boundaries. It also says `use_cache=False`: a model that makes itself a
   KV cache (use_cache defaults to True in most configs) skips that detection too, and
   attention leaks across the examples (measured on Llama, GPT-2 and Qwen2:

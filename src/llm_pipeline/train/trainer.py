@@ -30,10 +30,10 @@ from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_group
 
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.config.train import AUTO
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.tasks import ModelKind
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.train import device_defaults
 from llm_pipeline.train.classifier_loss import classifier_loss
 from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator

@@ -11,12 +11,12 @@ from pathlib import Path
 import torch.distributed as dist
 from datasets import Dataset
 
-from llm_pipeline.data.labels import LabelSet, read_label_set
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.errors import TrainError, UserError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import check_output_complete, local_copy
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 from llm_pipeline.train.spec import WorkerSpec
 
 #: The file in the run's work folder that says where this node's copy of the dataset is.

@@ -32,12 +32,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
 from llm_pipeline.launch.failures import out_of_memory_message
 from llm_pipeline.models.loading import freeze_encoder, load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.train import (
     arguments,
     checkpoints,

@@ -18,7 +18,6 @@ from typing import Any
 
 from llm_pipeline.config import DataConfig, ModelConfig, TrainConfig
 from llm_pipeline.config.train import AUTO
-from llm_pipeline.data.labels import LABEL_SET_KEY
 from llm_pipeline.fit.machines import Place, this_machine
 from llm_pipeline.fit.memory import DeviceKind, Lengths
 from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP, Where, auto_dtype
@@ -28,6 +27,7 @@ from llm_pipeline.fit.states import DEEPSPEED_MAX_LIVE_DEFAULT, ZeroPlan
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import local_copy
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 
 

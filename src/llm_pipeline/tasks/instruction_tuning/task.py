@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
 from llm_pipeline.tasks.chat import (
     ChatFormat,
     TemplateError,
-    as_chat,
     chat_problem,
     turn_name,
 )
@@ -42,23 +41,16 @@ class InstructionTuning(Task):
     target_role: ClassVar[str] = "response"
     data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "packing", "chat_template"})
 
-    def chats(self, batch: dict[str, list[Any]]) -> list[Any]:
-        """Each row of a batch as a chat, as stored (check it with `chat_problem`)."""
-        if "messages" in batch:
-            return [as_chat(chat) for chat in batch["messages"]]
-        return [
-            [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
-            for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
-        ]
+    def preprocess(
+        self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any
+    ) -> PreprocessResult:
+        """Chats rendered by the chat template and tokenized, the prompt masked from the loss
+        and, with `data.packing`, the train split packed."""
+        from llm_pipeline.tasks.instruction_tuning.preprocess import preprocess_chats
 
-    def chat_problems(self, batch: dict[str, list[Any]]) -> list[str | None]:
-        """What makes each row unusable for training, naming the column or the turn."""
-        if "messages" in batch:
-            return [chat_problem(chat, need_assistant=True) for chat in self.chats(batch)]
-        return [
-            _text_problem("prompt", prompt) or _text_problem("response", response)
-            for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
-        ]
+        return preprocess_chats(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
+        )
 
     # evaluation
     # ROUGE-L (longest common subsequence) rewards an answer for the reference's words in
@@ -171,11 +163,3 @@ class InstructionTuning(Task):
         from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
 
         return config.data.max_length or DEFAULT_SOURCE_CAP, 0
-
-
-def _text_problem(column: str, text: Any) -> str | None:
-    if not isinstance(text, str):
-        return f"{column}: not text (got {type(text).__name__})"
-    if not text.strip():
-        return f"{column}: no text"
-    return None

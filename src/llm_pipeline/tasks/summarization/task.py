@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 
@@ -27,6 +27,16 @@ class Summarization(Task):
         }
     )
 
+    def preprocess(
+        self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any
+    ) -> PreprocessResult:
+        """Documents and summaries as token ids, each cut to its max length."""
+        from llm_pipeline.tasks.summarization.preprocess import preprocess_seq2seq
+
+        return preprocess_seq2seq(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model, task=self
+        )
+
     # model and training
     model_kind: ClassVar[ModelKind] = SEQ2SEQ
 
@@ -41,11 +51,6 @@ class Summarization(Task):
     source_label: ClassVar[str] = "document"
     prediction_label: ClassVar[str] = "prediction"
     output_label: ClassVar[str] = "summary"
-
-    def source_texts(self, batch: dict[str, list[Any]], *, prefix: str) -> list[str]:
-        # T5 checkpoints were pre-trained with task prefixes ("summarize: "); other models
-        # take the document as it is, so the prefix comes from the config, default empty.
-        return [prefix + str(text) for text in batch["document"]]
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import ParameterError, ServeError
 from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.schemas import GenerationParameters
@@ -31,6 +30,7 @@ from llm_pipeline.serve.served import (
 )
 from llm_pipeline.serve.settings import Settings, env_name
 from llm_pipeline.tasks import Instance, Task
+from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 
 if TYPE_CHECKING:
     import torch

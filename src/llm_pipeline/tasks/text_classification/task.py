@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
 from llm_pipeline.tasks.kinds import CLASSIFIER, ModelKind
 
 
@@ -42,6 +42,17 @@ class TextClassification(Task):
         given = set(columns)
         fitting = [roles for roles in self.role_sets if set(roles) <= given]
         return max(fitting, key=len) if fitting else None
+
+    def preprocess(
+        self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any
+    ) -> PreprocessResult:
+        """The label set resolved, texts tokenized, labels as ids (multi-hot with
+        `data.multi_label`); rows without a usable text or label left out and counted."""
+        from llm_pipeline.tasks.text_classification.preprocess import preprocess_classification
+
+        return preprocess_classification(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model, task=self
+        )
 
     # model and training
     model_kind: ClassVar[ModelKind] = CLASSIFIER

@@ -9,7 +9,7 @@ Output (`save_to_disk` folder, one split per input split):
   generation prompt included: what evaluation feeds generation) and `response` (that
   turn's text: the reference).
 - with `data.packing` and a model whose attention follows position ids, the train split is
-  packed instead (data/packing.py): rows of exactly `max_length` tokens with `input_ids`,
+  packed instead (packing.py): rows of exactly `max_length` tokens with `input_ids`,
   `labels` and `position_ids` only.
 - `preprocess.json`: the resolved length and template, and per-split statistics.
 
@@ -21,7 +21,6 @@ least a quarter of `max_length`; a response too long for the rest is cut at its 
 """
 
 import json
-import logging
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -34,34 +33,33 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
-from llm_pipeline.data.packing import example_lengths, keeps_examples_apart, pack_split
-from llm_pipeline.data.preprocess_report import (
-    ChatPreprocessReport,
-    ChatSplitStats,
-    LengthStats,
-    PackingStats,
-    log_chat_report,
-)
+from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, logger, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
-from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.chat import (
     DEFAULT_CHAT_TEMPLATE,
     ChatFormat,
     ChatTemplateError,
     Segment,
     TemplateError,
+    as_chat,
+    chat_problem,
     last_assistant,
     resolved_chat_template,
 )
+from llm_pipeline.tasks.instruction_tuning.packing import (
+    PackingStats,
+    example_lengths,
+    keeps_examples_apart,
+    pack_split,
+)
+from llm_pipeline.tasks.instruction_tuning.preprocess_report import (
+    ChatPreprocessReport,
+    ChatSplitStats,
+    log_chat_report,
+)
 
-logger = logging.getLogger("llm_pipeline.data.preprocess")
-
-#: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
-#: report a huge sentinel when the checkpoint sets none).
-LENGTH_LIMIT = 1024
-BATCH_SIZE = 1000
 IGNORE_INDEX = -100
 
 #: Per-row facts carried through the map pass and dropped before saving.
@@ -76,19 +74,18 @@ _PRIVATE = {
 
 
 def preprocess_chats(
-    *,
     dataset: datasets.DatasetDict,
+    *,
     tokenizer: PreTrainedTokenizerBase,
     output_dir: str | Path,
     data: DataConfig,
     model: ModelConfig,
-    task: Task,
 ) -> ChatPreprocessReport:
     """Tokenize every split of chats in `dataset` into `output_dir` (see the module doc)."""
     chat_format = _chat_format(tokenizer, data)
     max_length, length_from = _max_length(data, tokenizer, chat_format)
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-preprocess-") as work:
-        encode = _EncodeChats(task, chat_format, max_length)
+        encode = _EncodeChats(chat_format, max_length)
         encoded = {
             split: table.map(
                 encode,
@@ -151,7 +148,7 @@ def _max_length(
     if data.max_length is not None:
         length, where = data.max_length, "config"
     else:
-        length, where = min(int(tokenizer.model_max_length), LENGTH_LIMIT), "tokenizer"
+        length, where = tokenizer_length(tokenizer), "tokenizer"
     # Room for the leading special token(s), one prompt token and one response token.
     least = len(chat_format.leading_ids) + 2
     if length < least:
@@ -161,6 +158,37 @@ def _max_length(
             f"token(s), so it must be at least {least}"
         )
     return length, where
+
+
+def chats(batch: dict[str, list[Any]]) -> list[Any]:
+    """Each row of a batch as a chat, as stored (check it with `chat_problems`): a
+    `messages` row is its chat, a prompt/response row the one-turn chat
+    `[user: prompt, assistant: response]`."""
+    if "messages" in batch:
+        return [as_chat(chat) for chat in batch["messages"]]
+    return [
+        [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+        for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
+    ]
+
+
+def chat_problems(batch: dict[str, list[Any]]) -> list[str | None]:
+    """What makes each row unusable for training, naming the column or the turn; None for
+    a usable row."""
+    if "messages" in batch:
+        return [chat_problem(chat, need_assistant=True) for chat in chats(batch)]
+    return [
+        _text_problem("prompt", prompt) or _text_problem("response", response)
+        for prompt, response in zip(batch["prompt"], batch["response"], strict=True)
+    ]
+
+
+def _text_problem(column: str, text: Any) -> str | None:
+    if not isinstance(text, str):
+        return f"{column}: not text (got {type(text).__name__})"
+    if not text.strip():
+        return f"{column}: no text"
+    return None
 
 
 @dataclass(frozen=True)
@@ -213,14 +241,13 @@ class _EncodeChats:
     unusable row comes out empty with its problem; rows are filtered after counting.
     """
 
-    task: Task
     chat_format: ChatFormat
     max_length: int
 
     def __call__(self, batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {name: [] for name in _features()}
-        problems = self.task.chat_problems(batch)
-        for index, chat, problem in zip(indices, self.task.chats(batch), problems, strict=True):
+        problems = chat_problems(batch)
+        for index, chat, problem in zip(indices, chats(batch), problems, strict=True):
             if problem is None:
                 try:
                     segments = self.chat_format.segments(chat)

@@ -19,6 +19,8 @@ batches hold several rows, across which it would attend; nor is flash-attn insta
 Labels never cross an example: the model predicts token t+1 from token t (the loss shifts
 labels left by one), so each example's first label is -100, and the last token of one
 example is never trained to predict the first of the next.
+
+The training layer reads the rows it writes by their columns (`data/saved.py::PACKED_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import copy
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
@@ -55,6 +58,19 @@ _PROBE_SIZES = {
     "num_hidden_layers": 2,
     "rotary_dim": 8,
 }
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    """What `data.packing` did to the train split."""
+
+    packed: bool
+    #: Why the split stayed unpacked (the model's attention would cross examples).
+    reason: str | None = None
+    examples: int = 0
+    rows: int = 0
+    #: Share of the packed rows' tokens that are examples' tokens, not padding.
+    fill: float = 0.0
 
 
 def pack_bins(lengths: Sequence[int], capacity: int) -> list[list[int]]:

@@ -6,7 +6,7 @@ Output (`save_to_disk` folder, one split per input split):
 - `labels`: the label's id (int64), or with `data.multi_label` a 0/1 float32 per label;
 - the raw columns: `text` (and `text_pair`), and `label` as the label's name (a list of
   names with `data.multi_label`), for evaluate and the deploy step's probe;
-- `preprocess.json`: the label set (`label_set`, data/labels.py, with the training split's
+- `preprocess.json`: the label set (`label_set`, labels.py, with the training split's
   count of each label) and what happened to each split.
 
 The label set is `data.labels` when given, in its order; otherwise the training split's
@@ -31,23 +31,18 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.labels import LabelSet, label_names, sorted_names
-from llm_pipeline.data.preprocess_report import (
-    DROP_REASONS,
-    ClassifierPreprocessReport,
-    ClassifierSplitStats,
-    LengthStats,
-    log_classifier_report,
-)
+from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
-
-#: A null max_length uses the tokenizer's limit, but never more than this (many tokenizers
-#: report a huge sentinel when the checkpoint sets none).
-LENGTH_LIMIT = 1024
-BATCH_SIZE = 1000
+from llm_pipeline.tasks.text_classification.labels import LabelSet, label_names, sorted_names
+from llm_pipeline.tasks.text_classification.preprocess_report import (
+    DROP_REASONS,
+    ClassifierPreprocessReport,
+    ClassifierSplitStats,
+    log_classifier_report,
+)
 
 #: Per-row facts carried through the map pass and dropped before saving.
 _PRIVATE = {
@@ -59,8 +54,8 @@ _PRIVATE = {
 
 
 def preprocess_classification(
-    *,
     dataset: datasets.DatasetDict,
+    *,
     tokenizer: PreTrainedTokenizerBase,
     output_dir: str | Path,
     data: DataConfig,
@@ -122,7 +117,7 @@ def preprocess_classification(
 def _text_roles(task: Task, columns: list[str]) -> tuple[str, ...]:
     """The text roles of the dataset's role set, in order (`text`, then `text_pair`)."""
     roles = task.role_set_among(columns)
-    assert roles is not None  # preprocess._load_dataset refused splits without them
+    assert roles is not None  # data.preprocess refused splits without them
     return tuple(role for role in roles if role != task.target_role)
 
 
@@ -180,7 +175,7 @@ def _max_length(
     if data.max_length is not None:
         length, where = data.max_length, "config"
     else:
-        length, where = min(int(tokenizer.model_max_length), LENGTH_LIMIT), "tokenizer"
+        length, where = tokenizer_length(tokenizer), "tokenizer"
     special = tokenizer.num_special_tokens_to_add(pair=pairs)
     if length <= special:
         raise DataError(
