@@ -4,6 +4,7 @@ Expected ids are written by hand with the word-level tokenizer of tests/data (on
 token; `<s>` opens every sequence, `</s>` ends every answer).
 """
 
+import json
 from pathlib import Path
 
 import datasets
@@ -16,6 +17,7 @@ from llm_pipeline.tasks.preference_tuning.pairs import (
     SAME_ANSWERS,
     UNUSABLE,
     Pair,
+    PreferenceRow,
     Refused,
     check_row,
     encode_pair,
@@ -84,6 +86,17 @@ def test_a_chat_prompt_and_assistant_messages_use_the_tokenizers_template(
     )
     assert encoded.chosen_ids == ids(tok, "four . <|im_end|> </s>")
     assert encoded.rejected_ids == ids(tok, "six . <|im_end|> </s>")
+
+
+def test_an_answer_may_be_json_text_or_a_message_stored_as_json(plain: ChatFormat) -> None:
+    row = {"prompt": "a", "chosen": '{"colour": "blue"}', "rejected": "[1, 2]"}
+    assert check_row(row) == PreferenceRow(
+        turns=[{"role": "user", "content": "a"}], chosen='{"colour": "blue"}', rejected="[1, 2]"
+    )
+    cell = '[{"role": "assistant", "content": "four ."}]'  # a CSV cell in TRL's layout
+    assert check_row({"prompt": "a", "chosen": cell, "rejected": "six ."}) == PreferenceRow(
+        turns=[{"role": "user", "content": "a"}], chosen="four .", rejected="six ."
+    )
 
 
 def test_a_long_pair_loses_its_oldest_prompt_tokens_never_an_answer_token(
@@ -170,6 +183,7 @@ def test_refused_rows_are_counted_and_named_by_row(plain: ChatFormat, tmp_path: 
     assert train.refused == {UNUSABLE: 2, SAME_ANSWERS: 1, ANSWERS_TOO_LONG: 1}
     assert train.refused_rows == {UNUSABLE: [3, 6], SAME_ANSWERS: [2], ANSWERS_TOO_LONG: [5]}
     assert train.first_problem[UNUSABLE] == "row 3: rejected: missing"
+    assert json.loads(json.dumps(train.to_dict()))["rows_kept"] == 3
     # Row 7's prompt is cut to fit beside its answer: counted, not refused.
     assert (train.prompts_cut, train.prompt_tokens_dropped) == (1, 2)
     assert kept["train"]["chosen"] == ["four .", "four .", "four ."]

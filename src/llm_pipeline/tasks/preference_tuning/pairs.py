@@ -118,19 +118,25 @@ def _prompt_turns(row: dict[str, Any]) -> list[Turn] | Refused:
 
 def _answer_text(column: str, value: Any) -> str | Refused:
     """An answer's text: a text, an assistant message, or a list of exactly one (TRL's
-    conversational layout; as stored in a CSV cell, JSON text holding one)."""
+    conversational layout; in a CSV cell, JSON text holding one)."""
+    message = _as_message(value)
+    if message is not None:
+        if message["role"] != "assistant":
+            return Refused(
+                UNUSABLE, f"{column}: a message whose role is not 'assistant' ({message['role']!r})"
+            )
+        value = message.get("content")
+    return _text(column, value)
+
+
+def _as_message(value: Any) -> dict[str, Any] | None:
+    """`value` as one message (an object with a `role`), else None: a text stays a text,
+    even one that is JSON (an answer may be code or data)."""
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         value = as_chat(value)
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
-    if isinstance(value, dict):
-        if value.get("role") != "assistant":
-            return Refused(
-                UNUSABLE,
-                f"{column}: a message whose role is not 'assistant' ({value.get('role')!r})",
-            )
-        value = value.get("content")
-    return _text(column, value)
+    return value if isinstance(value, dict) and "role" in value else None
 
 
 def _text(column: str, value: Any) -> str | Refused:
