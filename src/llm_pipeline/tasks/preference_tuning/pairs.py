@@ -27,6 +27,7 @@ from llm_pipeline.tasks.chat import (
     turn_name,
 )
 
+#: The label of a token not learned: the one cross-entropy and the log-prob sums skip.
 IGNORE_INDEX = -100
 
 #: Why a row is refused, as counted in the report.
@@ -163,7 +164,8 @@ def encode_pair(chat_format: ChatFormat, row: PreferenceRow, max_length: int) ->
         except TemplateError as exc:
             return Refused(UNUSABLE, f"the chat template refuses it: {exc}")
         # The last segment is the answer; every earlier one (earlier assistant turns of a
-        # multi-turn prompt included) is context here, not learned.
+        # multi-turn prompt included) is context here, not learned. The prompt is the same
+        # for both answers: segments() checks that the template renders it before either.
         prompt = [token for segment in segments[:-1] for token in segment.ids]
         encoded.append(segments[-1].ids)
     chosen_ids, rejected_ids = encoded
