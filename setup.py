@@ -26,6 +26,9 @@ CORE = [
     "accelerate>=1.0",
     # LoRA (train.lora): adapters for every task, merged into the registered model.
     "peft>=0.13",
+    # Preference tuning's DPO loss (tasks/preference_tuning), checked against TRL's own:
+    # TRL moves its trainer internals between minor releases, so one minor at a time.
+    "trl>=1.16,<1.17",
     "deepspeed>=0.19,<0.20",
     "torch>=2.4",
     "safetensors>=0.4",
