@@ -187,7 +187,7 @@ def run_setting(name: str, options: argparse.Namespace, counter: GatherCount) ->
         AutoConfig.for_model(settings.pop("model_type"), **settings)
     )
     if lora is not None:
-        model = apply_lora(model, lora, kind="causal_lm")
+        model = apply_lora(model, lora)
         for param_name, param in model.named_parameters():
             param.lora_adapter = ".lora_" in param_name
     trained = [p for p in model.parameters() if p.requires_grad]

@@ -22,6 +22,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, Trainin
 
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CAUSAL_LM, SEQ2SEQ
 from llm_pipeline.train import device_defaults
 from llm_pipeline.train.checkpoint_sync import CompleteCheckpoints, plan_layout
 from llm_pipeline.train.counts import Clock
@@ -77,7 +79,7 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
             deepspeed=None,
             save_on_each_node=False,
             has_eval=False,
-            kind="causal_lm",
+            kind=CAUSAL_LM,
             cuda=cuda,
         )
 
@@ -100,14 +102,14 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
 def test_liger_needs_a_gpu_and_its_package_and_a_causal_lm() -> None:
     liger = TrainConfig(kernels="liger", compile=True)
     assert device_defaults.kernel_settings(
-        liger, kind="causal_lm", cuda=True, liger_installed=True
+        liger, kind=CAUSAL_LM, cuda=True, liger_installed=True
     ) == {"torch_compile": True, "use_liger_kernel": True}
     with pytest.raises(TrainError, match=r"train\.kernels: .*CUDA GPU"):
-        device_defaults.kernel_settings(liger, kind="causal_lm", cuda=False, liger_installed=True)
+        device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=False, liger_installed=True)
     with pytest.raises(TrainError, match=r"pip install liger-kernel"):
-        device_defaults.kernel_settings(liger, kind="causal_lm", cuda=True, liger_installed=False)
+        device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=True, liger_installed=False)
     with pytest.raises(TrainError, match=r"train\.compile: .*causal LMs only.*seq2seq"):
-        device_defaults.kernel_settings(TrainConfig(compile=True), kind="seq2seq", cuda=True)
+        device_defaults.kernel_settings(TrainConfig(compile=True), kind=SEQ2SEQ, cuda=True)
     device_defaults.check_liger_model("llama", supported={"llama", "qwen2"})
     with pytest.raises(TrainError, match=r"no kernels for model type 'gpt2'.*llama, qwen2"):
         device_defaults.check_liger_model("gpt2", supported={"llama", "qwen2"})
@@ -176,7 +178,7 @@ def _reads_while_training(
             _StartsWatching(watch),
         ],
         sampling="sequential",
-        kind="causal_lm",
+        task=get_task("instruction_tuning"),
     )
     outside: list[tuple[str, int]] = []
     inside: list[tuple[str, int]] = []
@@ -230,7 +232,7 @@ def six_steps_logged_every_three(
         deepspeed=None,
         save_on_each_node=False,
         has_eval=False,
-        kind="causal_lm",
+        kind=CAUSAL_LM,
     )
 
 
@@ -307,7 +309,7 @@ def test_loader_workers_deliver_the_batches_the_training_process_would(tmp_path:
             deepspeed=None,
             save_on_each_node=False,
             has_eval=False,
-            kind="causal_lm",
+            kind=CAUSAL_LM,
             cuda=cuda,
         )
         trainer = build_trainer(
@@ -318,7 +320,7 @@ def test_loader_workers_deliver_the_batches_the_training_process_would(tmp_path:
             eval_dataset=None,
             callbacks=[],
             sampling="group_by_length",
-            kind="causal_lm",
+            task=get_task("instruction_tuning"),
         )
         loader = trainer.get_train_dataloader()
         seen = []

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.data.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.errors import ParameterError, ServeError
-from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,
@@ -31,6 +30,7 @@ from llm_pipeline.serve.served import (
 )
 from llm_pipeline.serve.settings import Settings, env_name
 from llm_pipeline.tasks import Instance, Task
+from llm_pipeline.tasks.text_classification.model import load_classifier
 
 if TYPE_CHECKING:
     import torch

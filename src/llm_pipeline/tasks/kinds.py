@@ -20,6 +20,24 @@ class ModelKind:
     description: str
     #: The transformers Auto class that builds the model from a config or a checkpoint.
     auto_class: str
+    # model and training
+    #: An encoder reads the source and a decoder writes the target: `Seq2SeqTrainer` and its
+    #: arguments train it, a batch is sized by a source and a target length, and it can be
+    #: warm-started from two encoder checkpoints (`model.encoder_decoder`).
+    encoder_decoder: bool
+    #: One decoder continues its prompt: the logits at position t predict the token at t + 1,
+    #: so the loss shifts the labels one place on; it has no encoder to freeze and can be
+    #: warm-started from one encoder checkpoint (`model.warm_start_decoder`).
+    causal: bool
+    #: Writes text token by token: its labels are tokens (counted as target tokens, padded
+    #: with -100). False for a head that scores a fixed set of labels.
+    generates: bool
+    #: Its batches are padded by the tokenizer's pad token, which decoder tokenizers often
+    #: lack (the EOS then pads: `models.sources.ensure_pad_token`).
+    needs_pad_token: bool
+    #: `train.compile` and Liger's fused kernels (`train.kernels`) apply: tried on causal
+    #: LMs only.
+    fused_kernels: bool
 
     def __str__(self) -> str:
         return self.name
@@ -27,15 +45,36 @@ class ModelKind:
 
 #: Reads the source with an encoder and writes the target with a decoder (T5, BART).
 SEQ2SEQ = ModelKind(
-    name="seq2seq", description="seq2seq model", auto_class="AutoModelForSeq2SeqLM"
+    name="seq2seq",
+    description="seq2seq model",
+    auto_class="AutoModelForSeq2SeqLM",
+    encoder_decoder=True,
+    causal=False,
+    generates=True,
+    needs_pad_token=False,
+    fused_kernels=False,
 )
 #: One decoder that continues its prompt (OPT, Llama, Qwen, Gemma).
-CAUSAL_LM = ModelKind(name="causal_lm", description="causal LM", auto_class="AutoModelForCausalLM")
+CAUSAL_LM = ModelKind(
+    name="causal_lm",
+    description="causal LM",
+    auto_class="AutoModelForCausalLM",
+    encoder_decoder=False,
+    causal=True,
+    generates=True,
+    needs_pad_token=True,
+    fused_kernels=True,
+)
 #: An encoder (or a decoder) with a head that scores a fixed set of labels (BERT, RoBERTa).
 CLASSIFIER = ModelKind(
     name="classifier",
     description="classifier",
     auto_class="AutoModelForSequenceClassification",
+    encoder_decoder=False,
+    causal=False,
+    generates=False,
+    needs_pad_token=True,
+    fused_kernels=False,
 )
 
 #: Every kind by its name (to read one back from a file or a command line).
