@@ -17,7 +17,6 @@ import datasets
 import pytest
 import torch
 import torch.distributed as dist
-from accelerate.state import AcceleratorState
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
 
 from llm_pipeline.config import TrainConfig
@@ -44,27 +43,6 @@ def test_loader_workers_share_the_nodes_cpus_among_its_gpus(
     cpus: int, processes: int, workers: int
 ) -> None:
     assert device_defaults.loader_workers(cpus=cpus, local_processes=processes) == workers
-
-
-@pytest.fixture
-def one_process_group(monkeypatch: pytest.MonkeyPatch, loopback_port: int) -> Iterator[None]:
-    """A gloo group of this process alone, as torchrun would make it: TrainingArguments on
-    the CPU take the run to be distributed (`ddp_backend="gloo"`)."""
-    for name, value in {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(loopback_port),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    dist.init_process_group("gloo")
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 @pytest.mark.usefixtures("one_process_group")
