@@ -1,9 +1,9 @@
 """What every kind's builder uses to get its network: a checkpoint's weights or config read
 safely from wherever `model.source` points, or random weights in an architecture's shape.
 
-`loading.py` (seq2seq models and the kind dispatch), `decoder_only.py` (causal LMs) and
-`classifier.py` all build on these, so the three import this module and it imports none of
-them.
+`loading.py` (seq2seq models and the kind dispatch), `decoder_only.py` (causal LMs) and the
+text-classification task's `model.py` (classifiers) all build on these, so they import this
+module and it imports none of them.
 """
 
 from __future__ import annotations
