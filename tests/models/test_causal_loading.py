@@ -15,18 +15,19 @@ from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer, resolve_model_path
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 from ..offline_models import MINILM, TINY_LLAMA
 
 
 def _causal(config: ModelConfig) -> torch.nn.Module:
-    return load_model(config, load_tokenizer(config, kind="causal_lm"), kind="causal_lm")
+    return load_model(config, load_tokenizer(config, kind=CAUSAL_LM), kind=CAUSAL_LM)
 
 
 def test_an_architecture_config_builds_a_causal_lm_with_the_tokenizers_ids() -> None:
     config = ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM)
-    tokenizer = load_tokenizer(config, kind="causal_lm")
-    model = load_model(config, tokenizer, kind="causal_lm")
+    tokenizer = load_tokenizer(config, kind=CAUSAL_LM)
+    model = load_model(config, tokenizer, kind=CAUSAL_LM)
     assert isinstance(model, LlamaForCausalLM)
     # MiniLM's BERT tokenizer: [PAD] pads, [SEP] ends a response, [CLS] starts.
     assert model.config.pad_token_id == tokenizer.pad_token_id == 0
@@ -92,8 +93,8 @@ def test_a_local_folder_loads_with_eos_as_the_missing_pad(
     original = _llama_folder(tmp_path / "llama", safetensors=safetensors)
     assert bool(list((tmp_path / "llama").glob("*.safetensors"))) is safetensors
     config = ModelConfig(source=str(tmp_path / "llama"))
-    tokenizer = load_tokenizer(config, kind="causal_lm")
-    model = load_model(config, tokenizer, kind="causal_lm")
+    tokenizer = load_tokenizer(config, kind=CAUSAL_LM)
+    model = load_model(config, tokenizer, kind=CAUSAL_LM)
     assert tokenizer.pad_token == tokenizer.eos_token == "[SEP]"
     assert model.config.pad_token_id == model.generation_config.pad_token_id == 102
     for name, tensor in original.state_dict().items():

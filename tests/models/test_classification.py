@@ -9,9 +9,9 @@ from transformers import AutoModel, AutoTokenizer, set_seed
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
-from llm_pipeline.models.classifier import build_classifier, label_probabilities
 from llm_pipeline.models.sources import resolve_model_path
 from llm_pipeline.tasks.text_classification.labels import LabelSet
+from llm_pipeline.tasks.text_classification.model import build_classifier, label_probabilities
 
 from ..offline_models import MINILM
 

@@ -192,3 +192,27 @@ def two_namespaces(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     finally:
         for name in names:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture
+def one_process_group(monkeypatch: pytest.MonkeyPatch, loopback_port: int) -> Iterator[None]:
+    """A gloo group of this process alone, as torchrun would make it: TrainingArguments on
+    the CPU take the run to be distributed (`ddp_backend="gloo"`)."""
+    for name, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(loopback_port),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+
+    dist.init_process_group("gloo")
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        AcceleratorState._reset_state(reset_partial_state=True)

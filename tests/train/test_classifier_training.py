@@ -22,10 +22,11 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import ModelError, TrainError
-from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks.text_classification.labels import LabelSet
-from llm_pipeline.train.classifier_loss import balanced_class_weights, classifier_loss
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CLASSIFIER
+from llm_pipeline.tasks.text_classification.loss import balanced_class_weights, classifier_loss
 
 from ..offline_models import MINILM, TINY_LLAMA
 from .classifier_data import (
@@ -48,22 +49,22 @@ TINY_BERT = {
 NAMES = tuple(TOPICS)
 SINGLE = LabelSet(names=NAMES)
 MULTI = LabelSet(names=NAMES, multi_label=True)
+CLASSIFICATION = get_task("text_classification")
 
 
 def _model(architecture: dict[str, Any], labels: LabelSet = SINGLE) -> torch.nn.Module:
     config = ModelConfig(architecture=dict(architecture), tokenizer=MINILM)
     torch.manual_seed(0)
-    return load_model(
+    return CLASSIFICATION.build_model(
         config,
-        load_tokenizer(config, kind="classifier"),
-        kind="classifier",
+        load_tokenizer(config, kind=CLASSIFIER),
         labels=labels.model_config_fields(),
     )
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    return load_tokenizer(ModelConfig(source=MINILM), kind="classifier")
+    return load_tokenizer(ModelConfig(source=MINILM), kind=CLASSIFIER)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +131,7 @@ def _train_here(
         eval_dataset=None,
         callbacks=[],
         sampling="random",
-        kind="classifier",
+        task=CLASSIFICATION,
         label_set=label_set,
     )
     trainer.train()
@@ -213,9 +214,9 @@ def test_an_architecture_becomes_a_classifier_of_the_datas_labels() -> None:
 
 def test_a_pretrained_encoder_gets_a_fresh_head(caplog: pytest.LogCaptureFixture) -> None:
     config = ModelConfig(source=MINILM)
-    with caplog.at_level(logging.WARNING, logger="llm_pipeline.models.classifier"):
-        model = load_model(
-            config, load_tokenizer(config), kind="classifier", labels=SINGLE.model_config_fields()
+    with caplog.at_level(logging.WARNING, logger="llm_pipeline.tasks.text_classification.model"):
+        model = CLASSIFICATION.build_model(
+            config, load_tokenizer(config), labels=SINGLE.model_config_fields()
         )
     assert model.config.num_labels == 3
     assert "has no classification head: a fresh one is trained for the 3 labels" in caplog.text
@@ -229,11 +230,10 @@ def test_a_classifier_of_other_labels_loads_with_a_fresh_head(
         _model(TINY_BERT, labels).save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
 
-    with caplog.at_level(logging.WARNING, logger="llm_pipeline.models.classifier"):
-        model = load_model(
+    with caplog.at_level(logging.WARNING, logger="llm_pipeline.tasks.text_classification.model"):
+        model = CLASSIFICATION.build_model(
             ModelConfig(source=str(tmp_path / "other")),
             tokenizer,
-            kind="classifier",
             labels=SINGLE.model_config_fields(),
         )
     assert model.config.id2label == SINGLE.id2label and model.classifier.out_features == 3
@@ -245,11 +245,10 @@ def test_a_classifier_of_other_labels_loads_with_a_fresh_head(
     from transformers import AutoModelForSequenceClassification
 
     saved = AutoModelForSequenceClassification.from_pretrained(tmp_path / "same")
-    with caplog.at_level(logging.WARNING, logger="llm_pipeline.models.classifier"):
-        kept = load_model(
+    with caplog.at_level(logging.WARNING, logger="llm_pipeline.tasks.text_classification.model"):
+        kept = CLASSIFICATION.build_model(
             ModelConfig(source=str(tmp_path / "same")),
             tokenizer,
-            kind="classifier",
             labels=SINGLE.model_config_fields(),
         )
     assert torch.equal(kept.classifier.weight, saved.classifier.weight)
@@ -257,10 +256,9 @@ def test_a_classifier_of_other_labels_loads_with_a_fresh_head(
 
     # Same size, other names: fresh too.
     renamed = LabelSet(names=("a", "b", "c"))
-    fresh = load_model(
+    fresh = CLASSIFICATION.build_model(
         ModelConfig(source=str(tmp_path / "same")),
         tokenizer,
-        kind="classifier",
         labels=renamed.model_config_fields(),
     )
     assert not torch.equal(fresh.classifier.weight, saved.classifier.weight)
@@ -268,17 +266,15 @@ def test_a_classifier_of_other_labels_loads_with_a_fresh_head(
 
 def test_a_classifier_cannot_be_warm_started_as_a_generator(tokenizer: Any) -> None:
     with pytest.raises(ModelError, match=r"model\.warm_start_decoder builds a generating model"):
-        load_model(
+        CLASSIFICATION.build_model(
             ModelConfig(warm_start_decoder=MINILM),
             tokenizer,
-            kind="classifier",
             labels=SINGLE.model_config_fields(),
         )
     with pytest.raises(ModelError, match=r"model\.source '/no/such/model'"):
-        load_model(
+        CLASSIFICATION.build_model(
             ModelConfig(source="/no/such/model", tokenizer=MINILM),
             tokenizer,
-            kind="classifier",
             labels=SINGLE.model_config_fields(),
         )
 
@@ -297,7 +293,7 @@ def test_a_decoder_classifier_scores_the_last_token_that_is_not_padding() -> Non
     assert tokenizer.pad_token_id is None
     config = ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM)
     torch.manual_seed(0)
-    model = load_model(config, tokenizer, kind="classifier", labels=SINGLE.model_config_fields())
+    model = CLASSIFICATION.build_model(config, tokenizer, labels=SINGLE.model_config_fields())
     assert tokenizer.pad_token == "[SEP]"
     assert model.config.pad_token_id == tokenizer.sep_token_id
     model.eval()
@@ -347,7 +343,7 @@ def test_lora_trains_the_head_whole_and_merges_into_the_adapted_model(
 
     base = _model(TINY_BERT)
     started = {name: value.clone() for name, value in base.state_dict().items()}
-    model = apply_lora(base, LoraSettings(r=4), kind="classifier")
+    model = apply_lora(base, LoraSettings(r=4), options=CLASSIFICATION.lora_options(base))
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     head = {n for n in trainable if ".modules_to_save." in n}
     assert head and all(".classifier." in n for n in head)

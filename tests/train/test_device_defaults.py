@@ -17,11 +17,12 @@ import datasets
 import pytest
 import torch
 import torch.distributed as dist
-from accelerate.state import AcceleratorState
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
 
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CAUSAL_LM, SEQ2SEQ
 from llm_pipeline.train import device_defaults
 from llm_pipeline.train.checkpoint_sync import CompleteCheckpoints, plan_layout
 from llm_pipeline.train.counts import Clock
@@ -44,27 +45,6 @@ def test_loader_workers_share_the_nodes_cpus_among_its_gpus(
     assert device_defaults.loader_workers(cpus=cpus, local_processes=processes) == workers
 
 
-@pytest.fixture
-def one_process_group(monkeypatch: pytest.MonkeyPatch, loopback_port: int) -> Iterator[None]:
-    """A gloo group of this process alone, as torchrun would make it: TrainingArguments on
-    the CPU take the run to be distributed (`ddp_backend="gloo"`)."""
-    for name, value in {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(loopback_port),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    dist.init_process_group("gloo")
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
 @pytest.mark.usefixtures("one_process_group")
 def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its_loader(
     tmp_path: Path,
@@ -77,7 +57,7 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
             deepspeed=None,
             save_on_each_node=False,
             has_eval=False,
-            kind="causal_lm",
+            kind=CAUSAL_LM,
             cuda=cuda,
         )
 
@@ -100,14 +80,14 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
 def test_liger_needs_a_gpu_and_its_package_and_a_causal_lm() -> None:
     liger = TrainConfig(kernels="liger", compile=True)
     assert device_defaults.kernel_settings(
-        liger, kind="causal_lm", cuda=True, liger_installed=True
+        liger, kind=CAUSAL_LM, cuda=True, liger_installed=True
     ) == {"torch_compile": True, "use_liger_kernel": True}
     with pytest.raises(TrainError, match=r"train\.kernels: .*CUDA GPU"):
-        device_defaults.kernel_settings(liger, kind="causal_lm", cuda=False, liger_installed=True)
+        device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=False, liger_installed=True)
     with pytest.raises(TrainError, match=r"pip install liger-kernel"):
-        device_defaults.kernel_settings(liger, kind="causal_lm", cuda=True, liger_installed=False)
+        device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=True, liger_installed=False)
     with pytest.raises(TrainError, match=r"train\.compile: .*causal LMs only.*seq2seq"):
-        device_defaults.kernel_settings(TrainConfig(compile=True), kind="seq2seq", cuda=True)
+        device_defaults.kernel_settings(TrainConfig(compile=True), kind=SEQ2SEQ, cuda=True)
     device_defaults.check_liger_model("llama", supported={"llama", "qwen2"})
     with pytest.raises(TrainError, match=r"no kernels for model type 'gpt2'.*llama, qwen2"):
         device_defaults.check_liger_model("gpt2", supported={"llama", "qwen2"})
@@ -176,7 +156,7 @@ def _reads_while_training(
             _StartsWatching(watch),
         ],
         sampling="sequential",
-        kind="causal_lm",
+        task=get_task("instruction_tuning"),
     )
     outside: list[tuple[str, int]] = []
     inside: list[tuple[str, int]] = []
@@ -230,7 +210,7 @@ def six_steps_logged_every_three(
         deepspeed=None,
         save_on_each_node=False,
         has_eval=False,
-        kind="causal_lm",
+        kind=CAUSAL_LM,
     )
 
 
@@ -307,7 +287,7 @@ def test_loader_workers_deliver_the_batches_the_training_process_would(tmp_path:
             deepspeed=None,
             save_on_each_node=False,
             has_eval=False,
-            kind="causal_lm",
+            kind=CAUSAL_LM,
             cuda=cuda,
         )
         trainer = build_trainer(
@@ -318,7 +298,7 @@ def test_loader_workers_deliver_the_batches_the_training_process_would(tmp_path:
             eval_dataset=None,
             callbacks=[],
             sampling="group_by_length",
-            kind="causal_lm",
+            task=get_task("instruction_tuning"),
         )
         loader = trainer.get_train_dataloader()
         seen = []

@@ -17,6 +17,7 @@ from kfp.dsl import Metrics, Model
 
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.tasks import get_task
 
 from .lora_checks import assert_merged_is_base_plus_adapter
 
@@ -69,6 +70,7 @@ def test_only_the_adapters_train_and_the_base_stays_bit_identical(
         eval_dataset=None,
         callbacks=[],
         sampling="sequential",
+        task=get_task("summarization"),
     )
 
     try:
@@ -217,7 +219,9 @@ def test_a_classifiers_head_trains_in_fp32_beside_a_bf16_base() -> None:
         intermediate_size=64,
         num_labels=3,
     )
-    model = apply_lora(BertForSequenceClassification(config), LoraSettings(r=4), kind="classifier")
+    base = BertForSequenceClassification(config)
+    options = get_task("text_classification").lora_options(base)
+    model = apply_lora(base, LoraSettings(r=4), options=options)
     keep_frozen_in(model, torch.bfloat16)
 
     trained = {n: p.dtype for n, p in model.named_parameters() if p.requires_grad}
@@ -270,6 +274,7 @@ def test_a_bf16_base_lora_run_resumes_from_its_checkpoint_where_it_left_off(
             eval_dataset=None,
             callbacks=[],
             sampling="sequential",
+            task=get_task("summarization"),
         )
         try:
             trainer.train(resume_from_checkpoint=resume)

@@ -17,6 +17,7 @@ import torch
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train.step_health import (
     MOST_OF_RECENT,
     RECENT_STEPS,
@@ -127,6 +128,7 @@ def _plain_trainer(
         eval_dataset=None,
         callbacks=[],
         sampling="sequential",
+        task=get_task("summarization"),
     )
     compute_loss = trainer.compute_loss
 

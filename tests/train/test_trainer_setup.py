@@ -12,13 +12,13 @@ import torch
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.launch.node_files import NODE_DIR_ENV
-from llm_pipeline.train.arguments import largest_adapter
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import (
     EpochSeededLengthGroupedSampler,
     deepspeed_settings,
     token_mean_loss,
 )
+from llm_pipeline.train.worker import largest_adapter
 
 from ..offline_models import MINILM, TINY_LLAMA
 

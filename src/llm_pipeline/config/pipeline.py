@@ -13,14 +13,15 @@ from llm_pipeline.config.evaluate import PROMPT_CONTINUATION_SETTINGS, EvaluateC
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.config.train import TrainConfig
 from llm_pipeline.config.vertex import VertexConfig
-from llm_pipeline.tasks import TASKS
+from llm_pipeline.tasks import DEFAULT_TASK, TASKS
+from llm_pipeline.tasks.kinds import ModelKind
 
 
 class PipelineConfig(Section):
     """Everything one pipeline run needs."""
 
     task: str = Field(
-        default="summarization",
+        default=DEFAULT_TASK,
         description="What the model learns: `summarization` (a seq2seq model writes a summary "
         "of a document), `instruction_tuning` (a decoder-only causal LM learns the "
         "responses of prompts or chats) or `text_classification` (an encoder, or a decoder, "
@@ -89,8 +90,8 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _model_fits_the_task(self) -> "PipelineConfig":
         kind = TASKS[self.task].model_kind
-        for refused_kind, setting_given, why in _SETTINGS_A_MODEL_KIND_REFUSES:
-            setting = setting_given(self) if kind in refused_kind else None
+        for refuses, setting_given, why in _SETTINGS_A_MODEL_KIND_REFUSES:
+            setting = setting_given(self) if refuses(kind) else None
             if setting is not None:
                 raise ValueError(why.format(setting=setting, task=self.task))
         return self
@@ -160,69 +161,93 @@ def _named_if(setting: str, given: Callable[["PipelineConfig"], object]) -> Sett
     return lambda config: setting if given(config) else None
 
 
-#: What each model kind cannot take: (the kinds that refuse it, the setting's name if the
+#: Whether a model kind refuses a setting, read from the kind's facts.
+Refuses = Callable[[ModelKind], bool]
+
+
+def _causal(kind: ModelKind) -> bool:
+    return kind.causal
+
+
+def _scores_labels(kind: ModelKind) -> bool:
+    return not kind.generates
+
+
+def _generates(kind: ModelKind) -> bool:
+    return kind.generates
+
+
+def _encoder_decoder(kind: ModelKind) -> bool:
+    return kind.encoder_decoder
+
+
+def _no_fused_kernels(kind: ModelKind) -> bool:
+    return not kind.fused_kernels
+
+
+#: What each model kind cannot take: (whether a kind refuses it, the setting's name if the
 #: config gives it, why). The first that applies is the error, naming the setting.
-_SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[frozenset[str], Setting, str], ...] = (
+_SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
     (
-        frozenset({"causal_lm"}),
+        _causal,
         _named_if("model.encoder_decoder", lambda c: c.model.encoder_decoder is not None),
         "{setting} builds a seq2seq model, but task {task!r} trains a causal LM: use "
         "model.source, model.architecture or model.warm_start_decoder",
     ),
     (
-        frozenset({"causal_lm"}),
+        _causal,
         _named_if("train.freeze_encoder", lambda c: c.train.freeze_encoder),
         "{setting}: task {task!r} trains a causal LM, which has no encoder to freeze",
     ),
     (
-        frozenset({"classifier"}),
+        _scores_labels,
         _named_if("model.encoder_decoder", lambda c: c.model.encoder_decoder is not None),
         "{setting} builds a seq2seq model, but task {task!r} trains a classifier: use "
         "model.source or model.architecture",
     ),
     (
-        frozenset({"classifier"}),
+        _scores_labels,
         _named_if("model.warm_start_decoder", lambda c: c.model.warm_start_decoder is not None),
         "{setting} builds a causal LM, but task {task!r} trains a classifier: use "
         "model.source or model.architecture",
     ),
     (
-        frozenset({"classifier"}),
+        _scores_labels,
         _named_if("train.freeze_encoder", lambda c: c.train.freeze_encoder),
         "{setting}: task {task!r} trains the encoder under its head; to train fewer weights "
         "use train.lora",
     ),
     (
-        frozenset({"seq2seq", "causal_lm"}),
+        _generates,
         _named_if("train.class_weights", lambda c: c.train.class_weights is not None),
         "{setting}: weighs the labels of a classifier; task {task!r} has no labels",
     ),
     (
-        frozenset({"classifier"}),
+        _scores_labels,
         _generation_setting,
         "{setting}: applies to models that generate text; task {task!r} trains a "
         "classifier, which scores labels",
     ),
     (
-        frozenset({"seq2seq"}),
+        _encoder_decoder,
         _named_if("model.warm_start_decoder", lambda c: c.model.warm_start_decoder is not None),
         "{setting} builds a causal LM, but task {task!r} trains a seq2seq model: use "
         "model.encoder_decoder to warm-start one",
     ),
     (
-        frozenset({"seq2seq", "classifier"}),
+        _no_fused_kernels,
         _named_if("train.compile", lambda c: c.train.compile),
         "{setting}: supported for causal LMs only (not yet tried on other models), and task "
         "{task!r} trains another kind",
     ),
     (
-        frozenset({"seq2seq", "classifier"}),
+        _no_fused_kernels,
         _named_if("train.kernels", lambda c: c.train.kernels is not None),
         "{setting}: Liger's kernels patch causal LMs (Llama, Mistral, Qwen2, Gemma, ...); "
         "task {task!r} trains another kind",
     ),
     (
-        frozenset({"seq2seq"}),
+        _encoder_decoder,
         _generation_setting,
         "{setting}: applies to models that continue a prompt (causal LMs); task {task!r} "
         "trains a seq2seq model, whose search is deterministic",

@@ -49,7 +49,6 @@ from llm_pipeline.evaluation.runs import (
     with_task_defaults,
 )
 from llm_pipeline.evaluation.scoring import BASE_MODEL, distinct_share, score_and_write
-from llm_pipeline.models.classifier import build_classifier
 from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (
@@ -62,6 +61,7 @@ from llm_pipeline.progress import status
 from llm_pipeline.storage import to_uri
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS, ModelKind, Task, get_task
 from llm_pipeline.tasks.text_classification.labels import LabelSet
+from llm_pipeline.tasks.text_classification.model import build_classifier
 
 __all__ = [
     "BASE_MODEL",

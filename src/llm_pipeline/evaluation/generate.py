@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
-from llm_pipeline.models import classifier, completion, generation
+from llm_pipeline.models import completion, generation
 from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
@@ -34,6 +34,7 @@ from llm_pipeline.models.generation import (
     default_device,
     generate_summaries,
 )
+from llm_pipeline.tasks.text_classification import model as classifier
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -1,9 +1,9 @@
 """What every kind's builder uses to get its network: a checkpoint's weights or config read
 safely from wherever `model.source` points, or random weights in an architecture's shape.
 
-`loading.py` (seq2seq models and the kind dispatch), `decoder_only.py` (causal LMs) and
-`classifier.py` all build on these, so the three import this module and it imports none of
-them.
+`loading.py` (seq2seq models and the kind dispatch), `decoder_only.py` (causal LMs) and the
+text-classification task's `model.py` (classifiers) all build on these, so they import this
+module and it imports none of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError, first_line
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
-from llm_pipeline.tasks import ModelKind
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -25,14 +25,6 @@ if TYPE_CHECKING:
 #: `weights_only` unpickler (transformers' default, stated here so that no change of it
 #: ever turns on full unpickling).
 SAFE_WEIGHTS: dict[str, Any] = {"use_safetensors": None, "weights_only": True}
-
-
-#: What each model kind is called in messages.
-_KIND_WORDS: dict[str, str] = {
-    "seq2seq": "seq2seq model",
-    "causal_lm": "causal LM",
-    "classifier": "classifier",
-}
 
 
 def first_id(tokenizer: PreTrainedTokenizerBase, *names: str) -> int | None:
@@ -66,7 +58,7 @@ def from_architecture(
         return _auto_class(kind).from_config(config)
     except (ValueError, KeyError, TypeError) as err:
         raise ModelError(
-            f"model.architecture: cannot build a {_KIND_WORDS[kind]} of model_type "
+            f"model.architecture: cannot build a {kind.description} of model_type "
             f"{model_type!r}: {first_line(err)}"
         ) from err
 
@@ -93,15 +85,11 @@ def checkpoint_config(
 def _auto_class(kind: ModelKind) -> Any:
     import transformers
 
-    return {
-        "seq2seq": transformers.AutoModelForSeq2SeqLM,
-        "causal_lm": transformers.AutoModelForCausalLM,
-        "classifier": transformers.AutoModelForSequenceClassification,
-    }[kind]
+    return getattr(transformers, kind.auto_class)
 
 
 def pretrained(
-    source: str, *, model: ModelConfig, kind: ModelKind = "seq2seq", **options: Any
+    source: str, *, model: ModelConfig, kind: ModelKind = SEQ2SEQ, **options: Any
 ) -> PreTrainedModel:
     """`kind`'s Auto class from the checkpoint at `source` (`options` go to from_pretrained)."""
     key = "model.warm_start_decoder" if source == model.warm_start_decoder else "model.source"
@@ -141,7 +129,7 @@ def resolve_source(key: str, source: str) -> tuple[str, str]:
 
 
 def _load_failure(
-    key: str, source: str, where: str, err: BaseException, *, kind: ModelKind = "seq2seq"
+    key: str, source: str, where: str, err: BaseException, *, kind: ModelKind = SEQ2SEQ
 ) -> str:
     reason = first_line(err)
     hint = ""
@@ -157,4 +145,4 @@ def _load_failure(
             "loaded), and only plain tensors are read"
         )
         hint = "; save it as safetensors with `model.save_pretrained(folder)` where you trust it"
-    return f"{key} {source!r}: could not load a {_KIND_WORDS[kind]} from {where}: {reason}{hint}"
+    return f"{key} {source!r}: could not load a {kind.description} from {where}: {reason}{hint}"

@@ -1,10 +1,11 @@
 """Causal LMs to fine-tune (`instruction_tuning`): built, and given the token ids they lack.
 
-`loading.load_model` comes here for the `causal_lm` kind. Decoder-only checkpoints often have
-no pad token (Llama, Qwen, GPT-2): batches need one, so the EOS pads, which is harmless
-because padded positions are masked and carry label -100. An encoder checkpoint (MiniLM, the
-one pretrained network a package registry ships) becomes a causal decoder the way
-`EncoderDecoderModel` builds its decoder: `is_decoder=True`, no cross-attention.
+`loading.load_model` comes here for a causal kind (`ModelKind.causal`). Decoder-only
+checkpoints often have no pad token (Llama, Qwen, GPT-2): batches need one, so the EOS pads,
+which is harmless because padded positions are masked and carry label -100. An encoder
+checkpoint (MiniLM, the one pretrained network a package registry ships) becomes a causal
+decoder the way `EncoderDecoderModel` builds its decoder: `is_decoder=True`, no
+cross-attention.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
 from llm_pipeline.models.builders import checkpoint_config, first_id, from_architecture, pretrained
 from llm_pipeline.models.sources import ensure_pad_token
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -53,7 +55,7 @@ def build_causal_lm(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> P
         built = _warm_started_decoder(model.warm_start_decoder, model=model)
     else:
         assert model.source is not None  # ModelConfig guarantees exactly one source
-        built = pretrained(model.source, model=model, kind="causal_lm")
+        built = pretrained(model.source, model=model, kind=CAUSAL_LM)
     _fill_missing_token_ids(built, tokenizer)
     return built
 
@@ -69,7 +71,7 @@ def _causal_from_architecture(
 
     return from_architecture(
         architecture,
-        kind="causal_lm",
+        kind=CAUSAL_LM,
         defaults={"vocab_size": len(tokenizer), **causal_token_ids(tokenizer)},
         adjust=attend_backwards,
     )
@@ -82,7 +84,7 @@ def _warm_started_decoder(source: str, *, model: ModelConfig) -> PreTrainedModel
     random; the output projection is tied to the word embeddings."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    config = checkpoint_config("model.warm_start_decoder", source, model=model, kind="causal_lm")
+    config = checkpoint_config("model.warm_start_decoder", source, model=model, kind=CAUSAL_LM)
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ModelError(
             f"model.warm_start_decoder {source!r}: transformers has no causal-LM form of "
@@ -90,7 +92,7 @@ def _warm_started_decoder(source: str, *, model: ModelConfig) -> PreTrainedModel
         )
     config.is_decoder = True
     config.add_cross_attention = False
-    return pretrained(source, model=model, kind="causal_lm", config=config)
+    return pretrained(source, model=model, kind=CAUSAL_LM, config=config)
 
 
 def _fill_missing_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:

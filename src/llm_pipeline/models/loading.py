@@ -1,11 +1,11 @@
-"""Build the network to fine-tune from a `ModelConfig`: a seq2seq model, a causal LM or a
-classifier.
+"""Build the generating network to fine-tune from a `ModelConfig`: a seq2seq model or a causal
+LM.
 
 The task's model kind (`tasks.ModelKind`) picks the `AutoModelFor...` class. The weights come
 from a pretrained checkpoint (hub id, folder, `gs://`, `package:`), a random initialisation
 from an architecture config plus a named tokenizer, an encoder-decoder warm-started from two
 encoder checkpoints (seq2seq), or a causal decoder warm-started from one encoder checkpoint
-(causal LM); a classifier is built, for its labels, in `classifier.py`. Weights load from
+(causal LM); a classifier is built, for its labels, by its task. Weights load from
 safetensors where a checkpoint has them; one that ships only
 `pytorch_model.bin` (google/t5-v1_1-xxl does) is read with torch's `weights_only` unpickler,
 which takes tensors and plain containers and refuses anything that would run code.
@@ -13,7 +13,6 @@ which takes tensors and plain containers and refuses anything that would run cod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
@@ -27,7 +26,7 @@ from llm_pipeline.models.builders import (
     resolve_source,
 )
 from llm_pipeline.models.sources import resolve_model_path
-from llm_pipeline.tasks import ModelKind
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -37,25 +36,22 @@ def load_model(
     model: ModelConfig,
     tokenizer: PreTrainedTokenizerBase,
     *,
-    kind: ModelKind = "seq2seq",
-    labels: Mapping[str, Any] | None = None,
+    kind: ModelKind = SEQ2SEQ,
 ) -> PreTrainedModel:
-    """The `kind` of model `model` describes, its special-token ids matching `tokenizer`.
+    """The generating model of `kind` that `model` describes, its special-token ids matching
+    `tokenizer`: a seq2seq model, or a causal LM (`decoder_only`). A kind that scores labels
+    is built by its task (`Task.build_model`), for the labels it scores.
 
-    A classifier needs `labels`: the config fields of the labels it scores
-    (`LabelSet.model_config_fields()`). Raises ModelError naming the config key,
-    the location tried and why it failed.
+    Raises ModelError naming the config key, the location tried and why it failed.
     """
-    if kind == "causal_lm":
+    if kind.causal:
         from llm_pipeline.models.decoder_only import build_causal_lm
 
         return build_causal_lm(model, tokenizer)
-    if kind == "classifier":
-        from llm_pipeline.models.classifier import build_classifier
-
-        if labels is None:
-            raise ModelError("a classifier is built for a label set, and none was given")
-        return build_classifier(model, tokenizer, labels)
+    if not kind.encoder_decoder:
+        raise ModelError(
+            f"a {kind.description} is built by its task, for its labels (Task.build_model)"
+        )
     if model.warm_start_decoder is not None:
         raise ModelError(
             "model.warm_start_decoder builds a causal LM; this task trains a seq2seq model: "
@@ -140,7 +136,7 @@ def _from_architecture(
         # T5 starts decoding from its pad token; that is how its config and generate expect it.
         ids["decoder_start_token_id"] = ids["pad_token_id"]
     return from_architecture(
-        architecture, kind="seq2seq", defaults={"vocab_size": len(tokenizer), **ids}
+        architecture, kind=SEQ2SEQ, defaults={"vocab_size": len(tokenizer), **ids}
     )
 
 

@@ -21,7 +21,7 @@ from llm_pipeline.storage import (
     looks_like_path,
     to_uri,
 )
-from llm_pipeline.tasks import ModelKind
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -151,13 +151,13 @@ def _is_hub_unreachable(exc: BaseException) -> bool:
     )
 
 
-def load_tokenizer(model: ModelConfig, *, kind: ModelKind = "seq2seq") -> "PreTrainedTokenizerBase":
+def load_tokenizer(model: ModelConfig, *, kind: ModelKind = SEQ2SEQ) -> "PreTrainedTokenizerBase":
     """The fast tokenizer for `model` (from `model.tokenizer`, else the checkpoint).
 
     Fast (Rust) tokenizers are required: preprocessing tokenizes whole batches and relies on
-    their truncation rules. For a causal LM or a classifier (`kind`) it has a pad token
-    (`ensure_pad_token`): their batches are padded. Raises ModelSourceError saying what was
-    tried and what to do.
+    their truncation rules. Where the model `kind` needs a pad token (a causal LM's, a
+    classifier's) it has one (`ensure_pad_token`): their batches are padded. Raises
+    ModelSourceError saying what was tried and what to do.
     """
     from transformers import AutoTokenizer
 
@@ -191,7 +191,7 @@ def load_tokenizer(model: ModelConfig, *, kind: ModelKind = "seq2seq") -> "PreTr
             f"{key} {source!r}: only a slow (Python) tokenizer is available from {where}; "
             "preprocessing needs a fast one (a folder with tokenizer.json)"
         )
-    if kind in ("causal_lm", "classifier"):
+    if kind.needs_pad_token:
         ensure_pad_token(tokenizer)
     return tokenizer
 

@@ -122,6 +122,39 @@ class Task(ABC):
 
         return getattr(transformers, self.model_kind.auto_class)
 
+    def training_labels(self, spec: Any) -> Any:
+        """The label set (`data.labels.LabelSet`) the model's head is trained to score, read
+        from what preprocess wrote beside the dataset of `spec` (a `train.spec.WorkerSpec`);
+        None for a model whose labels are tokens."""
+        return None
+
+    def build_model(
+        self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
+    ) -> Any:
+        """The network to fine-tune that `model` (the config's `ModelConfig`) describes, its
+        special-token ids matching `tokenizer`. `labels`: the model-config fields of the label
+        set a head scores (`LabelSet.model_config_fields()`), for a task with labels."""
+        raise NotImplementedError(f"task {self.name!r} builds no model")
+
+    def training_collator(
+        self, tokenizer: Any, model: Any, *, pad_to_multiple_of: int | None
+    ) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """What pads the preprocessed rows of a micro-batch into tensors for `model`."""
+        raise NotImplementedError(f"task {self.name!r} has no training collator")
+
+    def training_loss(
+        self, train: Any, *, label_set: Any = None, train_set: Any = None
+    ) -> Callable[..., Any]:
+        """The Trainer's `compute_loss_func` for `train` (the config's `TrainConfig`):
+        `label_set` (`training_labels`) and the training split (its `labels` column) are for
+        a task whose loss weighs its labels."""
+        raise NotImplementedError(f"task {self.name!r} has no training loss")
+
+    def lora_options(self, model: Any) -> dict[str, Any]:
+        """What PEFT's `LoraConfig` takes beyond `train.lora` for this task's `model`: a head
+        that trains whole beside the adapters (`modules_to_save`) and its task type."""
+        return {}
+
     # evaluation
     #: What the evaluate step reports, the gate's default metric first
     #: (`deploy_policy.metric` when the config leaves it unset). ROUGE names are F1 ×100 by

@@ -24,12 +24,23 @@ class ModelKind:
     #: token lengths per row (the source's and the target's). The other kinds are one stack
     #: reading one sequence.
     encoder_decoder: bool
-    #: The model writes tokens one at a time, keeping keys and values in a cache (so a
-    #: batch has beams and new tokens); otherwise it runs one forward pass per batch.
-    generates: bool
     #: A head scores a fixed set of labels from one token's hidden state: no LM head over
     #: the vocabulary, no target tokens.
     classification_head: bool
+    #: One decoder continues its prompt: the logits at position t predict the token at t + 1,
+    #: so the loss shifts the labels one place on; it has no encoder to freeze and can be
+    #: warm-started from one encoder checkpoint (`model.warm_start_decoder`).
+    causal: bool
+    #: Writes text token by token, keeping keys and values in a cache (so a batch has beams
+    #: and new tokens): its labels are tokens (counted as target tokens, padded with -100).
+    #: False for a head that scores a fixed set of labels in one forward pass.
+    generates: bool
+    #: Its batches are padded by the tokenizer's pad token, which decoder tokenizers often
+    #: lack (the EOS then pads: `models.sources.ensure_pad_token`).
+    needs_pad_token: bool
+    #: `train.compile` and Liger's fused kernels (`train.kernels`) apply: tried on causal
+    #: LMs only.
+    fused_kernels: bool
 
     def __str__(self) -> str:
         return self.name
@@ -41,7 +52,10 @@ SEQ2SEQ = ModelKind(
     description="seq2seq model",
     auto_class="AutoModelForSeq2SeqLM",
     encoder_decoder=True,
+    causal=False,
     generates=True,
+    needs_pad_token=False,
+    fused_kernels=False,
     classification_head=False,
 )
 #: One decoder that continues its prompt (OPT, Llama, Qwen, Gemma).
@@ -50,7 +64,10 @@ CAUSAL_LM = ModelKind(
     description="causal LM",
     auto_class="AutoModelForCausalLM",
     encoder_decoder=False,
+    causal=True,
     generates=True,
+    needs_pad_token=True,
+    fused_kernels=True,
     classification_head=False,
 )
 #: An encoder (or a decoder) with a head that scores a fixed set of labels (BERT, RoBERTa).
@@ -59,7 +76,10 @@ CLASSIFIER = ModelKind(
     description="classifier",
     auto_class="AutoModelForSequenceClassification",
     encoder_decoder=False,
+    causal=False,
     generates=False,
+    needs_pad_token=True,
+    fused_kernels=False,
     classification_head=True,
 )
 

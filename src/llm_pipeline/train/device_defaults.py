@@ -74,7 +74,7 @@ def kernel_settings(
 ) -> dict[str, Any]:
     """TrainingArguments for `train.compile` and `train.kernels`; a TrainError where they
     cannot work here (the config check refuses what it can know earlier: the model kind)."""
-    if (train.compile or train.kernels) and kind != "causal_lm":
+    if (train.compile or train.kernels) and not kind.fused_kernels:
         option = "train.compile" if train.compile else "train.kernels"
         raise TrainError(f"{option}: supported for causal LMs only, and this is a {kind} model")
     if train.kernels != "liger":

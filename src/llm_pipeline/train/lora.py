@@ -2,10 +2,11 @@
 the adapter alone.
 
 Indifferent to the model it is given: the plain `PeftModel` (no PEFT task type) passes the
-Trainer's batch to the model's own `forward`, so a seq2seq and a causal LM train alike. A
-classifier's head is new (or new to its labels), so no frozen weights could stand in for it:
-it trains whole beside the adapters (PEFT's `SEQ_CLS` task type with the head in
-`modules_to_save`), and merging puts the trained head in the saved model.
+Trainer's batch to the model's own `forward`, so a seq2seq and a causal LM train alike. What
+a task adds to that comes from `Task.lora_options`: a classifier's head is new (or new to its
+labels), so no frozen weights could stand in for it: it trains whole beside the adapters
+(PEFT's `SEQ_CLS` task type with the head in `modules_to_save`), and merging puts the
+trained head in the saved model.
 Adapters take the dtype of the layer they adapt (`autocast_adapter_dtype=False`). PEFT's
 default upcasts adapters on bf16 layers to fp32, and under ZeRO-3 the base's layers are bf16
 as they load, so the parameters ZeRO-3 all-gathers together would mix dtypes, which broke
@@ -26,6 +27,7 @@ layer's parameters at a time (`GatheredParameters`, a no-op for unpartitioned pa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +35,6 @@ import torch
 
 from llm_pipeline.config import LoraSettings
 from llm_pipeline.errors import TrainError
-from llm_pipeline.models.classifier import head_modules
-from llm_pipeline.tasks import ModelKind
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -46,25 +46,23 @@ ADAPTER_FOLDER = "adapter"
 
 
 def apply_lora(
-    model: PreTrainedModel, settings: LoraSettings, *, kind: ModelKind = "seq2seq"
+    model: PreTrainedModel, settings: LoraSettings, *, options: Mapping[str, Any] | None = None
 ) -> PeftModel:
     """`model` with LoRA adapters on the layers `settings` names; every other weight frozen
-    but a classifier's head (`kind`), which trains whole.
+    but what the task's `options` (`Task.lora_options`: a classifier's head in
+    `modules_to_save`) train whole.
 
     Raises TrainError when a named layer is not in the model, listing the linear layers
     that are.
     """
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import LoraConfig, get_peft_model
 
-    head: dict[str, Any] = {}
-    if kind == "classifier":
-        head = {"task_type": TaskType.SEQ_CLS, "modules_to_save": head_modules(model)}
     config = LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,  # type: ignore[arg-type]  # PEFT says int; a float works
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
-        **head,
+        **(options or {}),
     )
     try:
         return get_peft_model(model, config, autocast_adapter_dtype=False)

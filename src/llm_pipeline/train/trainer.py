@@ -1,12 +1,13 @@
 """The Hugging Face pieces of the finetune step: DeepSpeed config, arguments, the Trainer.
 
-`Seq2SeqTrainer` owns the loop of a seq2seq model, the plain `Trainer` that of a causal LM
-and of a classifier (the model kind comes from the task). What this adds: the precision a run
-trains in (the config's choice checked against this machine), DeepSpeed settings from
-`TrainConfig` (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it
-knows which checkpoints are complete, the Trainer does not), a reproducible length-grouped
-order, a token-mean loss (a classifier's is `classifier_loss`'s), and counts of the samples
-and tokens each rank trained on, for throughput figures that hold for resumed runs.
+`Seq2SeqTrainer` owns the loop of an encoder-decoder, the plain `Trainer` that of a causal LM
+and of a classifier (the model kind comes from the task, and so do the collator and the loss:
+`Task.training_collator`, `Task.training_loss`). What this adds: the precision a run trains
+in (the config's choice checked against this machine), DeepSpeed settings from `TrainConfig`
+(or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which
+checkpoints are complete, the Trainer does not), a reproducible length-grouped order, the
+token-mean loss of generating models, and counts of the samples and tokens each rank trained
+on, for throughput figures that hold for resumed runs.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from typing import Any, Literal
 import torch
 from datasets import Dataset
 from transformers import (
-    DataCollatorForSeq2Seq,
-    DataCollatorWithPadding,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
@@ -32,11 +31,10 @@ from llm_pipeline.config import TrainConfig
 from llm_pipeline.config.train import AUTO
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
-from llm_pipeline.tasks import ModelKind
-from llm_pipeline.tasks.text_classification.labels import LabelSet
+from llm_pipeline.tasks import Task
+from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 from llm_pipeline.train import device_defaults
-from llm_pipeline.train.classifier_loss import classifier_loss
-from llm_pipeline.train.collators import LABEL_PAD, CausalLMCollator
+from llm_pipeline.train.collators import LABEL_PAD
 from llm_pipeline.train.deepspeed_config import (
     build_deepspeed_config,
     load_user_deepspeed_config,
@@ -155,13 +153,13 @@ def training_arguments(
     deepspeed: dict[str, Any] | None,
     save_on_each_node: bool,
     has_eval: bool,
-    kind: ModelKind = "seq2seq",
+    kind: ModelKind = SEQ2SEQ,
     cuda: bool | None = None,
 ) -> TrainingArguments:
     """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
 
-    `Seq2SeqTrainingArguments` for a seq2seq model, plain `TrainingArguments` for a causal
-    LM. Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded
+    `Seq2SeqTrainingArguments` for an encoder-decoder `kind`, plain `TrainingArguments`
+    for the others. Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded
     afterwards are partitioned as they load instead of materialised whole on every rank.
     `cuda` (default: whether this machine has a GPU) picks the GPU's data loading
     (`device_defaults`).
@@ -174,8 +172,8 @@ def training_arguments(
         local_processes=device_defaults.local_processes(),
     ) | device_defaults.kernel_settings(train, kind=kind, cuda=cuda)
     eval_strategy = ("steps" if train.eval_steps else "epoch") if has_eval else "no"
-    seq2seq: dict[str, Any] = {"predict_with_generate": False} if kind == "seq2seq" else {}
-    arguments = Seq2SeqTrainingArguments if kind == "seq2seq" else TrainingArguments
+    seq2seq: dict[str, Any] = {"predict_with_generate": False} if kind.encoder_decoder else {}
+    arguments = Seq2SeqTrainingArguments if kind.encoder_decoder else TrainingArguments
     return arguments(
         output_dir=output_dir,
         num_train_epochs=train.epochs,
@@ -259,14 +257,20 @@ def token_mean_loss(label_smoothing: float, *, shift: bool = False) -> Callable[
 
 class FinetuneTrainer(Trainer):
     """A Trainer that counts what it trains on and orders examples reproducibly (a causal
-    LM's and a classifier's; `Seq2SeqFinetuneTrainer` is a seq2seq model's)."""
+    LM's and a classifier's; `Seq2SeqFinetuneTrainer` is an encoder-decoder's)."""
 
-    #: Whether the labels are tokens (counted as target tokens); a classifier's are not.
-    labels_are_tokens: bool = True
-
-    def __init__(self, *args: Any, sampling: Sampling = "group_by_length", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        sampling: Sampling = "group_by_length",
+        labels_are_tokens: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.sampling = sampling
+        #: Whether the labels are tokens, counted as target tokens (`ModelKind.generates`);
+        #: a classifier's are label ids.
+        self.labels_are_tokens = labels_are_tokens
         # Tensors on the device: reading a count back every micro-batch would stall the GPU.
         self._samples = torch.zeros((), dtype=torch.long)
         self._source_tokens = torch.zeros((), dtype=torch.long)
@@ -352,13 +356,6 @@ class Seq2SeqFinetuneTrainer(FinetuneTrainer, Seq2SeqTrainer):
     """`FinetuneTrainer` over `Seq2SeqTrainer`: a seq2seq model's loop."""
 
 
-class ClassifierTrainer(FinetuneTrainer):
-    """`FinetuneTrainer` for a classifier: its labels are label ids (or 0/1 per label), not
-    tokens."""
-
-    labels_are_tokens = False
-
-
 def build_trainer(
     *,
     model: torch.nn.Module,
@@ -368,51 +365,32 @@ def build_trainer(
     eval_dataset: Dataset | None,
     callbacks: list[TrainerCallback],
     sampling: Sampling,
-    label_smoothing: float = 0.0,
-    kind: ModelKind = "seq2seq",
-    label_set: LabelSet | None = None,
-    class_weights: torch.Tensor | None = None,
+    task: Task,
+    train: TrainConfig | None = None,
+    label_set: Any = None,
 ) -> FinetuneTrainer:
-    """The Trainer for the `kind` of model, batches padded per batch (inputs with the pad
-    id, labels with -100; a classifier's labels are one per row and need none).
+    """The Trainer for `task`'s model kind, with the task's collator (batches padded per
+    batch; to multiples of 8 on a GPU) and loss (`Task.training_collator`,
+    `Task.training_loss`; `train`'s settings, default `TrainConfig()`, shape the loss).
 
-    `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`). A
-    classifier needs its `label_set` (single- or multi-label decides the loss) and takes
-    `class_weights` (`classifier_loss.balanced_class_weights`).
+    `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`). A task
+    whose head scores labels needs their `label_set` (`Task.training_labels`).
     """
     # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
     multiple = 8 if torch.cuda.is_available() else None
-    collator: Any
-    trainer: type[FinetuneTrainer]
-    loss: Callable[..., torch.Tensor]
-    loss = token_mean_loss(label_smoothing, shift=kind == "causal_lm")
-    if kind == "classifier":
-        if label_set is None:
-            raise TrainError("a classifier trains on a label set, and none was given")
-        # Pads input ids, the attention mask and (BERT pairs) token type ids alike.
-        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
-        trainer = ClassifierTrainer
-        loss = classifier_loss(
-            multi_label=label_set.multi_label,
-            weights=class_weights,
-            label_smoothing=label_smoothing,
-        )
-    elif kind == "causal_lm":
-        collator = CausalLMCollator(pad_id=int(tokenizer.pad_token_id), pad_to_multiple_of=multiple)
-        trainer = FinetuneTrainer
-    else:
-        collator = DataCollatorForSeq2Seq(
-            tokenizer, model=model, label_pad_token_id=LABEL_PAD, pad_to_multiple_of=multiple
-        )
-        trainer = Seq2SeqFinetuneTrainer
+    kind = task.model_kind
+    trainer = Seq2SeqFinetuneTrainer if kind.encoder_decoder else FinetuneTrainer
     return trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        data_collator=collator,
+        data_collator=task.training_collator(tokenizer, model, pad_to_multiple_of=multiple),
         processing_class=tokenizer,
         callbacks=callbacks,
-        compute_loss_func=loss,
+        compute_loss_func=task.training_loss(
+            train or TrainConfig(), label_set=label_set, train_set=train_dataset
+        ),
         sampling=sampling,
+        labels_are_tokens=kind.generates,
     )

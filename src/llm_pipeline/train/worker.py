@@ -26,20 +26,19 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from datasets import Dataset
 from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
+from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.launch.failures import out_of_memory_message
-from llm_pipeline.models.loading import freeze_encoder, load_model
+from llm_pipeline.models.loading import freeze_encoder, hidden_size
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.tasks import get_task
-from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
+from llm_pipeline.tasks import Task, get_task
+from llm_pipeline.tasks.kinds import ModelKind
 from llm_pipeline.train import (
-    arguments,
     checkpoints,
     counts,
     device_defaults,
@@ -55,7 +54,6 @@ from llm_pipeline.train.checkpoint_sync import (
     prepare_resume,
     release_folder,
 )
-from llm_pipeline.train.classifier_loss import balanced_class_weights
 from llm_pipeline.train.lora import apply_lora, keep_frozen_in
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
@@ -67,6 +65,8 @@ from llm_pipeline.train.trainer import (
     FinetuneTrainer,
     Sampling,
     build_trainer,
+    deepspeed_settings,
+    training_arguments,
     training_precision,
 )
 
@@ -81,15 +81,15 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     layout = _plan_checkpoints(spec)
     resume_from = prepare_resume(layout)
     train_precision = training_precision(spec)
-    kind = get_task(spec.task).model_kind
-    tokenizer = load_tokenizer(spec.model, kind=kind)
+    task = get_task(spec.task)
+    tokenizer = load_tokenizer(spec.model, kind=task.model_kind)
     train_set, eval_set = training_data.load_splits(spec)
-    label_set = training_data.label_set(spec) if kind == "classifier" else None
-    args = arguments.trainer_arguments(
-        spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=kind
+    label_set = task.training_labels(spec)
+    args = trainer_arguments(
+        spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=task.model_kind
     )
     model = _build_model(
-        spec, tokenizer, label_set, frozen_dtype=_frozen_dtype(spec, train_precision, args)
+        spec, task, tokenizer, label_set, frozen_dtype=_frozen_dtype(spec, train_precision, args)
     )
     if spec.train.kernels == "liger":  # the arguments checked the GPU and the package
         device_defaults.check_liger_model(str(model.config.model_type))
@@ -109,10 +109,9 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
             *tensorboard_callbacks(spec),
         ],
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
-        label_smoothing=spec.train.label_smoothing,
-        kind=kind,
+        task=task,
+        train=spec.train,
         label_set=label_set,
-        class_weights=_class_weights(spec, train_set, label_set),
     )
     try:
         train(trainer, resume_from, stopper)
@@ -189,6 +188,59 @@ def _plan_checkpoints(spec: WorkerSpec) -> CheckpointLayout:
     )
 
 
+def trainer_arguments(
+    spec: WorkerSpec,
+    layout: CheckpointLayout,
+    *,
+    precision: str,
+    has_eval: bool,
+    kind: ModelKind,
+) -> TrainingArguments:
+    """Trainer arguments with the DeepSpeed config, for the checkpoint layout and the world
+    size.
+
+    Create them before loading the model: under ZeRO-3 their existence is what makes
+    `from_pretrained` build the model already partitioned across ranks.
+    """
+    deepspeed = deepspeed_settings(
+        spec.train,
+        precision=precision,
+        world_size=dist.get_world_size(),
+        hidden_size=hidden_size(spec.model),
+        largest_adapter=largest_adapter(spec, kind),
+    )
+    if deepspeed is not None and layout.save_on_each_node:
+        # Each node's folder is its own: DeepSpeed then writes the files it keeps to the first
+        # rank (ZeRO-1/2's module and scheduler state) on each node's first rank, not on
+        # global rank 0 alone, so every node can load its copy.
+        deepspeed.setdefault("checkpoint", {})["use_node_local_storage"] = True
+    return training_arguments(
+        spec.train,
+        output_dir=layout.local_folder,
+        precision=precision,
+        deepspeed=deepspeed,
+        save_on_each_node=layout.save_on_each_node,
+        has_eval=has_eval,
+        kind=kind,
+    )
+
+
+def largest_adapter(spec: WorkerSpec, kind: ModelKind) -> int | None:
+    """Elements of the largest adapter matrix `train.lora` will add, None without LoRA.
+
+    Counted from the model's config on the meta device (`fit.shapes`, as the fit check
+    counts), because the DeepSpeed config must exist before the weights load; None where the
+    config cannot be read (ZeRO-3 then keeps Hugging Face's persistence threshold).
+    """
+    if spec.train.lora is None:
+        return None
+    try:
+        shape = model_shape(spec.model, kind=kind, lora=spec.train.lora)
+    except ShapeUnavailable:
+        return None
+    return shape.adapters.largest_adapter if shape.adapters is not None else None
+
+
 def _frozen_dtype(spec: WorkerSpec, precision: str, args: TrainingArguments) -> torch.dtype | None:
     """The dtype a LoRA run keeps its frozen base in: the 16-bit training dtype without
     DeepSpeed (`lora.keep_frozen_in`); None where the base stays as loaded (no LoRA, fp32,
@@ -200,38 +252,30 @@ def _frozen_dtype(spec: WorkerSpec, precision: str, args: TrainingArguments) -> 
 
 def _build_model(
     spec: WorkerSpec,
+    task: Task,
     tokenizer: PreTrainedTokenizerBase,
     label_set: LabelSet | None,
     *,
     frozen_dtype: torch.dtype | None = None,
 ) -> PreTrainedModel | PeftModel:
-    """The model, seeded, with LoRA adapters and the encoder frozen if the config says so
-    (both: adapters on the decoder alone train); a classifier's head scores `label_set`.
+    """The task's model, seeded, with LoRA adapters and the encoder frozen if the config says
+    so (both: adapters on the decoder alone train); a head scores `label_set`.
     `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
     set_seed(spec.train.seed)
-    kind = get_task(spec.task).model_kind
     labels = None
-    if label_set is not None:  # a classifier: its labels, and whether it reads text pairs
+    if label_set is not None:  # a head: its labels, and whether it reads text pairs
         pairs = training_data.reads_text_pairs(spec)
         labels = label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: pairs}
-    model = load_model(spec.model, tokenizer, kind=kind, labels=labels)
+    model = task.build_model(spec.model, tokenizer, labels=labels)
     lora = spec.train.lora
-    wrapped = apply_lora(model, lora, kind=kind) if lora is not None else model
+    options = task.lora_options(model) if lora is not None else None
+    wrapped = apply_lora(model, lora, options=options) if lora is not None else model
     if spec.train.freeze_encoder:
         # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
         freeze_encoder(model)
     if frozen_dtype is not None:
         keep_frozen_in(wrapped, frozen_dtype)
     return wrapped
-
-
-def _class_weights(
-    spec: WorkerSpec, train_set: Dataset, label_set: LabelSet | None
-) -> torch.Tensor | None:
-    """`train.class_weights` from the training split's labels, or None."""
-    if label_set is None or spec.train.class_weights is None:
-        return None
-    return balanced_class_weights(train_set["labels"], label_set)
 
 
 def _metrics(

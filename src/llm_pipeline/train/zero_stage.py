@@ -149,7 +149,7 @@ def _preprocess_report(dataset_dir: str) -> dict[str, Any]:
 def _lengths(report: dict[str, Any], shape: ModelShape, batch: int) -> Lengths:
     """A micro-batch at the longest rows preprocess kept (its resolved max lengths); without
     its report, at the caps the fit check assumes for unset lengths."""
-    if shape.kind != "seq2seq":
+    if not shape.kind.encoder_decoder:
         cap = min(DEFAULT_SOURCE_CAP, shape.max_positions or DEFAULT_SOURCE_CAP)
         return Lengths(batch, int(report.get("max_length") or cap), 0)
     target_cap = DataConfig.model_fields["max_target_length_cap"].default

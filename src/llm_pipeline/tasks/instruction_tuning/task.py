@@ -36,6 +36,34 @@ class InstructionTuning(Task):
     # model and training
     model_kind: ClassVar[ModelKind] = CAUSAL_LM
 
+    def build_model(
+        self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
+    ) -> Any:
+        """A causal LM: a checkpoint, an architecture, or an encoder warm-started as a
+        decoder (`models.decoder_only`)."""
+        from llm_pipeline.models.loading import load_model
+
+        return load_model(model, tokenizer, kind=self.model_kind)
+
+    def training_collator(
+        self, tokenizer: Any, model: Any, *, pad_to_multiple_of: int | None
+    ) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Chats (or packed rows of them) padded on the right, prompts already -100."""
+        from llm_pipeline.train.collators import CausalLMCollator
+
+        return CausalLMCollator(
+            pad_id=int(tokenizer.pad_token_id), pad_to_multiple_of=pad_to_multiple_of
+        )
+
+    def training_loss(
+        self, train: Any, *, label_set: Any = None, train_set: Any = None
+    ) -> Callable[..., Any]:
+        """Cross-entropy over the responses' tokens (each predicted from the one before),
+        divided by the step's label tokens."""
+        from llm_pipeline.train.trainer import token_mean_loss
+
+        return token_mean_loss(train.label_smoothing, shift=self.model_kind.causal)
+
     # data
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))
     target_role: ClassVar[str] = "response"

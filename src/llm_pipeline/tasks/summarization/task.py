@@ -1,6 +1,6 @@
 """Summarization: a document in, a short summary out."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,6 +39,40 @@ class Summarization(Task):
 
     # model and training
     model_kind: ClassVar[ModelKind] = SEQ2SEQ
+
+    def build_model(
+        self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
+    ) -> Any:
+        """A seq2seq model: a checkpoint, an architecture, or an encoder-decoder warm-started
+        from two encoders (`models.loading`)."""
+        from llm_pipeline.models.loading import load_model
+
+        return load_model(model, tokenizer, kind=self.model_kind)
+
+    def training_collator(
+        self, tokenizer: Any, model: Any, *, pad_to_multiple_of: int | None
+    ) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Documents padded with the pad id, summaries with -100 (out of the loss); the model
+        makes its decoder inputs from the labels."""
+        from transformers import DataCollatorForSeq2Seq
+
+        from llm_pipeline.train.collators import LABEL_PAD
+
+        collator: Callable[[list[dict[str, Any]]], dict[str, Any]] = DataCollatorForSeq2Seq(
+            tokenizer,
+            model=model,
+            label_pad_token_id=LABEL_PAD,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
+        return collator
+
+    def training_loss(
+        self, train: Any, *, label_set: Any = None, train_set: Any = None
+    ) -> Callable[..., Any]:
+        """Cross-entropy over the summary's tokens, divided by the step's label tokens."""
+        from llm_pipeline.train.trainer import token_mean_loss
+
+        return token_mean_loss(train.label_smoothing, shift=self.model_kind.causal)
 
     # evaluation
     # rougeLsum (summary-level LCS, one sentence per line) is what summarization papers lead with.

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.errors import ParameterError, ServeError
-from llm_pipeline.models.classifier import load_classifier
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.served import (
     ModelInput,
@@ -31,6 +30,7 @@ from llm_pipeline.serve.served import (
 from llm_pipeline.serve.settings import Settings, env_name
 from llm_pipeline.tasks import Instance, Task
 from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
+from llm_pipeline.tasks.text_classification.model import load_classifier
 
 if TYPE_CHECKING:
     import torch

@@ -57,6 +57,63 @@ class TextClassification(Task):
     # model and training
     model_kind: ClassVar[ModelKind] = CLASSIFIER
 
+    def training_labels(self, spec: Any) -> Any:
+        """The label set preprocess wrote beside the dataset (`data.labels`)."""
+        from llm_pipeline.train import training_data
+
+        return training_data.label_set(spec)
+
+    def build_model(
+        self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
+    ) -> Any:
+        """An encoder (or a decoder) with a head for `labels` (`model.build_classifier`)."""
+        from llm_pipeline.errors import ModelError
+        from llm_pipeline.tasks.text_classification.model import build_classifier
+
+        if labels is None:
+            raise ModelError("a classifier is built for a label set, and none was given")
+        return build_classifier(model, tokenizer, labels)
+
+    def training_collator(
+        self, tokenizer: Any, model: Any, *, pad_to_multiple_of: int | None
+    ) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Input ids, the attention mask and (BERT pairs) token type ids padded alike; a
+        row's labels are one id (or one 0/1 per label) and need no padding."""
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+    def training_loss(
+        self, train: Any, *, label_set: Any = None, train_set: Any = None
+    ) -> Callable[..., Any]:
+        """Cross-entropy over the labels (a sigmoid each, multi-label), weighted by
+        `train.class_weights` from the training split's counts (`loss`)."""
+        from llm_pipeline.errors import TrainError
+        from llm_pipeline.tasks.text_classification.loss import (
+            balanced_class_weights,
+            classifier_loss,
+        )
+
+        if label_set is None:
+            raise TrainError("a classifier trains on a label set, and none was given")
+        weights = None
+        if train.class_weights is not None and train_set is not None:
+            weights = balanced_class_weights(train_set["labels"], label_set)
+        return classifier_loss(
+            multi_label=label_set.multi_label,
+            weights=weights,
+            label_smoothing=train.label_smoothing,
+        )
+
+    def lora_options(self, model: Any) -> dict[str, Any]:
+        """The head is new (or new to these labels), so no frozen weights could stand in for
+        it: it trains whole beside the adapters, and merging puts it in the saved model."""
+        from peft import TaskType
+
+        from llm_pipeline.tasks.text_classification.model import head_modules
+
+        return {"task_type": TaskType.SEQ_CLS, "modules_to_save": head_modules(model)}
+
     # evaluation
     # Macro-F1 weighs every label alike, so a model cannot pass the gate by predicting the
     # common labels only; accuracy and weighted F1 are reported beside it.

@@ -1,7 +1,7 @@
 """Classifiers to fine-tune: an encoder (or a decoder) with a classification head.
 
-`loading.load_model` comes here for the `classifier` kind, with the label set's config fields
-(`LabelSet.model_config_fields`: `num_labels`, `id2label`, `label2id`,
+The task's `build_model` comes here, with the label set's config fields
+(`labels.LabelSet.model_config_fields`: `num_labels`, `id2label`, `label2id`,
 `problem_type`, the multi-label threshold), which the built model's config carries from then
 on, so a saved folder says its own labels. The network is transformers'
 `AutoModelForSequenceClassification` of the checkpoint's or the architecture's model type:
@@ -39,6 +39,7 @@ from llm_pipeline.models.generation import (
     read_saved_config,
 )
 from llm_pipeline.models.sources import ensure_pad_token
+from llm_pipeline.tasks.kinds import CLASSIFIER
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -112,7 +113,7 @@ def _classifier_from_architecture(
     architecture's own values win, except the labels: they are the data's."""
     return from_architecture(
         architecture,
-        kind="classifier",
+        kind=CLASSIFIER,
         defaults={"vocab_size": len(tokenizer), "pad_token_id": int(tokenizer.pad_token_id)},
         overrides=labels,
     )
@@ -123,7 +124,7 @@ def _pretrained_classifier(
 ) -> PreTrainedModel:
     """The checkpoint at `source` with a head for `labels`: its own head when it was trained
     on the same labels, else a fresh one."""
-    config = checkpoint_config("model.source", source, model=model, kind="classifier")
+    config = checkpoint_config("model.source", source, model=model, kind=CLASSIFIER)
     had_head = _has_classification_head(config)
     theirs = _label_names(config)
     ours = [str(labels["id2label"][i]) for i in range(len(labels["id2label"]))]
@@ -131,7 +132,7 @@ def _pretrained_classifier(
         setattr(config, key, value)
     # A head of another size cannot load; transformers starts it afresh (and says so).
     built = pretrained(
-        source, model=model, kind="classifier", config=config, ignore_mismatched_sizes=True
+        source, model=model, kind=CLASSIFIER, config=config, ignore_mismatched_sizes=True
     )
     if not had_head:
         logger.warning(

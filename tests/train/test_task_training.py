@@ -1,0 +1,216 @@
+"""Each task's training pieces, as the worker gets them from the task object: its model's
+Trainer and arguments (by the kind's facts), its collator, its loss, and what LoRA trains
+whole beside the adapters. One tiny model per kind, a two-row batch, no process started."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import (
+    Seq2SeqTrainingArguments,
+    TrainingArguments,
+)
+
+from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
+from llm_pipeline.data.labels import LabelSet
+from llm_pipeline.errors import ModelError, TrainError
+from llm_pipeline.models.loading import load_model
+from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
+from llm_pipeline.train.lora import apply_lora
+from llm_pipeline.train.trainer import (
+    FinetuneTrainer,
+    Seq2SeqFinetuneTrainer,
+    build_trainer,
+    training_arguments,
+)
+
+from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
+
+LABELS = LabelSet(names=("no", "yes"))
+TINY_BERT = {
+    "model_type": "bert",
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return load_tokenizer(ModelConfig(source=MINILM), kind=CLASSIFIER)
+
+
+def _model(task: str, tokenizer: Any) -> torch.nn.Module:
+    """The task's model as the worker builds it (`Task.build_model`), in a tiny shape."""
+    architecture = {
+        "summarization": TINY_T5,
+        "instruction_tuning": TINY_LLAMA,
+        "text_classification": TINY_BERT,
+    }[task]
+    torch.manual_seed(0)
+    return get_task(task).build_model(
+        ModelConfig(architecture=dict(architecture), tokenizer=MINILM),
+        tokenizer,
+        labels=LABELS.model_config_fields(),
+    )
+
+
+def _rows(task: str) -> list[dict[str, Any]]:
+    """Two preprocessed rows of different lengths, as the task's preprocess saves them."""
+    if task == "text_classification":
+        return [{"input_ids": [2, 5, 3], "labels": 1}, {"input_ids": [2, 6, 7, 8, 3], "labels": 0}]
+    if task == "instruction_tuning":  # the prompt's tokens are -100
+        return [
+            {"input_ids": [2, 5, 3], "attention_mask": [1] * 3, "labels": [-100, 5, 3]},
+            {
+                "input_ids": [2, 6, 7, 8, 3],
+                "attention_mask": [1] * 5,
+                "labels": [-100, -100, 7, 8, 3],
+            },
+        ]
+    return [
+        {"input_ids": [2, 5, 3], "attention_mask": [1, 1, 1], "labels": [9, 10, 3]},
+        {"input_ids": [2, 6, 7, 8, 3], "attention_mask": [1] * 5, "labels": [11, 3]},
+    ]
+
+
+def _trainer(task: str, tokenizer: Any, **options: Any) -> FinetuneTrainer:
+    """The task's Trainer with the finetune step's arguments for its kind."""
+    return build_trainer(
+        model=_model(task, tokenizer),
+        tokenizer=tokenizer,
+        args=training_arguments(
+            TrainConfig(use_deepspeed=False, per_device_batch_size=2),
+            output_dir="unused",
+            precision="fp32",
+            deepspeed=None,
+            save_on_each_node=False,
+            has_eval=False,
+            kind=get_task(task).model_kind,
+            cuda=False,
+        ),
+        train_dataset=Dataset.from_list(_rows(task)),
+        eval_dataset=None,
+        callbacks=[],
+        sampling="sequential",
+        task=get_task(task),
+        **options,
+    )
+
+
+@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.parametrize(
+    ("task", "trainer_class", "arguments_class", "counts_label_tokens"),
+    [
+        ("summarization", Seq2SeqFinetuneTrainer, Seq2SeqTrainingArguments, True),
+        ("instruction_tuning", FinetuneTrainer, TrainingArguments, True),
+        ("text_classification", FinetuneTrainer, TrainingArguments, False),
+    ],
+)
+def test_each_task_trains_with_its_kinds_trainer_and_its_own_collator_and_loss(
+    tokenizer: Any,
+    task: str,
+    trainer_class: type,
+    arguments_class: type,
+    counts_label_tokens: bool,
+) -> None:
+    trainer = _trainer(task, tokenizer, label_set=LABELS)
+    assert type(trainer) is trainer_class
+    assert type(trainer.args) is arguments_class
+    assert trainer.labels_are_tokens is counts_label_tokens
+
+    batch = trainer.data_collator(_rows(task))
+    assert batch["input_ids"].shape == (2, 5)  # padded to the longer row
+    if counts_label_tokens:
+        assert (batch["labels"] == -100).any()  # the shorter target padded out of the loss
+    else:
+        assert batch["labels"].tolist() == [1, 0]  # one label id per row, no padding
+    outputs = trainer.model(**batch)
+    loss = trainer.compute_loss_func(outputs, batch["labels"])
+    assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+def test_a_causal_lms_loss_scores_each_token_from_the_one_before() -> None:
+    """Instruction tuning's loss shifts the labels (`ModelKind.causal`); summarization's
+    does not: on the same logits and labels they differ by exactly that shift."""
+    logits = torch.randn(1, 4, 8)
+    labels = torch.tensor([[-100, 3, 5, 1]])
+    train = TrainConfig()
+    causal = get_task("instruction_tuning").training_loss(train)
+    seq2seq = get_task("summarization").training_loss(train)
+    want = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:])
+    torch.testing.assert_close(causal({"logits": logits}, labels), want)
+    torch.testing.assert_close(
+        seq2seq({"logits": logits}, labels),
+        torch.nn.functional.cross_entropy(logits[0], labels[0], ignore_index=-100),
+    )
+
+
+@pytest.mark.usefixtures("one_process_group")
+def test_a_classifier_without_its_label_set_is_refused_by_name(tokenizer: Any) -> None:
+    with pytest.raises(TrainError, match="a classifier trains on a label set"):
+        _trainer("text_classification", tokenizer)
+    task = get_task("text_classification")
+    with pytest.raises(ModelError, match="a classifier is built for a label set"):
+        task.build_model(ModelConfig(source=MINILM), tokenizer)
+
+
+def test_a_classifier_weighs_its_labels_from_the_training_split() -> None:
+    """`train.class_weights` reaches the loss through the task: the rare label's row
+    weighs more, so the weighted loss differs from the plain one."""
+    task = get_task("text_classification")
+    data = Dataset.from_dict({"labels": [0, 0, 0, 1]})
+    logits = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
+    labels = torch.tensor([1, 0])
+    plain = task.training_loss(TrainConfig(), label_set=LABELS, train_set=data)
+    weighted = task.training_loss(
+        TrainConfig(class_weights="balanced"), label_set=LABELS, train_set=data
+    )
+    assert not torch.allclose(
+        plain({"logits": logits}, labels), weighted({"logits": logits}, labels)
+    )
+
+
+def test_lora_trains_a_classifiers_head_whole_and_only_adapters_of_a_generator(
+    tokenizer: Any,
+) -> None:
+    classifier = _model("text_classification", tokenizer)
+    adapted = apply_lora(
+        classifier,
+        LoraSettings(r=2, target_modules=["query", "value"]),
+        options=get_task("text_classification").lora_options(classifier),
+    )
+    trained = {n for n, p in adapted.named_parameters() if p.requires_grad}
+    assert any(".modules_to_save." in n for n in trained)
+    for task in ("instruction_tuning", "summarization"):
+        assert get_task(task).lora_options(_model(task, tokenizer)) == {}
+
+
+def test_the_model_kinds_say_what_the_layers_ask_of_them() -> None:
+    """The facts train, models and config read, per kind."""
+    facts = [
+        (
+            kind.encoder_decoder,
+            kind.causal,
+            kind.generates,
+            kind.needs_pad_token,
+            kind.fused_kernels,
+        )
+        for kind in (SEQ2SEQ, CAUSAL_LM, CLASSIFIER)
+    ]
+    assert facts == [
+        (True, False, True, False, False),
+        (False, True, True, True, True),
+        (False, False, False, True, False),
+    ]
+
+
+def test_the_generic_loader_leaves_a_classifier_to_its_task(tokenizer: Any) -> None:
+    with pytest.raises(ModelError, match=r"a classifier is built by its task"):
+        load_model(ModelConfig(source=MINILM), tokenizer, kind=CLASSIFIER)
