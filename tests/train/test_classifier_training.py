@@ -23,9 +23,9 @@ from sklearn.utils.class_weight import compute_class_weight
 from llm_pipeline.config import ClusterConfig, LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import ModelError, TrainError
 from llm_pipeline.models.sources import load_tokenizer
-from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.kinds import CLASSIFIER
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.tasks.text_classification.loss import balanced_class_weights, classifier_loss
 
 from ..offline_models import MINILM, TINY_LLAMA
@@ -381,13 +381,14 @@ def test_the_worker_reads_whether_rows_are_text_pairs_from_the_kept_columns(
     whether there were two (its served page offers a second text box only then)."""
     from datasets import Dataset, DatasetDict
 
+    from llm_pipeline.tasks.text_classification import training
     from llm_pipeline.train import training_data
 
     rows = {column: ["a", "b"] for column in columns} | {"input_ids": [[1, 2], [3]]}
     DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "data"))
     (tmp_path / training_data._NOTE).write_text(str(tmp_path / "data"))
     spec = SimpleNamespace(work_dir=str(tmp_path), task="text_classification")
-    assert training_data.reads_text_pairs(spec) is pairs
+    assert training.reads_text_pairs(spec) is pairs
 
 
 def test_a_tiny_bert_learns_the_topics_through_the_finetune_step(

@@ -123,9 +123,15 @@ class Task(ABC):
         return getattr(transformers, self.model_kind.auto_class)
 
     def training_labels(self, spec: Any) -> Any:
-        """The label set (`data.labels.LabelSet`) the model's head is trained to score, read
-        from what preprocess wrote beside the dataset of `spec` (a `train.spec.WorkerSpec`);
+        """The label set the model's head is trained to score (text classification's
+        `LabelSet`), read from what preprocess wrote beside the dataset of `spec` (a
+        `train.spec.WorkerSpec`);
         None for a model whose labels are tokens."""
+        return None
+
+    def model_labels(self, spec: Any, label_set: Any) -> Mapping[str, Any] | None:
+        """The model-config fields `build_model` gives a head for `label_set` (from
+        `training_labels`) and the dataset of `spec`; None for a model without a head."""
         return None
 
     def build_model(

@@ -1,6 +1,5 @@
 """The tokenized splits a training process reads: copied to local disk once per node, loaded
-with the one loader every step uses (`data.saved`), cut to the columns the model takes; and
-a classifier's label set, which preprocess wrote beside them."""
+with the one loader every step uses (`data.saved`), cut to the columns the model takes."""
 
 from __future__ import annotations
 
@@ -12,11 +11,9 @@ import torch.distributed as dist
 from datasets import Dataset
 
 from llm_pipeline.data.saved import load_saved_dataset, model_columns
-from llm_pipeline.errors import TrainError, UserError
+from llm_pipeline.errors import TrainError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import check_output_complete, local_copy
-from llm_pipeline.tasks import get_task
-from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 from llm_pipeline.train.spec import WorkerSpec
 
 #: The file in the run's work folder that says where this node's copy of the dataset is.
@@ -50,29 +47,10 @@ def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
     return train, _model_inputs(validation)
 
 
-def label_set(spec: WorkerSpec) -> LabelSet:
-    """The label set preprocess wrote beside the dataset (a classifier's), read from this
-    node's copy; call after `load_splits`, which makes it."""
-    try:
-        return read_label_set(_copied_dataset(spec))
-    except UserError as err:
-        raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
-
-
-def reads_text_pairs(spec: WorkerSpec) -> bool:
-    """Whether a classifier's rows are pairs of texts: preprocess keeps the text columns of
-    the task's role set beside the ids (call after `load_splits`, which copies them)."""
-    task = get_task(spec.task)
-    data = load_saved_dataset(_copied_dataset(spec), made_by=Step.PREPROCESS, error=TrainError)
-    columns = data["train"]
-    roles = task.role_set_among(columns.column_names) or ()
-    return len([role for role in roles if role != task.target_role]) > 1
-
-
 def chat_template(spec: WorkerSpec) -> str | None:
     """The chat template preprocess rendered the chats with (a causal LM's dataset), or None
     (call after `load_splits`, which copies the dataset)."""
-    report = _copied_dataset(spec) / PREPROCESS_REPORT_FILE
+    report = copied_dataset(spec) / PREPROCESS_REPORT_FILE
     try:
         template = json.loads(report.read_text(encoding="utf-8")).get("chat_template")
     except (OSError, ValueError, AttributeError):
@@ -87,7 +65,8 @@ def _model_inputs(split: Dataset) -> Dataset:
     return split.select_columns(names)
 
 
-def _copied_dataset(spec: WorkerSpec) -> Path:
+def copied_dataset(spec: WorkerSpec) -> Path:
+    """This node's copy of the tokenized dataset (made by `load_splits`)."""
     return Path((Path(spec.work_dir) / _NOTE).read_text(encoding="utf-8"))
 
 
@@ -103,4 +82,4 @@ def _local_dataset(spec: WorkerSpec) -> Path:
             raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
         note.write_text(str(folder), encoding="utf-8")
     dist.barrier()
-    return _copied_dataset(spec)
+    return copied_dataset(spec)

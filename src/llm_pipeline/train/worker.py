@@ -254,7 +254,7 @@ def _build_model(
     spec: WorkerSpec,
     task: Task,
     tokenizer: PreTrainedTokenizerBase,
-    label_set: LabelSet | None,
+    label_set: Any,
     *,
     frozen_dtype: torch.dtype | None = None,
 ) -> PreTrainedModel | PeftModel:
@@ -262,10 +262,7 @@ def _build_model(
     so (both: adapters on the decoder alone train); a head scores `label_set`.
     `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
     set_seed(spec.train.seed)
-    labels = None
-    if label_set is not None:  # a head: its labels, and whether it reads text pairs
-        pairs = training_data.reads_text_pairs(spec)
-        labels = label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: pairs}
+    labels = task.model_labels(spec, label_set) if label_set is not None else None
     model = task.build_model(spec.model, tokenizer, labels=labels)
     lora = spec.train.lora
     options = task.lora_options(model) if lora is not None else None

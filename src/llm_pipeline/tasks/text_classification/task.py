@@ -59,9 +59,15 @@ class TextClassification(Task):
 
     def training_labels(self, spec: Any) -> Any:
         """The label set preprocess wrote beside the dataset (`data.labels`)."""
-        from llm_pipeline.train import training_data
+        from llm_pipeline.tasks.text_classification import training
 
-        return training_data.label_set(spec)
+        return training.label_set(spec)
+
+    def model_labels(self, spec: Any, label_set: Any) -> Mapping[str, Any] | None:
+        """The head's labels and whether it reads text pairs, for `build_model`."""
+        from llm_pipeline.tasks.text_classification import training
+
+        return training.head_config(spec, label_set)
 
     def build_model(
         self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
