@@ -10,8 +10,10 @@ A finding is a string constant that is exactly a task's or a kind's name, in cod
 docstring, not the text of an f-string): compared (`==`, `!=`, `in`, `is`, ...), a `match`
 case, a dict key or set element (a lookup table by name), a subscript (`MODEL_KINDS["seq2seq"]`)
 or an argument (`get_task("summarization")`); a `task.name` / `kind.name` compared with
-text; a task class in `isinstance`/`issubclass` or a comparison; and a `ModelKind` instance
-reached by its constant's name (`SEQ2SEQ`, `kinds.CLASSIFIER`), imported or used.
+text; a task class in `isinstance`/`issubclass` or a comparison; and a `ModelKind` constant
+(`SEQ2SEQ`, `kinds.CLASSIFIER`) compared, matched or keyed on. Shared machinery of one kind
+may still name the kind it builds (`models/decoder_only.py` makes `CAUSAL_LM` models): that
+picks nothing.
 """
 
 import ast
@@ -117,7 +119,6 @@ class _Detector(ast.NodeVisitor):
             for alias in node.names:
                 if alias.name in self.words.constants:
                     self.kind_aliases.add(alias.asname or alias.name)
-                    self.add(node, f"imports the model kind {alias.name} by name")
                 elif alias.name == "kinds":
                     self.kind_modules.add(alias.asname or alias.name)
         self.generic_visit(node)
@@ -136,16 +137,6 @@ class _Detector(ast.NodeVisitor):
             return owner in self.kind_modules or owner.endswith(("tasks", "kinds"))
         return False
 
-    def visit_Name(self, node: ast.Name) -> None:
-        if id(node) not in self.reported and self._is_kind_constant(node):
-            self.add(node, "reads a model kind by its constant's name")
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        if id(node) not in self.reported and self._is_kind_constant(node):
-            self.add(node, "reads a model kind by its constant's name")
-            return
-        self.generic_visit(node)
-
     # --- comparisons and match --------------------------------------------------------
 
     def _picks_by_name(self, operands: list[ast.expr]) -> bool:
@@ -154,7 +145,14 @@ class _Detector(ast.NodeVisitor):
             return True
         if any(_tail(o) in self.words.classes for o in operands):
             return True
-        if any(self._is_kind_constant(o) for o in operands):
+        members = [
+            member
+            for operand in operands
+            for member in (
+                operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand]
+            )
+        ]
+        if any(self._is_kind_constant(member) for member in members):
             return True
         # `kind.name == "seq2seq_lm"`: a name read compared with text, even a misspelt one.
         return bool(names) and any(_is_name_read(o) for o in operands)
@@ -177,7 +175,9 @@ class _Detector(ast.NodeVisitor):
 
     def visit_Dict(self, node: ast.Dict) -> None:
         keys = [key for key in node.keys if key is not None]
-        if any(text in self.words.names for key in keys for text in _texts(key)):
+        if any(text in self.words.names for key in keys for text in _texts(key)) or any(
+            self._is_kind_constant(key) for key in keys
+        ):
             self.add(node, "a table keyed by task or model-kind names")
             return
         self.generic_visit(node)

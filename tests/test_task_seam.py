@@ -108,10 +108,10 @@ def test_the_vocabulary_is_the_registry(words: Vocabulary) -> None:
         ('x = get_task("text_classification")\n', "names a task"),
         ('x = MODEL_KINDS["causal_lm"]\n', "names a task"),
         ('def f(kind="seq2seq"):\n    pass\n', "names a task"),
-        ("from llm_pipeline.tasks.kinds import CLASSIFIER\n", "imports the model kind"),
-        ("from ..tasks import SEQ2SEQ as S\n", "imports the model kind"),
-        ("from llm_pipeline.tasks import kinds\nx = kinds.CAUSAL_LM\n", "reads a model kind"),
-        ("import llm_pipeline.tasks.kinds\nx = llm_pipeline.tasks.kinds.SEQ2SEQ\n", "reads"),
+        ("from llm_pipeline.tasks.kinds import CLASSIFIER\nx = k is CLASSIFIER\n", "compares"),
+        ("from ..tasks import SEQ2SEQ as S\nx = k == S\n", "compares"),
+        ("from llm_pipeline.tasks import kinds\nx = k in (kinds.CAUSAL_LM,)\n", "compares"),
+        ("import llm_pipeline.tasks.kinds as K\nx = {K.SEQ2SEQ: 1}\n", "a table"),
     ],
 )
 def test_the_detector_finds_a_name_picked(words: Vocabulary, source: str, what: str) -> None:
@@ -120,17 +120,25 @@ def test_the_detector_finds_a_name_picked(words: Vocabulary, source: str, what: 
     assert any(f.what.startswith(what) for f in found), [f.what for f in found]
 
 
-def test_the_detector_finds_a_kind_constant_wherever_it_is_used(words: Vocabulary) -> None:
+def test_the_detector_finds_a_kind_constant_compared_not_one_built_with(
+    words: Vocabulary,
+) -> None:
     source = (
-        "from llm_pipeline.tasks.kinds import CLASSIFIER\n"
+        "from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER\n"
         "\n"
         "def head(kind):\n"
         "    return kind is CLASSIFIER\n"
+        "\n"
+        "def shape(config):\n"
+        "    return model_shape(config, kind=CAUSAL_LM)\n"
+        "\n"
+        "def table(kind):\n"
+        "    return {kinds.SEQ2SEQ: 1}[kind]\n"
     )
     found = findings(source, words)
     assert [(f.line, f.code) for f in found] == [
-        (1, "from llm_pipeline.tasks.kinds import CLASSIFIER"),
         (4, "kind is CLASSIFIER"),
+        (10, "{kinds.SEQ2SEQ: 1}"),
     ]
 
 
