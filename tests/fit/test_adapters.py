@@ -67,7 +67,7 @@ def test_a_classifiers_head_trains_whole_beside_the_adapters(layout):
     from peft import TaskType
     from transformers import AutoModelForSequenceClassification
 
-    from llm_pipeline.tasks.text_classification.model import head_modules
+    from llm_pipeline.models.builders import head_modules
 
     from .tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
 

@@ -58,7 +58,7 @@ def _kept_by_autograd(settings: dict, dtype: torch.dtype, lora: bool) -> int:
     if lora:
         from peft import LoraConfig, TaskType, get_peft_model
 
-        from llm_pipeline.tasks.text_classification.model import head_modules
+        from llm_pipeline.models.builders import head_modules
 
         adapters = LoraConfig(
             r=8,

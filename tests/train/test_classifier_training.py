@@ -388,7 +388,7 @@ def test_the_worker_reads_whether_rows_are_text_pairs_from_the_kept_columns(
     DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "data"))
     (tmp_path / training_data._NOTE).write_text(str(tmp_path / "data"))
     spec = SimpleNamespace(work_dir=str(tmp_path), task="text_classification")
-    assert training.reads_text_pairs(spec) is pairs
+    assert training.reads_text_pairs(spec, get_task("text_classification")) is pairs
 
 
 def test_a_tiny_bert_learns_the_topics_through_the_finetune_step(

@@ -191,7 +191,7 @@ def _classifier_shape(
     (forward only in evaluation and serving: no generation settings)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    from llm_pipeline.tasks.text_classification.model import head_modules
+    from llm_pipeline.models.builders import head_modules
 
     if getattr(config, "is_encoder_decoder", False):
         raise ShapeUnavailable(

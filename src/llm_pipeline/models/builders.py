@@ -146,3 +146,15 @@ def _load_failure(
         )
         hint = "; save it as safetensors with `model.save_pretrained(folder)` where you trust it"
     return f"{key} {source!r}: could not load a {kind.description} from {where}: {reason}{hint}"
+
+
+def head_modules(model: PreTrainedModel) -> list[str]:
+    """The names of a classifier's modules outside its base network: its head (BERT's
+    `classifier`, DistilBERT's `pre_classifier` and `classifier`, Llama's `score`), what
+    starts fresh for new labels and what LoRA trains whole."""
+    base = getattr(model, model.base_model_prefix, None)
+    return [
+        name
+        for name, child in model.named_children()
+        if child is not base and any(True for _ in child.parameters())
+    ]

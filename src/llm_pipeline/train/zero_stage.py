@@ -24,10 +24,9 @@ from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP, Where, auto_dtype
 from llm_pipeline.fit.shapes import ModelShape, ShapeUnavailable, model_shape
 from llm_pipeline.fit.stage import StageChoice, choose_stage, unknown_shape_choice
 from llm_pipeline.fit.states import DEEPSPEED_MAX_LIVE_DEFAULT, ZeroPlan
-from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
+from llm_pipeline.output_files import LABEL_SET_KEY, PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import local_copy
 from llm_pipeline.tasks import get_task
-from llm_pipeline.tasks.text_classification.labels import LABEL_SET_KEY
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 
 

@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 
 from llm_pipeline.errors import DataError
-from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
+from llm_pipeline.output_files import LABEL_SET_KEY, PREPROCESS_REPORT_FILE
 
 #: preprocess.json's key for the label set.
-LABEL_SET_KEY = "label_set"
 #: Where a trained model's config.json keeps the multi-label threshold (transformers keeps
 #: unknown config attributes through save and load).
 THRESHOLD_ATTRIBUTE = "classification_threshold"

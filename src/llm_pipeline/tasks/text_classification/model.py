@@ -31,7 +31,12 @@ import torch
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError, ModelLoadError, UserError
-from llm_pipeline.models.builders import checkpoint_config, from_architecture, pretrained
+from llm_pipeline.models.builders import (
+    checkpoint_config,
+    from_architecture,
+    head_modules,
+    pretrained,
+)
 from llm_pipeline.models.generation import (
     load_checked_folder,
     longest_first,
@@ -49,7 +54,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "MULTI_LABEL",
     "build_classifier",
-    "head_modules",
     "is_multi_label",
     "label_probabilities",
     "load_classifier",
@@ -92,18 +96,6 @@ def build_classifier(
             f"tokenizer has {len(tokenizer)} tokens; use the model's own tokenizer"
         )
     return built
-
-
-def head_modules(model: PreTrainedModel) -> list[str]:
-    """The names of a classifier's modules outside its base network: its head (BERT's
-    `classifier`, DistilBERT's `pre_classifier` and `classifier`, Llama's `score`), what
-    starts fresh for new labels and what LoRA trains whole."""
-    base = getattr(model, model.base_model_prefix, None)
-    return [
-        name
-        for name, child in model.named_children()
-        if child is not base and any(True for _ in child.parameters())
-    ]
 
 
 def _classifier_from_architecture(

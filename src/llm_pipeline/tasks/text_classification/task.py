@@ -67,7 +67,7 @@ class TextClassification(Task):
         """The head's labels and whether it reads text pairs, for `build_model`."""
         from llm_pipeline.tasks.text_classification import training
 
-        return training.head_config(spec, label_set)
+        return training.head_config(spec, label_set, self)
 
     def build_model(
         self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
@@ -116,7 +116,7 @@ class TextClassification(Task):
         it: it trains whole beside the adapters, and merging puts it in the saved model."""
         from peft import TaskType
 
-        from llm_pipeline.tasks.text_classification.model import head_modules
+        from llm_pipeline.models.builders import head_modules
 
         return {"task_type": TaskType.SEQ_CLS, "modules_to_save": head_modules(model)}
 

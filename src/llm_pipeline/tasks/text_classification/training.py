@@ -9,12 +9,12 @@ from typing import Any
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import TrainError, UserError
 from llm_pipeline.output_files import Step
+from llm_pipeline.tasks.base import Task
 from llm_pipeline.tasks.text_classification.labels import (
     TEXT_PAIR_ATTRIBUTE,
     LabelSet,
     read_label_set,
 )
-from llm_pipeline.tasks.text_classification.task import TextClassification
 from llm_pipeline.train import training_data
 from llm_pipeline.train.spec import WorkerSpec
 
@@ -28,10 +28,9 @@ def label_set(spec: WorkerSpec) -> LabelSet:
         raise TrainError(f"dataset {spec.dataset_dir!r}: {err}") from err
 
 
-def reads_text_pairs(spec: WorkerSpec) -> bool:
+def reads_text_pairs(spec: WorkerSpec, task: Task) -> bool:
     """Whether a classifier's rows are pairs of texts: preprocess keeps the text columns of
     the task's role set beside the ids (call after `load_splits`, which copies them)."""
-    task = TextClassification()
     data = load_saved_dataset(
         training_data.copied_dataset(spec), made_by=Step.PREPROCESS, error=TrainError
     )
@@ -40,6 +39,6 @@ def reads_text_pairs(spec: WorkerSpec) -> bool:
     return len([role for role in roles if role != task.target_role]) > 1
 
 
-def head_config(spec: WorkerSpec, label_set: LabelSet) -> Mapping[str, Any]:
+def head_config(spec: WorkerSpec, label_set: LabelSet, task: Task) -> Mapping[str, Any]:
     """The config fields of the head: its labels, and whether it reads text pairs."""
-    return label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: reads_text_pairs(spec)}
+    return label_set.model_config_fields() | {TEXT_PAIR_ATTRIBUTE: reads_text_pairs(spec, task)}
