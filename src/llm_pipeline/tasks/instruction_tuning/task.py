@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
 from llm_pipeline.tasks.base import Instance, InstanceError, ServingPage, Task
-from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 from llm_pipeline.tasks.chat import (
     ChatFormat,
     TemplateError,
@@ -25,6 +24,7 @@ from llm_pipeline.tasks.chat import (
     chat_problem,
     turn_name,
 )
+from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
 class InstructionTuning(Task):
@@ -82,6 +82,13 @@ class InstructionTuning(Task):
         "max_new_tokens": 128,
         "score_base_model": True,
     }
+
+    def scorer(self) -> Any:
+        """ROUGE-L, exact match and perplexity on the responses (`scoring`)."""
+        from llm_pipeline.tasks.instruction_tuning.scoring import InstructionScorer
+
+        return InstructionScorer(self)
+
     report_title: ClassVar[str] = "Instruction tuning evaluation"
     source_label: ClassVar[str] = "prompt"
     prediction_label: ClassVar[str] = "response"
