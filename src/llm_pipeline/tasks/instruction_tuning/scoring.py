@@ -30,6 +30,8 @@ from llm_pipeline.tasks.instruction_tuning.perplexity import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from llm_pipeline.config.model import ModelConfig
+
 __all__ = ["InstructionScorer", "completion_settings"]
 
 
@@ -59,6 +61,13 @@ class InstructionScorer(TextScorer):
         self, model_dir: str | os.PathLike[str]
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         return load_causal_lm(model_dir)
+
+    def base_model(
+        self, model: ModelConfig, tokenizer: Any, examples: EvaluationExamples
+    ) -> PreTrainedModel:
+        from llm_pipeline.models.decoder_only import build_causal_lm
+
+        return build_causal_lm(model, tokenizer)
 
     def run(
         self, model: Any, tokenizer: Any, examples: EvaluationExamples, config: EvaluateConfig
