@@ -26,7 +26,9 @@ class ModelKind:
 
 
 #: Reads the source with an encoder and writes the target with a decoder (T5, BART).
-SEQ2SEQ = ModelKind(name="seq2seq", description="seq2seq model", auto_class="AutoModelForSeq2SeqLM")
+SEQ2SEQ = ModelKind(
+    name="seq2seq", description="seq2seq model", auto_class="AutoModelForSeq2SeqLM"
+)
 #: One decoder that continues its prompt (OPT, Llama, Qwen, Gemma).
 CAUSAL_LM = ModelKind(name="causal_lm", description="causal LM", auto_class="AutoModelForCausalLM")
 #: An encoder (or a decoder) with a head that scores a fixed set of labels (BERT, RoBERTa).
