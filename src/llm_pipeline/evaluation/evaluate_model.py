@@ -34,7 +34,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.errors import EvaluationError, UserError
-from llm_pipeline.evaluation.generate import init_distributed
+from llm_pipeline.evaluation.generate import default_device, inference_dtype, init_distributed
 from llm_pipeline.evaluation.scoring import (
     BASE_MODEL,
     Scorer,
@@ -42,7 +42,6 @@ from llm_pipeline.evaluation.scoring import (
     score_and_write,
     with_task_defaults,
 )
-from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.output_files import (
     EVALUATION_REPORT_FILE,
     METRICS_FILE,

@@ -39,6 +39,7 @@ from llm_pipeline.models.generation import (
     build_generation_config,
     default_device,
     generate_summaries,
+    inference_dtype,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GENERATION_FIELDS",
+    "CompletionSettings",
     "Generated",
     "build_generation_config",
     "complete_sharded",
@@ -55,6 +57,7 @@ __all__ = [
     "default_device",
     "generate_sharded",
     "generate_summaries",
+    "inference_dtype",
     "init_distributed",
     "load_causal_lm",
     "load_seq2seq",

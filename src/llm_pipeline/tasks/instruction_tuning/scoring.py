@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.generate import (
+    CompletionSettings,
     complete_sharded,
     completion_config,
     load_causal_lm,
@@ -19,7 +20,6 @@ from llm_pipeline.evaluation.generate import (
     sharded,
 )
 from llm_pipeline.evaluation.scoring import ExtraScore, ModelOutputs, TextScorer
-from llm_pipeline.models.completion import CompletionSettings
 from llm_pipeline.tasks.instruction_tuning.exact_match import exact_match
 from llm_pipeline.tasks.instruction_tuning.perplexity import (
     ResponseLoss,
