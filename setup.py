@@ -35,7 +35,8 @@ CORE = [
     "sentencepiece>=0.2",
     "tokenizers>=0.20",
     "rouge-score>=0.1.2",
-    # A classifier's accuracy, F1s and confusion matrix (evaluation.classification).
+    # A classifier's accuracy, F1s and confusion matrix
+    # (tasks/text_classification/classification.py).
     "scikit-learn>=1.5",
     "tensorboard>=2.16",
     "numpy>=1.26",

@@ -4,8 +4,8 @@ Trains the demo's model, MiniLM warm-started as a causal decoder (`model.warm_st
 and the very same architecture with random weights (`model.architecture`, seeded alike), on
 the same instruction rows built offline from standard-library docstrings ("Summarize this
 docstring" answered by its summary line), and prints the perplexity of held-out reference
-responses (`evaluation.perplexity`, response tokens only) before and after, with the ratio of
-random to warm-started: above 1, the pretrained weights help.
+responses (`tasks.instruction_tuning.perplexity`, response tokens only) before and after,
+with the ratio of random to warm-started: above 1, the pretrained weights help.
 
 Plain PyTorch on the CPU, one process, AdamW with the same settings for both; the tokenizer
 is MiniLM's, responses end with [SEP], prompts are masked from the loss (label -100), as the
@@ -27,9 +27,9 @@ from transformers import set_seed
 
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.data.docstrings import build_docstring_splits
-from llm_pipeline.evaluation.perplexity import perplexity, response_losses
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
+from llm_pipeline.tasks.instruction_tuning.perplexity import perplexity, response_losses
 from llm_pipeline.tasks.kinds import CAUSAL_LM
 from llm_pipeline.train.collators import CausalLMCollator
 from llm_pipeline.train.trainer import token_mean_loss

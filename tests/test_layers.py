@@ -163,7 +163,11 @@ def test_each_task_package_is_a_layer_between_the_steps_and_what_it_calls():
     ("importer", "imported", "upward"),
     [
         ("llm_pipeline.tasks.summarization.task", "llm_pipeline.evaluation.rouge", False),
-        ("llm_pipeline.tasks.text_classification.scoring", "llm_pipeline.data.labels", False),
+        (
+            "llm_pipeline.tasks.text_classification.scoring",
+            "llm_pipeline.tasks.text_classification.labels",
+            False,
+        ),
         ("llm_pipeline.tasks.summarization.task", "llm_pipeline.tasks.base", False),
         ("llm_pipeline.steps.evaluate", "llm_pipeline.tasks.summarization", False),
         ("llm_pipeline.evaluation.scoring", "llm_pipeline.tasks.summarization.task", True),

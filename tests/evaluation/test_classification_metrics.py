@@ -17,7 +17,7 @@ from sklearn.metrics import (
 )
 
 from llm_pipeline.evaluation.bootstrap import bootstrap_interval, resample_counts
-from llm_pipeline.evaluation.classification import (
+from llm_pipeline.tasks.text_classification.classification import (
     HEADLINE_METRICS,
     _RowCounts,
     majority_label,

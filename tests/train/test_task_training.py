@@ -15,12 +15,12 @@ from transformers import (
 )
 
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
-from llm_pipeline.data.labels import LabelSet
 from llm_pipeline.errors import ModelError, TrainError
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
+from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.train.lora import apply_lora
 from llm_pipeline.train.trainer import (
     FinetuneTrainer,

@@ -1,10 +1,10 @@
 """The evaluate step: the model's outputs on the evaluation split, scored beside baselines.
 
-`evaluate_model` reads as the step's table of contents: pick the split, load the model,
-generate (summaries, or completions of prompts), score the model and its baselines through
-the same path (the task's metrics: ROUGE, exact match, perplexity), write the outputs. A
-classifier generates nothing: its label probabilities are scored (accuracy, F1s, confusion
-matrix; `evaluation.classifier_scoring`) beside the majority class and the base model.
+`evaluate_model` reads as the step's table of contents, one path for every task: read the
+evaluation rows, load the model, run it (summaries, completions of prompts, a classifier's
+label probabilities), run the model before fine-tuning alike, then score them all and write
+the outputs (`evaluation.scoring`). What differs by task is its scorer (`Task.scorer()`,
+in the task's package), which each of those steps calls.
 It also runs under torchrun (`python -m llm_pipeline.evaluation.evaluate_model`, see `main`):
 generation is sharded across the processes and rank 0 scores and writes; such a process dies
 with the launcher that started it (`launch.lifetime`), armed before the imports below.
@@ -34,23 +34,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.errors import EvaluationError, UserError
-from llm_pipeline.evaluation.classifier_examples import (
-    ClassifierExamples,
-    load_classifier_examples,
-)
-from llm_pipeline.evaluation.classifier_scoring import score_classifier_and_write
-from llm_pipeline.evaluation.examples import load_examples
-from llm_pipeline.evaluation.generate import init_distributed
-from llm_pipeline.evaluation.rouge import RougeResult
-from llm_pipeline.evaluation.runs import (
-    classify,
-    load_for_evaluation,
-    run_model,
+from llm_pipeline.evaluation.generate import default_device, inference_dtype, init_distributed
+from llm_pipeline.evaluation.scoring import (
+    BASE_MODEL,
+    Scorer,
+    distinct_share,
+    score_and_write,
     with_task_defaults,
 )
-from llm_pipeline.evaluation.scoring import BASE_MODEL, distinct_share, score_and_write
-from llm_pipeline.models.generation import default_device, inference_dtype
-from llm_pipeline.models.loading import load_model
 from llm_pipeline.output_files import (
     EVALUATION_REPORT_FILE,
     METRICS_FILE,
@@ -59,9 +50,7 @@ from llm_pipeline.output_files import (
 )
 from llm_pipeline.progress import status
 from llm_pipeline.storage import to_uri
-from llm_pipeline.tasks import DEFAULT_TASK, TASKS, ModelKind, Task, get_task
-from llm_pipeline.tasks.text_classification.labels import LabelSet
-from llm_pipeline.tasks.text_classification.model import build_classifier
+from llm_pipeline.tasks import DEFAULT_TASK, TASKS, Task, get_task
 
 __all__ = [
     "BASE_MODEL",
@@ -78,25 +67,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EvaluationResult:
-    """What one evaluation produced: flat metrics, full ROUGE results, and where it wrote.
+    """What one evaluation produced: the split, the flat metrics, and where it wrote.
 
-    `metrics` holds the task's ROUGE scores (summarization: rouge1/rouge2/rougeL/rougeLsum;
-    instruction tuning: rougeL), each with `_low`/`_high` (the 95% bootstrap interval;
-    absent when bootstrap_samples is 0), the task's `exact_match` and `perplexity` where it
-    has them, `distinct_predictions`, `gen_len` (mean generated tokens), `samples`, `seconds`
-    (load, generate, score), `generation_seconds`, and the baselines' scores prefixed
-    `lead{k}_` (summarization) and `base_` (the model before fine-tuning).
-
-    A classifier's `metrics` hold `accuracy`, `macro_f1` and `weighted_f1` (0..1, as
-    scikit-learn computes them) with their intervals, `samples`, `seconds`,
-    `scoring_seconds`, and the baselines' prefixed `majority_` and `base_`; it has no ROUGE
-    (`rouge` and `baseline` are None).
+    `metrics` holds the task's metrics (`Task.metric_names`; ROUGE F1 ×100, `exact_match`
+    a percentage, `perplexity`, a classifier's `accuracy` and F1s as fractions 0..1), each
+    with `_low`/`_high` where it has an interval (the 95% bootstrap; absent when
+    bootstrap_samples is 0), `samples`, `seconds` (load, run, score), the time the model
+    ran (`generation_seconds`, a classifier's `scoring_seconds`), what the task adds
+    (`gen_len`: mean generated tokens; `distinct_predictions`), and the baselines' scores
+    prefixed `lead{k}_` (summarization), `majority_` (classification) and `base_` (the
+    model before fine-tuning).
     """
 
     split: str
     metrics: dict[str, float]
-    rouge: RougeResult | None
-    baseline: RougeResult | None
     output_dir: Path
 
     @property
@@ -117,123 +101,52 @@ def evaluate_model(
     split: str | None = None,
     task: str = DEFAULT_TASK,
 ) -> EvaluationResult:
-    """Generate the model's outputs for the evaluation split and score them; write them.
+    """Run the model on the evaluation split and score its outputs; write them.
 
     `task` (a `tasks.TASKS` name) says what the model does and how it is scored; settings
     `config` leaves unset take the task's defaults. `split` defaults to `test` when the
     dataset has one, else `validation`. `output_dir` receives predictions.jsonl,
-    metrics.json and report.html, all or nothing. Under torchrun every rank must call this;
-    every rank gets the result. Raises EvaluationError for a model folder or dataset that
-    cannot be evaluated.
+    metrics.json and report.html (and the task's other files), all or nothing. Under
+    torchrun every rank must call this; every rank gets the result. Raises EvaluationError
+    for a model folder or dataset that cannot be evaluated.
     """
     started = time.perf_counter()
     rank, _ = init_distributed()
     chosen = _task(task)
     config = with_task_defaults(config, chosen)
+    scorer: Scorer = chosen.scorer()
     folder = Path(to_uri(str(output_dir)))
-    if chosen.model_kind == "classifier":
-        return _evaluate_classifier(
-            model_dir, dataset_dir, config, folder, split, chosen, started=started, rank=rank
-        )
-    examples = load_examples(dataset_dir, split, config.max_samples, chosen)
-    model, tokenizer = load_for_evaluation(model_dir, chosen)
-    generation_started = time.perf_counter()
-    outputs = run_model(model, tokenizer, examples, config, chosen)
-    generation_seconds = time.perf_counter() - generation_started
+    examples = scorer.load_examples(dataset_dir, split, config.max_samples)
+    model, tokenizer = scorer.load_model(model_dir)
+    examples = scorer.check_model(model, examples, model_dir, dataset_dir)
+    run_started = time.perf_counter()
+    outputs = scorer.run(model, tokenizer, examples, config)
+    run_seconds = time.perf_counter() - run_started
     del model  # no longer needed: free its memory (GPU memory too) before scoring
     base = None
     if config.score_base_model:
-        status("generating with the model as it was before fine-tuning (baseline)")
-        base_model = load_base_model(model_dir, tokenizer, kind=chosen.model_kind)
-        base = run_model(base_model, tokenizer, examples, config, chosen)
+        status("running the model as it was before fine-tuning (baseline)")
+        base_model = load_base_model(model_dir, tokenizer, scorer=scorer, examples=examples)
+        base = scorer.run(base_model, tokenizer, examples, config)
         del base_model
     if rank != 0:
         return _result_from_rank0()
-    assert outputs is not None  # rank 0 always holds the gathered outputs
 
     def score() -> EvaluationResult:
-        assert outputs is not None
-        metrics, rouge, lead = score_and_write(
-            task=chosen,
+        assert outputs is not None  # rank 0 always holds the gathered outputs
+        metrics = score_and_write(
+            scorer=scorer,
             examples=examples,
             outputs=outputs,
             config=config,
             output_dir=folder,
             started=started,
-            generation_seconds=generation_seconds,
+            run_seconds=run_seconds,
             base=base,
         )
-        return EvaluationResult(examples.split, metrics, rouge, lead, folder)
+        return EvaluationResult(examples.split, metrics, folder)
 
     return _scored_on_rank0(score, chosen)
-
-
-def _evaluate_classifier(
-    model_dir: str | os.PathLike[str],
-    dataset_dir: str | os.PathLike[str],
-    config: EvaluateConfig,
-    folder: Path,
-    split: str | None,
-    task: Task,
-    *,
-    started: float,
-    rank: int,
-) -> EvaluationResult:
-    """`evaluate_model` for a classifier: label probabilities from one forward pass per
-    batch, scored beside the majority class and the model before fine-tuning."""
-    examples = load_classifier_examples(dataset_dir, split, config.max_samples)
-    model, tokenizer = load_for_evaluation(model_dir, task)
-    labels = _model_labels(model, examples, model_dir, dataset_dir)
-    scoring_started = time.perf_counter()
-    probabilities = classify(model, tokenizer, examples, config)
-    scoring_seconds = time.perf_counter() - scoring_started
-    del model
-    base = None
-    if config.score_base_model:
-        status("scoring labels with the model as it was before fine-tuning (baseline)")
-        base_model = load_base_model(model_dir, tokenizer, kind=task.model_kind, labels=labels)
-        base = classify(base_model, tokenizer, examples, config)
-        del base_model
-    if rank != 0:
-        return _result_from_rank0()
-
-    def score() -> EvaluationResult:
-        assert probabilities is not None  # rank 0 always holds the gathered outputs
-        metrics = score_classifier_and_write(
-            task=task,
-            examples=examples,
-            labels=labels,
-            probabilities=probabilities,
-            config=config,
-            output_dir=folder,
-            started=started,
-            scoring_seconds=scoring_seconds,
-            base=base,
-        )
-        return EvaluationResult(examples.split, metrics, None, None, folder)
-
-    return _scored_on_rank0(score, task)
-
-
-def _model_labels(
-    model: Any,
-    examples: ClassifierExamples,
-    model_dir: str | os.PathLike[str],
-    dataset_dir: str | os.PathLike[str],
-) -> LabelSet:
-    """The model's label set, once it is known to be the dataset's (the same names in the
-    same id order, single- or multi-label alike)."""
-    labels = LabelSet.from_model_config(model.config)
-    theirs = examples.labels
-    if labels.names != theirs.names or labels.multi_label != theirs.multi_label:
-        kind = {False: "single-label", True: "multi-label"}
-        raise EvaluationError(
-            f"model folder {model_dir} scores the {kind[labels.multi_label]} labels "
-            f"{list(labels.names)}, but dataset {dataset_dir} has the {kind[theirs.multi_label]} "
-            f"labels {list(theirs.names)} (in id order): evaluate a model trained on this "
-            "dataset's preprocess output"
-        )
-    return labels
 
 
 def _scored_on_rank0(score: Callable[[], EvaluationResult], task: Task) -> EvaluationResult:
@@ -259,18 +172,11 @@ def _task(name: str) -> Task:
 
 
 def load_base_model(
-    model_dir: str | os.PathLike[str],
-    tokenizer: Any,
-    *,
-    kind: ModelKind = "seq2seq",
-    labels: LabelSet | None = None,
+    model_dir: str | os.PathLike[str], tokenizer: Any, *, scorer: Scorer, examples: Any
 ) -> Any:
-    """The model the fine-tuned one started from, rebuilt from the `model` settings recorded
-    in its folder with the training seed (so a random initialisation is the same one).
-
-    A classifier (`labels` given) is its source with a new head for `labels`, initialised
-    from that seed: what scores before fine-tuning is the encoder and a random head.
-    """
+    """The model the fine-tuned one started from, rebuilt by the task's scorer from the
+    `model` settings recorded in its folder with the training seed (so a random
+    initialisation is the same one: a classifier's new head, for one)."""
     from transformers import set_seed
 
     recorded = Path(model_dir) / RESOLVED_CONFIG_FILE
@@ -285,12 +191,7 @@ def load_base_model(
         ) from exc
     set_seed(seed)
     try:
-        if kind == "classifier":
-            if labels is None:
-                raise ValueError("a classifier's base model needs its label set")
-            model = build_classifier(model_config, tokenizer, labels.model_config_fields())
-        else:
-            model = load_model(model_config, tokenizer, kind=kind)
+        model = scorer.base_model(model_config, tokenizer, examples)
     except UserError as exc:
         raise EvaluationError(f"evaluate.score_base_model: {exc}") from exc
     device = default_device()

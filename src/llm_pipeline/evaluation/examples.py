@@ -1,4 +1,5 @@
-"""The evaluation split of the preprocess step's output, checked for what scoring needs.
+"""The evaluation split of the preprocess step's output, checked for what scoring needs:
+`read_split` for every task, and the rows of a task whose model writes text.
 
 Every problem found here is the user's to fix (a missing split or column, no rows, no
 references), so each raises EvaluationError naming the dataset, the split and the fix.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +17,19 @@ from llm_pipeline.errors import EvaluationError
 from llm_pipeline.output_files import Step
 from llm_pipeline.tasks import DEFAULT_TASK, Task, get_task
 
-__all__ = ["EvaluationExamples", "evaluation_split", "load_examples"]
+__all__ = [
+    "PREPROCESS_FIRST",
+    "EvaluationExamples",
+    "evaluation_split",
+    "load_examples",
+    "load_serving_examples",
+    "read_split",
+]
 
 logger = logging.getLogger(__name__)
+
+#: The hint for a column only the preprocess step writes.
+PREPROCESS_FIRST = "run the preprocess step first"
 
 
 @dataclass(frozen=True)
@@ -54,19 +66,20 @@ def load_serving_examples(dataset_dir: str | os.PathLike[str], count: int, task:
     return [task.serving_example(str(value)) for value in rows]
 
 
-def load_examples(
+def read_split(
     dataset_dir: str | os.PathLike[str],
     split: str | None,
     max_samples: int | None,
-    task: Task | None = None,
-) -> EvaluationExamples:
-    """The evaluation rows of the preprocess step's output, checked for what scoring needs:
-    the task's source and reference columns (`Task.source_column`, `reference_column`)."""
+    needed: Mapping[str, str],
+    *,
+    references: str | None = None,
+) -> tuple[str, Any, Any]:
+    """The evaluation split of the preprocess step's output: its name, its first
+    `max_samples` rows, and the whole saved dataset (its other splits). `needed` maps each
+    column the task scores with to the hint its absence gets ("" for none); every problem
+    raises EvaluationError naming the dataset and the split (`references`, the column the
+    references are in, is said missing as such)."""
     from llm_pipeline.data.saved import load_saved_dataset
-
-    task = task or get_task(DEFAULT_TASK)
-    source, reference = task.source_column, task.reference_column
-    wants_labels = "perplexity" in task.metric_names
 
     loaded = load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError)
     name = evaluation_split(list(loaded), split)
@@ -75,12 +88,9 @@ def load_examples(
             f"{dataset_dir}: no split {name!r} to evaluate (it has {list(loaded)})"
         )
     table = loaded[name]
-    needed = {"input_ids": "run the preprocess step first", source: "", reference: ""}
-    if wants_labels:
-        needed["labels"] = "run the preprocess step first"
     for column, hint in needed.items():
         if column not in table.column_names:
-            what = "references missing: " if column == reference else ""
+            what = "references missing: " if column == references else ""
             raise EvaluationError(
                 f"{what}split {name!r} of {dataset_dir} has no {column!r} column (it has "
                 f"{table.column_names}){'; ' + hint if hint else ''}"
@@ -89,6 +99,26 @@ def load_examples(
         table = table.select(range(max_samples))
     if len(table) == 0:
         raise EvaluationError(f"split {name!r} of {dataset_dir} is empty: nothing to evaluate")
+    return name, table, loaded
+
+
+def load_examples(
+    dataset_dir: str | os.PathLike[str],
+    split: str | None,
+    max_samples: int | None,
+    task: Task | None = None,
+    *,
+    labels: bool = False,
+) -> EvaluationExamples:
+    """The evaluation rows of the preprocess step's output, checked for what scoring needs:
+    the task's source and reference columns (`Task.source_column`, `reference_column`) and,
+    with `labels`, the token labels a perplexity is taken on."""
+    task = task or get_task(DEFAULT_TASK)
+    source, reference = task.source_column, task.reference_column
+    needed = {"input_ids": PREPROCESS_FIRST, source: "", reference: ""}
+    if labels:
+        needed["labels"] = PREPROCESS_FIRST
+    name, table, _ = read_split(dataset_dir, split, max_samples, needed, references=reference)
     references = [str(text or "").strip() for text in table[reference]]
     blank = sum(not text for text in references)
     if blank == len(references):
@@ -102,5 +132,5 @@ def load_examples(
         documents=[str(text or "") for text in table[source]],
         references=references,
         input_ids=[list(ids) for ids in table["input_ids"]],
-        labels=[list(ids) for ids in table["labels"]] if wants_labels else None,
+        labels=[list(ids) for ids in table["labels"]] if labels else None,
     )

@@ -7,9 +7,10 @@ so a gate that cannot score the served model itself (a Vertex endpoint's) can st
 whether its recorded score is comparable.
 
 What goes in: the task, the split, each row's scored input (token ids, and a causal LM's
-prompt text) and reference, and the `evaluate` settings that change what a model outputs
-or how it is scored. What stays out: how the work is split (`batch_size`, `processes`) and
-what only baselines or intervals use (`lead_k`, `score_base_model`, `bootstrap_samples`).
+prompt text: the task's scorer says which, `fingerprint_rows`) and reference, and the
+`evaluate` settings that change what a model outputs or how it is scored. What stays out:
+how the work is split (`batch_size`, `processes`) and what only baselines or intervals use
+(`lead_k`, `score_base_model`, `bootstrap_samples`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import os
 from typing import Any
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.classifier_examples import load_classifier_examples
-from llm_pipeline.evaluation.examples import load_examples
-from llm_pipeline.evaluation.runs import with_task_defaults
+from llm_pipeline.evaluation.scoring import with_task_defaults
 from llm_pipeline.tasks import Task
 
 __all__ = ["FINGERPRINT_LENGTH", "evaluation_fingerprint", "settings_that_score"]
@@ -48,27 +47,9 @@ def evaluation_fingerprint(
 ) -> str:
     """The fingerprint of evaluating on `dataset_dir` (the preprocess step's output) with
     `config`: the rows `evaluate_model` scores, read the same way (no model is loaded)."""
-    rows: dict[str, Any]
-    if task.model_kind == "classifier":
-        examples = load_classifier_examples(dataset_dir, None, config.max_samples)
-        rows = {
-            "split": examples.split,
-            "input_ids": examples.input_ids,
-            "token_type_ids": examples.token_type_ids,
-            "references": examples.references.tolist(),
-            "labels": list(examples.labels.names),
-        }
-    else:
-        loaded = load_examples(dataset_dir, None, config.max_samples, task)
-        rows = {
-            "split": loaded.split,
-            # A seq2seq model reads the ids; a causal LM completes the prompt text and is
-            # scored token by token on the ids and labels.
-            "input_ids": loaded.input_ids,
-            "documents": loaded.documents if task.model_kind == "causal_lm" else None,
-            "labels": loaded.labels,
-            "references": loaded.references,
-        }
+    scorer = task.scorer()
+    examples = scorer.load_examples(dataset_dir, None, config.max_samples)
+    rows = scorer.fingerprint_rows(examples)
     payload = {"task": task.name, "settings": settings_that_score(config, task), "rows": rows}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_LENGTH]

@@ -1,9 +1,11 @@
-"""Summaries, completions and response losses for the evaluate step, sharded across ranks.
+"""The evaluate step's model runs, sharded across ranks: summaries, completions, and any
+task's own pass over the rows (`sharded`: a classifier's label scores, a causal LM's
+response losses).
 
 Loading and batched generation live in `llm_pipeline.models.generation` (seq2seq) and
 `llm_pipeline.models.completion` (causal LMs); the prediction server uses them too. The
-seq2seq names are re-exported here so evaluation code keeps one import. What is
-evaluation's own:
+seq2seq names are re-exported here, so evaluation reaches generation through this one
+module. What is evaluation's own:
 
 * Model folder problems are reported as EvaluationError, so the step prints them.
 * Under torchrun with several processes, rank r takes every world_size-th input of the
@@ -24,37 +26,43 @@ import torch
 import torch.distributed as dist
 
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.perplexity import ResponseLoss, response_losses
 from llm_pipeline.models import completion, generation
-from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
+from llm_pipeline.models.completion import (
+    CompletionSettings,
+    complete,
+    completion_config,
+    encode_prompts,
+)
 from llm_pipeline.models.generation import (
     GENERATION_FIELDS,
     Generated,
     build_generation_config,
     default_device,
     generate_summaries,
+    inference_dtype,
 )
-from llm_pipeline.tasks.text_classification import model as classifier
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
     from llm_pipeline.config.evaluate import EvaluateConfig
 
 __all__ = [
     "GENERATION_FIELDS",
+    "CompletionSettings",
     "Generated",
     "build_generation_config",
     "complete_sharded",
+    "completion_config",
     "default_device",
     "generate_sharded",
     "generate_summaries",
+    "inference_dtype",
     "init_distributed",
-    "label_probabilities_sharded",
     "load_causal_lm",
-    "load_classifier",
     "load_seq2seq",
-    "response_losses_sharded",
+    "log_generation",
+    "sharded",
 ]
 
 T = TypeVar("T")
@@ -108,16 +116,6 @@ def load_causal_lm(
     return completion.load_causal_lm(model_dir, device=device, error=EvaluationError)
 
 
-def load_classifier(
-    model_dir: str | os.PathLike[str], *, device: torch.device | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The classifier (eval mode, on `device`) and tokenizer saved in `model_dir`.
-
-    Raises EvaluationError for a folder that is not a consolidated classifier checkpoint.
-    """
-    return classifier.load_classifier(model_dir, device=device, error=EvaluationError)
-
-
 def generate_sharded(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -136,7 +134,7 @@ def generate_sharded(
         done = generate_summaries(model, tokenizer, [input_ids[i] for i in rows], config=config)
         return list(zip(done.texts, done.token_counts, strict=True))
 
-    rows = _sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
+    rows = sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
     return _as_generated(rows)
 
 
@@ -154,48 +152,40 @@ def complete_sharded(
         done = complete(model, tokenizer, [prompts[i] for i in rows], settings=settings)
         return list(zip(done.texts, done.token_counts, strict=True))
 
-    return _as_generated(_sharded(lengths, produce, settings.batch_size, "responses"))
+    return _as_generated(sharded(lengths, produce, settings.batch_size, "responses"))
 
 
-def response_losses_sharded(
-    model: PreTrainedModel,
-    input_ids: Sequence[Sequence[int]],
-    labels: Sequence[Sequence[int]],
+def log_generation(
+    rows: int,
+    split: str,
+    generation: GenerationConfig,
+    config: EvaluateConfig,
+    task: str,
     *,
-    batch_size: int,
-    pad_id: int,
-) -> list[ResponseLoss] | None:
-    """`perplexity.response_losses` split across the ranks; rank 0 gets every example's."""
-
-    def produce(rows: list[int]) -> list[ResponseLoss]:
-        picked = [input_ids[i] for i in rows], [labels[i] for i in rows]
-        return response_losses(model, *picked, batch_size=batch_size, pad_id=pad_id)
-
-    return _sharded([len(ids) for ids in input_ids], produce, batch_size, "response losses")
-
-
-def label_probabilities_sharded(
-    model: PreTrainedModel,
-    input_ids: Sequence[Sequence[int]],
-    *,
-    batch_size: int,
-    pad_id: int,
-    token_type_ids: Sequence[Sequence[int]] | None = None,
-) -> list[list[float]] | None:
-    """`classifier.label_probabilities` split across the ranks; rank 0 gets every
-    example's label probabilities, in input order."""
-
-    def produce(rows: list[int]) -> list[list[float]]:
-        types = [token_type_ids[i] for i in rows] if token_type_ids is not None else None
-        return classifier.label_probabilities(
-            model,
-            [input_ids[i] for i in rows],
-            batch_size=batch_size,
-            pad_id=pad_id,
-            token_type_ids=types,
-        )
-
-    return _sharded([len(ids) for ids in input_ids], produce, batch_size, "label scores")
+    sampling: bool = False,
+) -> None:
+    """Say the generation settings that actually run on `rows` rows of `split`, after the
+    task's defaults and the model's own config (and, with `sampling`, the sampling ones)."""
+    logger.info(
+        "generating for %d examples of split %r (%s): batch %d, max_new_tokens %s (max_length %s), "
+        "min_new_tokens %s, num_beams %s, length_penalty %s, no_repeat_ngram_size %s%s",
+        rows,
+        split,
+        task,
+        config.batch_size,
+        generation.max_new_tokens,
+        generation.max_length,
+        generation.min_new_tokens,
+        generation.num_beams,
+        generation.length_penalty,
+        generation.no_repeat_ngram_size,
+        (
+            f", do_sample {generation.do_sample}, temperature {generation.temperature}, "
+            f"top_p {generation.top_p}, stop {generation.stop_strings}"
+            if sampling
+            else ""
+        ),
+    )
 
 
 def _as_generated(rows: list[tuple[str, int]] | None) -> Generated | None:
@@ -204,7 +194,7 @@ def _as_generated(rows: list[tuple[str, int]] | None) -> Generated | None:
     return Generated(texts=[text for text, _ in rows], token_counts=[n for _, n in rows])
 
 
-def _sharded(
+def sharded(
     lengths: Sequence[int],
     produce: Callable[[list[int]], list[T]],
     batch_size: int,

@@ -23,11 +23,17 @@ __all__ = [
     "PIPELINE_VIEW",
     "OtherScore",
     "ReportWords",
+    "ScoreRow",
     "delta_cell",
     "facts_line",
     "folded_text",
+    "render_page",
     "render_report",
     "report_page",
+    "rouge_note",
+    "rouge_rows",
+    "scores_table",
+    "text_sections",
     "warn_if_few_rows",
     "warning_line",
 ]
@@ -97,7 +103,8 @@ def render_report(
     others: Sequence[OtherScore] = (),
     warning: str | None = None,
 ) -> str:
-    """The report page: scores beside the baselines, output lengths, best and worst examples.
+    """The report page of a model that writes text: scores beside the baselines, output
+    lengths, best and worst examples.
 
     `baselines` maps a name (`lead-3`, `before fine-tuning`) to its scores on the same
     examples. `facts` are short "name: value" items shown under the title (model, split,
@@ -106,6 +113,53 @@ def render_report(
     the whole evaluation (`few_rows_warning`), is shown under the facts.
     """
     words = words or ReportWords()
+    sections = text_sections(
+        model=model,
+        documents=documents,
+        references=references,
+        predictions=predictions,
+        words=words,
+        rouge_types=rouge_types,
+        others=others,
+    )
+    table = scores_table(
+        rouge_rows(model, baselines or {}, rouge_types, others),
+        list(baselines or {}),
+        confidence=model.confidence,
+        note=rouge_note(model, others),
+    )
+    return render_page(words.title, facts or {}, warning, table, sections)
+
+
+def render_page(
+    title: str, facts: Mapping[str, str], warning: str | None, table: str, sections: Sequence[str]
+) -> str:
+    """Every task's report page: the title, the facts, the warning, the scores table
+    (`scores_table`), then the task's own sections (HTML)."""
+    parts = [
+        f"<h1>{escape(title)}</h1>",
+        facts_line(facts),
+        warning_line(warning),
+        PIPELINE_VIEW,
+        "<h2>Scores</h2>",
+        table,
+        *sections,
+    ]
+    return report_page(title, "\n".join(parts))
+
+
+def text_sections(
+    *,
+    model: RougeResult,
+    documents: Sequence[str],
+    references: Sequence[str],
+    predictions: Sequence[str],
+    words: ReportWords,
+    rouge_types: Sequence[str],
+    others: Sequence[OtherScore],
+) -> list[str]:
+    """The sections after the scores for a model that writes text: the lengths of its
+    outputs beside the references', then its best and worst examples by ROUGE."""
     n = model.n_examples
     if not len(documents) == len(references) == len(predictions) == n:
         raise ValueError(
@@ -116,12 +170,6 @@ def render_report(
     best, worst = _best_and_worst(model.per_example[rank_by])
     cards = _Cards(model, rouge_types, others, words, documents, references, predictions)
     sections = [
-        f"<h1>{escape(words.title)}</h1>",
-        facts_line(facts or {}),
-        warning_line(warning),
-        PIPELINE_VIEW,
-        "<h2>Scores</h2>",
-        _scores_table(model, baselines or {}, rouge_types, others),
         f"<h2>{escape(words.output.capitalize())} lengths (words)</h2>",
         length_histogram(predictions, references, words.output),
         f"<h2>Best {len(best)} examples by {rank_by}</h2>",
@@ -130,7 +178,7 @@ def render_report(
     if worst:  # fewer examples than two full lists: every one is already shown above
         sections.append(f"<h2>Worst {len(worst)} examples by {rank_by}</h2>")
         sections += [cards.card(i) for i in worst]
-    return report_page(words.title, "\n".join(sections))
+    return sections
 
 
 def report_page(title: str, body: str) -> str:
@@ -192,49 +240,95 @@ def _best_and_worst(scores: np.ndarray) -> tuple[list[int], list[int]]:
     return best, worst
 
 
-def _score_cell(result: RougeResult, name: str) -> str:
-    score = f"{result.scores[name]:.2f}"
-    if result.n_resamples <= 1:  # no bootstrap was run: there is no interval to show
-        return f"<td>{score}</td>"
-    low, high = result.intervals[name]
-    return f'<td>{score} <span class="ci">[{low:.2f}, {high:.2f}]</span></td>'
+@dataclass(frozen=True)
+class ScoreRow:
+    """One metric's row in the scores table: the model's value (and its interval, when one
+    was drawn) and each baseline's, by the baselines' names; a baseline without this metric
+    gets empty cells."""
+
+    name: str
+    value: float
+    interval: tuple[float, float] | None = None
+    baselines: Mapping[str, tuple[float, tuple[float, float] | None]] = field(default_factory=dict)
+    higher_is_better: bool = True
+    #: Decimals shown: 2 for scores ×100 (ROUGE), 3 for fractions 0..1 (F1).
+    digits: int = 2
 
 
-def _scores_table(
+def scores_table(
+    rows: Sequence[ScoreRow], baselines: Sequence[str], *, confidence: float, note: str
+) -> str:
+    """The report's scores table, every task's: a row per metric, the model's value with its
+    interval, then each baseline's value and the model's difference from it. `note` (HTML)
+    says what the numbers are."""
+    level = round(100 * confidence)
+    head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
+    for name in baselines:
+        head += f"<th>{escape(name)}</th><th>model − {escape(name)}</th>"
+    body = []
+    for row in rows:
+        cells = f"<td>{escape(row.name)}</td>{_value_cell(row.value, row.interval, row.digits)}"
+        for name in baselines:
+            if name not in row.baselines:
+                cells += "<td></td><td></td>"
+                continue
+            theirs, interval = row.baselines[name]
+            delta = delta_cell(row.value - theirs, row.higher_is_better, row.digits)
+            cells += f"{_value_cell(theirs, interval, row.digits)}{delta}"
+        body.append(f"<tr>{cells}</tr>")
+    return (
+        f'<table id="scores"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table><p class="ci">{note}</p>'
+    )
+
+
+def _value_cell(value: float, interval: tuple[float, float] | None, digits: int) -> str:
+    shown = f"{value:.{digits}f}"
+    if interval is None:
+        return f"<td>{shown}</td>"
+    low, high = interval
+    return f'<td>{shown} <span class="ci">[{low:.{digits}f}, {high:.{digits}f}]</span></td>'
+
+
+def rouge_rows(
     model: RougeResult,
     baselines: Mapping[str, RougeResult],
     rouge_types: Sequence[str],
     others: Sequence[OtherScore],
-) -> str:
-    level = round(100 * model.confidence)
-    head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
-    for name in baselines:
-        head += f"<th>{escape(name)}</th><th>model − {escape(name)}</th>"
-    rows = []
-    for metric in rouge_types:
-        cells = f"<td>{escape(metric)}</td>{_score_cell(model, metric)}"
-        for baseline in baselines.values():
-            delta = model.scores[metric] - baseline.scores[metric]
-            cells += f"{_score_cell(baseline, metric)}{delta_cell(delta)}"
-        rows.append(f"<tr>{cells}</tr>")
-    for other in others:
-        cells = f"<td>{escape(other.name)}</td><td>{other.value:.2f}</td>"
-        for name in baselines:
-            if name not in other.baselines:
-                cells += "<td></td><td></td>"
-                continue
-            theirs = other.baselines[name]
-            delta = other.value - theirs
-            cells += f"<td>{theirs:.2f}</td>{delta_cell(delta, other.higher_is_better)}"
-        rows.append(f"<tr>{cells}</tr>")
+) -> list[ScoreRow]:
+    """The ROUGE types' rows (with intervals where a bootstrap was run), then `others`'."""
+
+    def interval(result: RougeResult, name: str) -> tuple[float, float] | None:
+        # One resample is no bootstrap: there is no interval to show.
+        return result.intervals[name] if result.n_resamples > 1 else None
+
+    rows = [
+        ScoreRow(
+            name,
+            model.scores[name],
+            interval(model, name),
+            {b: (result.scores[name], interval(result, name)) for b, result in baselines.items()},
+        )
+        for name in rouge_types
+    ]
+    rows += [
+        ScoreRow(
+            other.name,
+            other.value,
+            baselines={b: (value, None) for b, value in other.baselines.items()},
+            higher_is_better=other.higher_is_better,
+        )
+        for other in others
+    ]
+    return rows
+
+
+def rouge_note(model: RougeResult, others: Sequence[OtherScore]) -> str:
+    """What the ROUGE table's numbers are (HTML), and the notes of the scores beside them."""
     notes = "".join(f" {escape(other.note)}" for other in others if other.note)
-    note = (
-        f'<p class="ci">ROUGE F1 ×100 (rouge-score definitions); intervals: percentile '
-        f"bootstrap of the mean, {model.n_resamples} resamples.{notes}</p>"
-    )
     return (
-        f'<table id="scores"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>{note}"
+        "ROUGE F1 ×100 (rouge-score definitions); intervals: percentile bootstrap of the "
+        f"mean, {model.n_resamples} resamples.{notes}"
     )
 
 

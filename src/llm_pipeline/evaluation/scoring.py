@@ -1,56 +1,193 @@
-"""Rank 0's part of the evaluate step: score every model and baseline, write the outputs.
+"""The evaluate step's one path, rank 0's part: the task's scorer scores the model and its
+baselines, and this writes predictions, metrics and the report alike for every task.
 
-What is scored comes from the task's metric names (`Task.metric_names`): its ROUGE types
-(in `ROUGE_TYPES` order, F1 ×100 with bootstrap intervals), `exact_match`
-(`evaluation.exact_match`, ×100) and `perplexity` (`evaluation.perplexity`). A baseline
-(lead-k, where the task has one; the model before fine-tuning) is scored through the same
-path and its metrics are prefixed (`lead3_`, `base_`).
+A task plugs in through `Task.scorer()`, an object with `Scorer`'s methods: how it reads the
+evaluation rows, loads and runs a model, and what it makes of the outputs (`Scored`: the
+metrics, the prediction rows, the scores table and its own report sections). The tasks
+whose model writes text share `TextScorer`: ROUGE on the outputs (the task's ROUGE types in
+`ROUGE_TYPES` order, F1 ×100 with bootstrap intervals), the task's other scores beside it
+(`extra_scores`), and its baselines (`baseline_texts`; the model before fine-tuning for
+every task) through the same path, their metrics prefixed (`lead3_`, `base_`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.exact_match import ExactMatch, exact_match
-from llm_pipeline.evaluation.examples import EvaluationExamples
-from llm_pipeline.evaluation.perplexity import ResponseLoss, perplexity
+from llm_pipeline.evaluation.examples import EvaluationExamples, load_examples
+from llm_pipeline.evaluation.generate import Generated
 from llm_pipeline.evaluation.report import (
     OtherScore,
     ReportWords,
-    render_report,
+    render_page,
+    rouge_note,
+    rouge_rows,
+    scores_table,
+    text_sections,
     warn_if_few_rows,
 )
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
-from llm_pipeline.evaluation.runs import ModelOutputs
-from llm_pipeline.evaluation.sentences import lead_k
-from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, PREDICTIONS_FILE
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import Task
 
-__all__ = ["BASE_MODEL", "Scores", "distinct_share", "score_and_write"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from llm_pipeline.config.model import ModelConfig
+
+__all__ = [
+    "BASE_MODEL",
+    "ExtraScore",
+    "ModelOutputs",
+    "Scored",
+    "Scorer",
+    "TextScorer",
+    "distinct_share",
+    "score_and_write",
+    "with_task_defaults",
+]
 
 #: The un-fine-tuned model's name among the baselines.
 BASE_MODEL = "before fine-tuning"
 
 
 @dataclass(frozen=True)
-class Scores:
+class Scored:
+    """What a task's scorer makes of one evaluation, for `score_and_write` to write."""
+
+    #: The model's own metrics, first in metrics.json.
+    model_metrics: dict[str, float]
+    #: The baselines' metrics, prefixed (`base_rougeL`), after the sample count and timings.
+    baseline_metrics: dict[str, float]
+    #: predictions.jsonl: one JSON object per example, in dataset order.
+    predictions: list[dict[str, Any]]
+    #: The report's title, its facts between the sample count and the seconds, the scores
+    #: table (`report.scores_table`) and the task's sections after it (HTML).
+    title: str
+    facts: dict[str, str]
+    table: str
+    sections: list[str]
+    #: Other files beside the predictions, by name (a classifier's confusion_matrix.json).
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    """A task's part of the evaluate step (`Task.scorer()`); the step calls these in order."""
+
+    #: The metric that records how long running the model took (`generation_seconds`).
+    run_seconds: str
+    #: What is scored, for the progress line: "summary outputs", "predicted labels".
+    scoring: str
+
+    def load_examples(
+        self, dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
+    ) -> Any:
+        """The evaluation rows (a `split` and `input_ids` among them); EvaluationError."""
+
+    def load_model(
+        self, model_dir: str | os.PathLike[str]
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """The fine-tuned model (eval mode) and its tokenizer; EvaluationError."""
+
+    def check_model(self, model: Any, examples: Any, model_dir: Any, dataset_dir: Any) -> Any:
+        """`examples` as `model` scores them; EvaluationError if it cannot score them."""
+
+    def base_model(self, model: ModelConfig, tokenizer: Any, examples: Any) -> PreTrainedModel:
+        """The model before fine-tuning, built from the recorded `model` settings."""
+
+    def run(self, model: Any, tokenizer: Any, examples: Any, config: EvaluateConfig) -> Any | None:
+        """The model's outputs on `examples` (rank 0; None on the other ranks)."""
+
+    def score(
+        self, examples: Any, outputs: Any, base: Any | None, config: EvaluateConfig
+    ) -> Scored:
+        """The model's (and the baselines') scores and what the report shows of them."""
+
+    def fingerprint_rows(self, examples: Any) -> dict[str, Any]:
+        """What of `examples` decides the scores (`evaluation.fingerprint`)."""
+
+
+def with_task_defaults(config: EvaluateConfig, task: Task) -> EvaluateConfig:
+    """`config` with the settings it leaves unset (None) taken from the task
+    (`Task.evaluation_defaults`: instruction tuning's greedy search, for one)."""
+    unset = {k: v for k, v in task.evaluation_defaults.items() if getattr(config, k) is None}
+    return config.model_copy(update=unset)
+
+
+def score_and_write(
+    *,
+    scorer: Scorer,
+    examples: Any,
+    outputs: Any,
+    config: EvaluateConfig,
+    output_dir: Path,
+    started: float,
+    run_seconds: float,
+    base: Any | None = None,
+) -> dict[str, float]:
+    """Score the model and its baselines (`scorer.score`); write predictions, metrics, the
+    report and the task's other files (all or nothing); returns the flat metrics."""
+    rows = len(examples.input_ids)
+    status(f"scoring {rows} {scorer.scoring}")
+    warning = warn_if_few_rows(rows, examples.split)
+    scored = scorer.score(examples, outputs, base, config)
+    metrics = scored.model_metrics | {
+        "samples": float(rows),
+        "seconds": time.perf_counter() - started,
+        scorer.run_seconds: run_seconds,
+    }
+    metrics |= scored.baseline_metrics
+    facts = {"split": examples.split, "samples": str(rows), **scored.facts}
+    facts["seconds"] = f"{metrics['seconds']:.1f}"
+    with atomic_output_dir(output_dir) as staging:
+        with (staging / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in scored.predictions)
+        (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+        for name, text in scored.files.items():
+            (staging / name).write_text(text)
+        page = render_page(scored.title, facts, warning, scored.table, scored.sections)
+        (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
+    return metrics
+
+
+@dataclass(frozen=True)
+class ModelOutputs:
+    """What a model that writes text produced on the examples: its texts and, for a
+    perplexity, the (summed NLL, response tokens) of each reference response."""
+
+    generated: Generated
+    losses: list[tuple[float, int]] | None = None
+
+
+@dataclass(frozen=True)
+class ExtraScore:
+    """A score a task reports beside ROUGE (exact match, perplexity): its value and each
+    example's (None where an example has none)."""
+
+    name: str
+    value: float
+    per_example: list[float | None]
+    higher_is_better: bool = True
+    #: What the score is, under the scores table.
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _TextScores:
     """One model's (or baseline's) scores on the evaluation examples."""
 
     rouge: RougeResult
-    exact: ExactMatch | None = None
-    perplexity: float | None = None
-    # Each example's own perplexity (None for one without response tokens).
-    perplexities: list[float | None] | None = None
+    extras: list[ExtraScore]
 
 
 def distinct_share(texts: Sequence[str]) -> float:
@@ -59,168 +196,192 @@ def distinct_share(texts: Sequence[str]) -> float:
     return len({" ".join(text.split()) for text in texts}) / max(1, len(texts))
 
 
-def rouge_types(task: Task) -> list[str]:
-    """The task's ROUGE metrics, in the order ROUGE is always reported."""
-    return [name for name in ROUGE_TYPES if name in task.metric_names]
+class TextScorer:
+    """The scorer of a task whose model writes text; the task's subclass says how the model
+    is loaded and run, and adds its scores (`extra_scores`) and baselines (`baseline_texts`)."""
 
+    run_seconds = "generation_seconds"
+    #: Whether the examples carry the reference labels (-100 on prompt tokens), for a
+    #: perplexity.
+    reads_labels = False
 
-def score_and_write(
-    *,
-    task: Task,
-    examples: EvaluationExamples,
-    outputs: ModelOutputs,
-    config: EvaluateConfig,
-    output_dir: Path,
-    started: float,
-    generation_seconds: float,
-    base: ModelOutputs | None = None,
-) -> tuple[dict[str, float], RougeResult, RougeResult | None]:
-    """Score the model and its baselines, write predictions, metrics and the report (all
-    or nothing); returns the flat metrics, the model's ROUGE and the lead-k baseline's."""
-    generated = outputs.generated
-    status(f"scoring {len(generated.texts)} {task.output_label} outputs")
-    warning = warn_if_few_rows(len(generated.texts), examples.split)
-    scores = _score(task, generated.texts, examples.references, outputs.losses, config)
-    baselines: dict[str, Scores] = {}
-    lead_name = f"lead-{config.lead_k}"
-    if task.lead_baseline and config.lead_k:
-        leads = [lead_k(document, config.lead_k) for document in examples.documents]
-        baselines[lead_name] = _score(task, leads, examples.references, None, config)
-    if base is not None:
-        baselines[BASE_MODEL] = _score(
-            task, base.generated.texts, examples.references, base.losses, config
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.scoring = f"{task.output_label} outputs"
+        self.rouge_types = [name for name in ROUGE_TYPES if name in task.metric_names]
+
+    def load_examples(
+        self, dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
+    ) -> EvaluationExamples:
+        return load_examples(dataset_dir, split, max_samples, self.task, labels=self.reads_labels)
+
+    def load_model(
+        self, model_dir: str | os.PathLike[str]
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        raise NotImplementedError
+
+    def check_model(
+        self, model: Any, examples: EvaluationExamples, model_dir: Any, dataset_dir: Any
+    ) -> EvaluationExamples:
+        """Any model that loads writes text for these rows."""
+        return examples
+
+    def base_model(
+        self, model: ModelConfig, tokenizer: Any, examples: EvaluationExamples
+    ) -> PreTrainedModel:
+        from llm_pipeline.models.loading import load_model
+
+        return load_model(model, tokenizer, kind=self.task.model_kind)
+
+    def run(
+        self, model: Any, tokenizer: Any, examples: EvaluationExamples, config: EvaluateConfig
+    ) -> ModelOutputs | None:
+        raise NotImplementedError
+
+    def fingerprint_rows(self, examples: EvaluationExamples) -> dict[str, Any]:
+        return {
+            "split": examples.split,
+            "input_ids": examples.input_ids,
+            "documents": None,
+            "labels": examples.labels,
+            "references": examples.references,
+        }
+
+    def baseline_texts(
+        self, examples: EvaluationExamples, config: EvaluateConfig
+    ) -> dict[str, tuple[str, list[str]]]:
+        """Baselines scored beside the model, by their names in the report: each one's metric
+        prefix and its text for every example."""
+        return {}
+
+    def extra_scores(
+        self,
+        predictions: list[str],
+        references: list[str],
+        losses: list[tuple[float, int]] | None,
+    ) -> list[ExtraScore]:
+        """The task's scores beside ROUGE, of one model or baseline (`losses`: None for a
+        baseline that is not a model)."""
+        return []
+
+    def score(
+        self,
+        examples: EvaluationExamples,
+        outputs: ModelOutputs,
+        base: ModelOutputs | None,
+        config: EvaluateConfig,
+    ) -> Scored:
+        generated, references = outputs.generated, examples.references
+        scores = self._score(generated.texts, references, outputs.losses, config)
+        prefixes: dict[str, str] = {}
+        baselines: dict[str, _TextScores] = {}
+        for name, (prefix, texts) in self.baseline_texts(examples, config).items():
+            prefixes[name] = prefix
+            baselines[name] = self._score(texts, references, None, config)
+        if base is not None:
+            prefixes[BASE_MODEL] = "base_"
+            baselines[BASE_MODEL] = self._score(
+                base.generated.texts, references, base.losses, config
+            )
+        intervals = config.bootstrap_samples > 0
+        model_metrics = self._metrics(scores, intervals)
+        model_metrics["distinct_predictions"] = distinct_share(generated.texts)
+        model_metrics["gen_len"] = sum(generated.token_counts) / len(generated.token_counts)
+        baseline_metrics: dict[str, float] = {}
+        for name, baseline in baselines.items():
+            baseline_metrics |= self._metrics(baseline, intervals, prefixes[name])
+        if base is not None:
+            baseline_metrics["base_distinct_predictions"] = distinct_share(base.generated.texts)
+        others = [
+            OtherScore(
+                extra.name,
+                extra.value,
+                {
+                    name: theirs.value
+                    for name, baseline in baselines.items()
+                    for theirs in baseline.extras
+                    if theirs.name == extra.name
+                },
+                per_example=[math.nan if v is None else v for v in extra.per_example],
+                higher_is_better=extra.higher_is_better,
+                note=extra.note,
+            )
+            for extra in scores.extras
+        ]
+        words = ReportWords(
+            title=self.task.report_title,
+            source=self.task.source_label,
+            output=self.task.output_label,
+            prediction=self.task.prediction_label,
         )
-    intervals = config.bootstrap_samples > 0
-    metrics = _metrics(task, scores, intervals)
-    metrics["distinct_predictions"] = distinct_share(generated.texts)
-    metrics["gen_len"] = sum(generated.token_counts) / len(generated.token_counts)
-    metrics["samples"] = float(len(generated.texts))
-    metrics["seconds"] = time.perf_counter() - started
-    metrics["generation_seconds"] = generation_seconds
-    if lead_name in baselines:
-        metrics |= _metrics(task, baselines[lead_name], intervals, f"lead{config.lead_k}_")
-    if base is not None:
-        metrics |= _metrics(task, baselines[BASE_MODEL], intervals, prefix="base_")
-        metrics["base_distinct_predictions"] = distinct_share(base.generated.texts)
-    with atomic_output_dir(output_dir) as staging:
-        _write_predictions(staging / PREDICTIONS_FILE, task, examples, generated, scores)
-        (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-        page = _report(task, examples, generated.texts, scores, baselines, metrics, warning)
-        (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
-    lead = baselines.get(lead_name)
-    return metrics, scores.rouge, lead.rouge if lead is not None else None
+        rouges = {name: baseline.rouge for name, baseline in baselines.items()}
+        return Scored(
+            model_metrics=model_metrics,
+            baseline_metrics=baseline_metrics,
+            predictions=self._rows(examples, generated, scores),
+            title=words.title,
+            facts={
+                "mean generated tokens": f"{model_metrics['gen_len']:.1f}",
+                "distinct predictions": f"{100 * model_metrics['distinct_predictions']:.0f}%",
+            },
+            table=scores_table(
+                rouge_rows(scores.rouge, rouges, self.rouge_types, others),
+                list(rouges),
+                confidence=scores.rouge.confidence,
+                note=rouge_note(scores.rouge, others),
+            ),
+            sections=text_sections(
+                model=scores.rouge,
+                documents=examples.documents,
+                references=references,
+                predictions=generated.texts,
+                words=words,
+                rouge_types=self.rouge_types,
+                others=others,
+            ),
+        )
 
+    def _score(
+        self,
+        predictions: list[str],
+        references: list[str],
+        losses: list[tuple[float, int]] | None,
+        config: EvaluateConfig,
+    ) -> _TextScores:
+        rouge = compute_rouge(
+            predictions,
+            references,
+            use_stemmer=config.use_stemmer,
+            # compute_rouge always resamples at least once; 0 means "no interval wanted".
+            n_resamples=max(config.bootstrap_samples, 1),
+            seed=config.seed,
+        )
+        return _TextScores(rouge, self.extra_scores(predictions, references, losses))
 
-def _score(
-    task: Task,
-    predictions: list[str],
-    references: list[str],
-    losses: list[ResponseLoss] | None,
-    config: EvaluateConfig,
-) -> Scores:
-    rouge = compute_rouge(
-        predictions,
-        references,
-        use_stemmer=config.use_stemmer,
-        # compute_rouge always resamples at least once; 0 means "no interval wanted".
-        n_resamples=max(config.bootstrap_samples, 1),
-        seed=config.seed,
-    )
-    exact = exact_match(predictions, references) if "exact_match" in task.metric_names else None
-    if losses is None or "perplexity" not in task.metric_names:
-        return Scores(rouge, exact)
-    each = [math.exp(total / count) if count else None for total, count in losses]
-    return Scores(rouge, exact, perplexity(losses), each)
+    def _metrics(self, scores: _TextScores, intervals: bool, prefix: str = "") -> dict[str, float]:
+        values: dict[str, float] = {}
+        for name in self.rouge_types:
+            values[prefix + name] = scores.rouge.scores[name]
+            if intervals:
+                low, high = scores.rouge.intervals[name]
+                values[f"{prefix}{name}_low"], values[f"{prefix}{name}_high"] = low, high
+        values |= {prefix + extra.name: extra.value for extra in scores.extras}
+        return values
 
-
-def _metrics(task: Task, scores: Scores, intervals: bool, prefix: str = "") -> dict[str, float]:
-    values: dict[str, float] = {}
-    for name in rouge_types(task):
-        values[prefix + name] = scores.rouge.scores[name]
-        if intervals:
-            low, high = scores.rouge.intervals[name]
-            values[f"{prefix}{name}_low"], values[f"{prefix}{name}_high"] = low, high
-    if scores.exact is not None:
-        values[f"{prefix}exact_match"] = scores.exact.score
-    if scores.perplexity is not None:
-        values[f"{prefix}perplexity"] = scores.perplexity
-    return values
-
-
-def _write_predictions(
-    path: Path, task: Task, examples: EvaluationExamples, generated: Generated, scores: Scores
-) -> None:
-    """One JSON object per example, in dataset order, with its own scores."""
-    with path.open("w", encoding="utf-8") as f:
+    def _rows(
+        self, examples: EvaluationExamples, generated: Generated, scores: _TextScores
+    ) -> list[dict[str, Any]]:
+        """Each example with its own scores, as predictions.jsonl holds it."""
+        rows = []
         for i, prediction in enumerate(generated.texts):
             row: dict[str, Any] = {
                 "index": i,
-                task.source_label: examples.documents[i],
+                self.task.source_label: examples.documents[i],
                 "reference": examples.references[i],
                 "prediction": prediction,
                 "gen_len": generated.token_counts[i],
             }
-            row |= {name: float(scores.rouge.per_example[name][i]) for name in rouge_types(task)}
-            if scores.exact is not None:
-                row["exact_match"] = scores.exact.per_example[i]
-            if scores.perplexities is not None:
-                row["perplexity"] = scores.perplexities[i]
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def _report(
-    task: Task,
-    examples: EvaluationExamples,
-    texts: list[str],
-    scores: Scores,
-    baselines: dict[str, Scores],
-    metrics: dict[str, float],
-    warning: str | None,
-) -> str:
-    others = []
-    if scores.exact is not None:
-        others.append(
-            OtherScore(
-                "exact_match",
-                scores.exact.score,
-                {n: b.exact.score for n, b in baselines.items() if b.exact is not None},
-                per_example=scores.exact.per_example,
-                note="exact_match: % of responses equal to their reference once case and "
-                "whitespace are normalised.",
-            )
-        )
-    if scores.perplexity is not None:
-        others.append(
-            OtherScore(
-                "perplexity",
-                scores.perplexity,
-                {n: b.perplexity for n, b in baselines.items() if b.perplexity is not None},
-                per_example=[math.nan if p is None else p for p in scores.perplexities or []],
-                higher_is_better=False,
-                note="perplexity: exp of the mean NLL per reference-response token (lower is "
-                "better).",
-            )
-        )
-    return render_report(
-        model=scores.rouge,
-        baselines={name: b.rouge for name, b in baselines.items()},
-        documents=examples.documents,
-        references=examples.references,
-        predictions=texts,
-        words=ReportWords(
-            title=task.report_title,
-            source=task.source_label,
-            output=task.output_label,
-            prediction=task.prediction_label,
-        ),
-        rouge_types=rouge_types(task),
-        others=others,
-        facts={
-            "split": examples.split,
-            "samples": str(len(texts)),
-            "mean generated tokens": f"{metrics['gen_len']:.1f}",
-            "distinct predictions": f"{100 * metrics['distinct_predictions']:.0f}%",
-            "seconds": f"{metrics['seconds']:.1f}",
-        },
-        warning=warning,
-    )
+            row |= {name: float(scores.rouge.per_example[name][i]) for name in self.rouge_types}
+            row |= {extra.name: extra.per_example[i] for extra in scores.extras}
+            rows.append(row)
+        return rows

@@ -178,8 +178,6 @@ class Task(ABC):
         """The prediction instance (JSON) a client sends for this `serving_column` value."""
         return value
 
-    #: Also score the first `evaluate.lead_k` sentences of the source as a baseline.
-    lead_baseline: ClassVar[bool] = False
     #: Settings `evaluate` takes from the task when the config leaves them unset (null),
     #: before the model's own generation config is consulted.
     evaluation_defaults: ClassVar[Mapping[str, Any]] = {}
@@ -194,6 +192,12 @@ class Task(ABC):
     def gate_metric(self) -> str:
         """The metric the deploy gate compares when `deploy_policy.metric` is unset."""
         return self.metric_names[0]
+
+    @abstractmethod
+    def scorer(self) -> Any:
+        """The task's part of the evaluate step (an `evaluation.scoring.Scorer`): how it
+        reads the evaluation rows, loads and runs the model, scores the outputs beside its
+        baselines and what its report shows. The step's one path calls it; made per run."""
 
     # serving
     #: The page the server shows at `/`.

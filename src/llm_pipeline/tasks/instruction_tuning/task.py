@@ -103,6 +103,13 @@ class InstructionTuning(Task):
         "max_new_tokens": 128,
         "score_base_model": True,
     }
+
+    def scorer(self) -> Any:
+        """ROUGE-L, exact match and perplexity on the responses (`scoring`)."""
+        from llm_pipeline.tasks.instruction_tuning.scoring import InstructionScorer
+
+        return InstructionScorer(self)
+
     report_title: ClassVar[str] = "Instruction tuning evaluation"
     source_label: ClassVar[str] = "prompt"
     prediction_label: ClassVar[str] = "response"

@@ -80,11 +80,16 @@ class Summarization(Task):
     source_column: ClassVar[str] = "document"
     reference_column: ClassVar[str] = "summary"
     serving_column: ClassVar[str] = "document"
-    lead_baseline: ClassVar[bool] = True
     report_title: ClassVar[str] = "Summarization evaluation"
     source_label: ClassVar[str] = "document"
     prediction_label: ClassVar[str] = "prediction"
     output_label: ClassVar[str] = "summary"
+
+    def scorer(self) -> Any:
+        """ROUGE on the summaries, beside the lead-k baseline (`scoring`)."""
+        from llm_pipeline.tasks.summarization.scoring import SummarizationScorer
+
+        return SummarizationScorer(self)
 
     # serving
     serving_page: ClassVar[ServingPage] = ServingPage(

@@ -128,6 +128,13 @@ class TextClassification(Task):
     reference_column: ClassVar[str] = "label"
     serving_column: ClassVar[str] = "text"
     evaluation_defaults: ClassVar[Mapping[str, Any]] = {"score_base_model": True}
+
+    def scorer(self) -> Any:
+        """Accuracy and F1s of the predicted labels, beside the majority class (`scoring`)."""
+        from llm_pipeline.tasks.text_classification.scoring import ClassifierScorer
+
+        return ClassifierScorer(self)
+
     report_title: ClassVar[str] = "Text classification evaluation"
     source_label: ClassVar[str] = "text"
     prediction_label: ClassVar[str] = "predicted label"

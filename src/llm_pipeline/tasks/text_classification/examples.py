@@ -16,13 +16,10 @@ from typing import Any
 import numpy as np
 
 from llm_pipeline.errors import DataError, EvaluationError
-from llm_pipeline.evaluation.examples import evaluation_split
-from llm_pipeline.output_files import Step
+from llm_pipeline.evaluation.examples import PREPROCESS_FIRST, read_split
 from llm_pipeline.tasks.text_classification.labels import LabelSet, read_label_set
 
 __all__ = ["ClassifierExamples", "load_classifier_examples"]
-
-_PREPROCESS = "run the preprocess step first"
 
 
 @dataclass(frozen=True)
@@ -45,29 +42,12 @@ def load_classifier_examples(
     dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
 ) -> ClassifierExamples:
     """The evaluation rows of the preprocess step's output and the label set beside them."""
-    from llm_pipeline.data.saved import load_saved_dataset
-
-    loaded = load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError)
+    needed = dict.fromkeys(("input_ids", "labels", "text"), PREPROCESS_FIRST)
+    name, table, loaded = read_split(dataset_dir, split, max_samples, needed)
     try:
         labels = read_label_set(os.fspath(dataset_dir))
     except DataError as exc:
         raise EvaluationError(str(exc)) from None
-    name = evaluation_split(list(loaded), split)
-    if name not in loaded:
-        raise EvaluationError(
-            f"{dataset_dir}: no split {name!r} to evaluate (it has {list(loaded)})"
-        )
-    table = loaded[name]
-    for column in ("input_ids", "labels", "text"):
-        if column not in table.column_names:
-            raise EvaluationError(
-                f"split {name!r} of {dataset_dir} has no {column!r} column (it has "
-                f"{table.column_names}); {_PREPROCESS}"
-            )
-    if max_samples is not None and max_samples < len(table):
-        table = table.select(range(max_samples))
-    if len(table) == 0:
-        raise EvaluationError(f"split {name!r} of {dataset_dir} is empty: nothing to evaluate")
     references = _references(table["labels"], labels, f"split {name!r} of {dataset_dir}")
     pairs = "text_pair" in table.column_names
     return ClassifierExamples(
@@ -94,21 +74,21 @@ def _references(values: list[Any], labels: LabelSet, where: str) -> np.ndarray:
         if rows.ndim != 2 or rows.shape[1] != k or not np.isin(rows, (0.0, 1.0)).all():
             raise EvaluationError(
                 f"{where}: multi-label `labels` must be a 0/1 list of {k} per row (one per "
-                f"label of {list(labels.names)}); {_PREPROCESS} again"
+                f"label of {list(labels.names)}); {PREPROCESS_FIRST} again"
             )
         return rows.astype(np.int64)
     ids = np.asarray(values)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise EvaluationError(
             f"{where}: `labels` must hold one label id per row, got {ids.dtype} values of "
-            f"shape {ids.shape}; {_PREPROCESS} again"
+            f"shape {ids.shape}; {PREPROCESS_FIRST} again"
         )
     outside = (ids < 0) | (ids >= k)
     if outside.any():
         raise EvaluationError(
             f"{where}: {int(outside.sum())} rows have label ids outside 0..{k - 1} (the "
             f"{k} labels {list(labels.names)}): labels the training split never saw; "
-            f"{_PREPROCESS} again"
+            f"{PREPROCESS_FIRST} again"
         )
     return ids.astype(np.int64)
 

@@ -1,4 +1,5 @@
-"""The evaluate step's HTML report for a classifier, in the report's style and parts.
+"""A classifier's part of the evaluate step's HTML report (`evaluation.report` draws the page
+and the scores table every task shares).
 
 Scores with their intervals beside the baselines (the majority class, the model before
 fine-tuning), each label's precision, recall and F1, the confusion matrix as a shaded grid,
@@ -14,19 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from llm_pipeline.evaluation.charts import confusion_matrix_chart, escape
-from llm_pipeline.evaluation.classification import HEADLINE_METRICS, ClassificationScores
 from llm_pipeline.evaluation.report import (
     EXAMPLES_EACH,
-    PIPELINE_VIEW,
     ReportWords,
-    delta_cell,
-    facts_line,
+    ScoreRow,
     folded_text,
-    report_page,
-    warning_line,
+    scores_table,
+)
+from llm_pipeline.tasks.text_classification.classification import (
+    HEADLINE_METRICS,
+    ClassificationScores,
 )
 
-__all__ = ["ClassifiedRow", "render_classifier_report"]
+__all__ = ["ClassifiedRow", "classifier_scores_table", "report_sections", "score_rows"]
 
 #: Examples shown: the wrong ones first, then right ones.
 EXAMPLES_SHOWN = 2 * EXAMPLES_EACH
@@ -46,78 +47,72 @@ class ClassifiedRow:
     correct: bool
 
 
-def render_classifier_report(
+def report_sections(
     *,
     model: ClassificationScores,
     names: Sequence[str],
     rows: Sequence[ClassifiedRow],
-    baselines: Mapping[str, ClassificationScores] | None = None,
-    train_counts: Mapping[str, int] | None = None,
-    multi_label: bool = False,
-    facts: Mapping[str, str] | None = None,
-    words: ReportWords | None = None,
-    warning: str | None = None,
-) -> str:
-    """The page: headline scores beside the baselines, per-label scores, the confusion
-    matrix and examples (wrong first). `baselines` maps a name (`majority class`, `before
-    fine-tuning`) to its scores on the same rows; `warning` is shown under the facts."""
-    words = words or ReportWords()
+    train_counts: Mapping[str, int],
+    multi_label: bool,
+    words: ReportWords,
+) -> list[str]:
+    """The sections after the scores: per-label scores, the confusion matrix and examples
+    (wrong first)."""
     if len(rows) != len(model.correct):
         raise ValueError(f"{len(rows)} rows for {len(model.correct)} scored examples")
     shown = _examples(rows)
-    sections = [
-        f"<h1>{escape(words.title)}</h1>",
-        facts_line(facts or {}),
-        warning_line(warning),
-        PIPELINE_VIEW,
-        "<h2>Scores</h2>",
-        _scores_table(model, baselines or {}),
+    return [
         "<h2>Per label</h2>",
-        _per_label_table(model, names, train_counts or {}),
+        _per_label_table(model, names, train_counts),
         "<h2>Confusion matrix</h2>",
         _confusion(model, names, multi_label),
         f"<h2>Examples ({sum(not rows[i].correct for i in shown)} wrong shown first)</h2>",
         *(_card(i, rows[i], words) for i in shown),
     ]
-    return report_page(words.title, "\n".join(sections))
 
 
-def _interval_cell(scores: ClassificationScores, name: str) -> str:
-    value = f"{scores.scores[name]:.3f}"
-    if name not in scores.intervals:
-        return f"<td>{value}</td>"
-    low, high = scores.intervals[name]
-    return f'<td>{value} <span class="ci">[{low:.3f}, {high:.3f}]</span></td>'
-
-
-def _scores_table(
+def classifier_scores_table(
     model: ClassificationScores, baselines: Mapping[str, ClassificationScores]
 ) -> str:
-    level = round(100 * model.confidence)
-    head = f"<th>metric</th><th>model <span class='ci'>[{level}% interval]</span></th>"
-    for name in baselines:
-        head += f"<th>{escape(name)}</th><th>model − {escape(name)}</th>"
-    body = []
-    for metric in HEADLINE_METRICS:
-        cells = f"<td>{escape(metric)}</td>{_interval_cell(model, metric)}"
-        for baseline in baselines.values():
-            delta = model.scores[metric] - baseline.scores[metric]
-            cells += f"{_interval_cell(baseline, metric)}{delta_cell(delta, digits=3)}"
-        body.append(f"<tr>{cells}</tr>")
+    """The scores table: the headline metrics beside the baselines (`majority class`,
+    `before fine-tuning`), three decimals."""
     interval = (
         f"intervals: percentile bootstrap, {model.n_resamples} resamples"
         if model.intervals
         else "no intervals (evaluate.bootstrap_samples is 0)"
     )
-    note = (
-        '<p class="ci">Fractions 0–1 as scikit-learn computes them: accuracy (multi-label: '
-        "every label of a row right), F1 averaged over the labels (macro) or weighted by their "
-        f"rows (weighted), zero_division=0; {interval}.</p>"
+    return scores_table(
+        score_rows(model, baselines),
+        list(baselines),
+        confidence=model.confidence,
+        note=_NOTE.format(interval=interval),
     )
-    return (
-        f'<table id="scores"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>{note}"
-    )
+
+
+_NOTE = (
+    "Fractions 0–1 as scikit-learn computes them: accuracy (multi-label: every label of a row "
+    "right), F1 averaged over the labels (macro) or weighted by their rows (weighted), "
+    "zero_division=0; {interval}."
+)
+
+
+def score_rows(
+    model: ClassificationScores, baselines: Mapping[str, ClassificationScores]
+) -> list[ScoreRow]:
+    """The headline metrics' rows of the scores table, three decimals (fractions 0..1)."""
+    return [
+        ScoreRow(
+            metric,
+            model.scores[metric],
+            model.intervals.get(metric),
+            {
+                name: (baseline.scores[metric], baseline.intervals.get(metric))
+                for name, baseline in baselines.items()
+            },
+            digits=3,
+        )
+        for metric in HEADLINE_METRICS
+    ]
 
 
 def _per_label_table(
