@@ -31,6 +31,7 @@ TASK_PACKAGES: dict[str, str] = {
     "summarization": "llm_pipeline.tasks.summarization",
     "instruction_tuning": "llm_pipeline.tasks.instruction_tuning",
     "text_classification": "llm_pipeline.tasks.text_classification",
+    "preference_tuning": "llm_pipeline.tasks.preference_tuning",
 }
 
 #: The task of a config or server that names none.
