@@ -33,12 +33,12 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
-from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, logger, tokenizer_length
+from llm_pipeline.data.chat_format import chat_max_length, chat_template_from, resolve_chat_format
+from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks.chat import (
-    DEFAULT_CHAT_TEMPLATE,
     ChatFormat,
     ChatTemplateError,
     Segment,
@@ -46,7 +46,6 @@ from llm_pipeline.tasks.chat import (
     as_chat,
     chat_problem,
     last_assistant,
-    resolved_chat_template,
 )
 from llm_pipeline.tasks.instruction_tuning.packing import (
     PackingStats,
@@ -82,8 +81,8 @@ def preprocess_chats(
     model: ModelConfig,
 ) -> ChatPreprocessReport:
     """Tokenize every split of chats in `dataset` into `output_dir` (see the module doc)."""
-    chat_format = _chat_format(tokenizer, data)
-    max_length, length_from = _max_length(data, tokenizer, chat_format)
+    chat_format = resolve_chat_format(tokenizer, data)
+    max_length, length_from = chat_max_length(data, tokenizer, chat_format)
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-preprocess-") as work:
         encode = _EncodeChats(chat_format, max_length)
         encoded = {
@@ -110,7 +109,7 @@ def preprocess_chats(
         report = ChatPreprocessReport(
             max_length=max_length,
             max_length_from=length_from,
-            chat_template_from=_template_from(tokenizer, data),
+            chat_template_from=chat_template_from(tokenizer, data),
             splits=stats,
             packing=packing,
         )
@@ -122,42 +121,6 @@ def preprocess_chats(
             )
     log_chat_report(report)
     return report
-
-
-def _chat_format(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> ChatFormat:
-    if data.chat_template is not None and _template_from(tokenizer, data) == "tokenizer":
-        logger.warning(
-            "data.chat_template is ignored: the tokenizer has its own chat template, and chats "
-            "are rendered as the model was trained to read them"
-        )
-    try:
-        return ChatFormat.for_tokenizer(tokenizer, data.chat_template)
-    except ChatTemplateError as exc:
-        raise DataError(f"model.tokenizer: {exc}") from None
-
-
-def _template_from(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> str:
-    if resolved_chat_template(tokenizer, None) != DEFAULT_CHAT_TEMPLATE:
-        return "tokenizer"
-    return "config" if data.chat_template is not None else "default"
-
-
-def _max_length(
-    data: DataConfig, tokenizer: PreTrainedTokenizerBase, chat_format: ChatFormat
-) -> tuple[int, str]:
-    if data.max_length is not None:
-        length, where = data.max_length, "config"
-    else:
-        length, where = tokenizer_length(tokenizer), "tokenizer"
-    # Room for the leading special token(s), one prompt token and one response token.
-    least = len(chat_format.leading_ids) + 2
-    if length < least:
-        raise DataError(
-            f"data.max_length: {length} leaves no room for a prompt and a response; the "
-            f"tokenizer starts every sequence with {len(chat_format.leading_ids)} special "
-            f"token(s), so it must be at least {least}"
-        )
-    return length, where
 
 
 def chats(batch: dict[str, list[Any]]) -> list[Any]:
