@@ -9,16 +9,21 @@ read chats, so the rules live here, in the lowest layer, once:
   configured one) through `tokenizer.apply_chat_template`, and cuts it into token segments
   that are either prompt (system and user turns, the template's headers) or response
   (an assistant turn and its end-of-turn tokens), which is what masks the prompt from the
-  loss. Every response ends with the end-of-sequence token.
+  loss. Every response ends with the end-of-sequence token;
+- `chat_instance` and `chat_prompter` are how a server of chat completions (every task whose
+  model is a chat model) checks a request's instance and renders it, by the same rules.
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
+
+from llm_pipeline.errors import json_type
+from llm_pipeline.tasks.base import Chat, Instance, InstanceError
 
 #: The roles a turn may have.
 ROLES = ("system", "user", "assistant")
@@ -241,6 +246,60 @@ class ChatFormat:
         return ids if ids[: len(lead)] == lead else lead + ids
 
 
+def chat_instance(value: Any) -> Chat:
+    """A served instance as a chat: a prompt (one user turn) or `{"messages": [turns]}`, a
+    chat training would take, ending with the user's turn that the model answers.
+
+    Raises InstanceError saying where in the instance the problem is.
+    """
+    if isinstance(value, str):
+        if not value.strip():
+            raise InstanceError("prompt is empty")
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, dict):
+        raise InstanceError(
+            f'expected a prompt (string) or {{"messages": [...]}}, got {json_type(value)}'
+        )
+    extra = sorted(set(value) - {"messages"})
+    if extra:
+        raise InstanceError(f'unknown key {extra[0]!r}; an instance object holds "messages"')
+    if "messages" not in value:
+        raise InstanceError('an instance object needs "messages"')
+    chat = value["messages"]
+    problem = chat_problem(chat, need_assistant=False)
+    if problem is not None:
+        raise InstanceError(problem, ("messages",))
+    last = len(chat) - 1
+    if chat[last]["role"] != "user":
+        raise InstanceError(
+            f"{turn_name(last, chat)}: the chat ends with the {chat[last]['role']}'s "
+            "turn; it must end with the user's, which the model answers",
+            ("messages",),
+        )
+    return [{"role": turn["role"], "content": turn["content"]} for turn in chat]
+
+
+def chat_prompter(
+    tokenizer: PreTrainedTokenizerBase, chat_template: str | None
+) -> Callable[[Instance], str]:
+    """How a server renders a checked chat (`chat_instance`) as training rendered it (the
+    tokenizer's chat template, else `chat_template`, else the plain layout), ending where the
+    answer starts. The function raises InstanceError for a chat the template refuses; making
+    it raises ChatTemplateError for a tokenizer that cannot end an answer."""
+    chat_format = ChatFormat.for_tokenizer(tokenizer, chat_template)
+
+    def prompt(instance: Instance) -> str:
+        assert isinstance(instance, list)  # chat_instance made it a chat
+        try:
+            return chat_format.render(instance, generation_prompt=True)
+        except TemplateError as exc:  # the template refuses the chat (Llama 2's may)
+            raise InstanceError(
+                f"the model's chat template refuses this chat: {exc}", ("messages",)
+            ) from None
+
+    return prompt
+
+
 __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
     "ROLES",
@@ -250,7 +309,9 @@ __all__ = [
     "TemplateError",
     "Turn",
     "as_chat",
+    "chat_instance",
     "chat_problem",
+    "chat_prompter",
     "last_assistant",
     "resolved_chat_template",
     "special_tokens_around",

@@ -16,14 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import (
-    ChatFormat,
-    TemplateError,
-    chat_problem,
-    turn_name,
-)
+from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.chat import chat_instance, chat_prompter
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -133,60 +127,25 @@ class InstructionTuning(Task):
 
     def serving_instance(self, value: Any) -> Instance:
         """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
-        ending with the user's turn that the model answers."""
-        if isinstance(value, str):
-            if not value.strip():
-                raise InstanceError("prompt is empty")
-            return [{"role": "user", "content": value}]
-        if not isinstance(value, dict):
-            raise InstanceError(
-                f'expected a prompt (string) or {{"messages": [...]}}, got {json_type(value)}'
-            )
-        extra = sorted(set(value) - {"messages"})
-        if extra:
-            raise InstanceError(f'unknown key {extra[0]!r}; an instance object holds "messages"')
-        if "messages" not in value:
-            raise InstanceError('an instance object needs "messages"')
-        chat = value["messages"]
-        problem = chat_problem(chat, need_assistant=False)
-        if problem is not None:
-            raise InstanceError(problem, ("messages",))
-        last = len(chat) - 1
-        if chat[last]["role"] != "user":
-            raise InstanceError(
-                f"{turn_name(last, chat)}: the chat ends with the {chat[last]['role']}'s "
-                "turn; it must end with the user's, which the model answers",
-                ("messages",),
-            )
-        return [{"role": turn["role"], "content": turn["content"]} for turn in chat]
+        ending with the user's turn that the model answers (`tasks.chat.chat_instance`)."""
+        return chat_instance(value)
 
     def serving_prompter(
         self, tokenizer: Any, *, prefix: str, chat_template: str | None
     ) -> Callable[[Instance], str]:
         """Chats rendered as training rendered them (the tokenizer's chat template, else
         `chat_template`, else the plain layout), ending where the answer starts."""
-        chat_format = ChatFormat.for_tokenizer(tokenizer, chat_template)
-
-        def prompt(instance: Instance) -> str:
-            assert isinstance(instance, list)  # serving_instance made it a chat
-            try:
-                return chat_format.render(instance, generation_prompt=True)
-            except TemplateError as exc:  # the template refuses the chat (Llama 2's may)
-                raise InstanceError(
-                    f"the model's chat template refuses this chat: {exc}", ("messages",)
-                ) from None
-
-        return prompt
+        return chat_prompter(tokenizer, chat_template)
 
     def serving_widget(self) -> Any:
         """A chat: a system prompt, the turns so far and a message box."""
-        from llm_pipeline.tasks.instruction_tuning.page import WIDGET
+        from llm_pipeline.serve.chat_page import CHAT_WIDGET
 
-        return WIDGET
+        return CHAT_WIDGET
 
     def serving_model(self, settings: Any, folder: Path) -> Any:
         """A causal LM that completes a batch of chats in one generate call."""
-        from llm_pipeline.tasks.instruction_tuning.serving import Completer
+        from llm_pipeline.serve.chat_completer import Completer
 
         return Completer.load(settings, folder, self)
 

@@ -1,5 +1,6 @@
-"""Instruction tuning served: prompts and chats become a causal LM's completions
-(`InstructionTuning.serving_model`).
+"""Chat completions served: prompts and chats become a causal LM's completions, for every
+task whose model is a chat model (instruction tuning, preference tuning: their
+`serving_model`).
 
 A chat is rendered as training rendered it (`tasks.chat`: the tokenizer's own chat
 template, else training's `data.chat_template`, which the deploy step hands the server,

@@ -1,4 +1,5 @@
-"""Instruction tuning's part of the server's page at `/`: a chat.
+"""The chat part of the server's page at `/`, for every task that serves a causal LM's chat
+completions (instruction tuning, preference tuning).
 
 A system prompt, the turns so far, a message box, and the model's answers; each send posts
 the whole conversation as one `{"messages": [...]}` instance, as any client would.
@@ -96,5 +97,5 @@ if (query.get("message")) { message.value = query.get("message"); send(); }
 </script>
 """
 
-#: The chat widget (`InstructionTuning.serving_widget`).
-WIDGET = Widget(body=_BODY, style=_STYLE)
+#: The chat widget (`serving_widget` of the chat tasks).
+CHAT_WIDGET = Widget(body=_BODY, style=_STYLE)
