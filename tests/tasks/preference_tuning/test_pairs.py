@@ -179,11 +179,11 @@ def test_refused_rows_are_counted_and_named_by_row(plain: ChatFormat, tmp_path: 
     # 14: a good row's 11 prompt tokens and its 3 answer tokens.
     kept, stats = encode_pairs(splits, chat_format=plain, max_length=14, work_dir=tmp_path)
     train = stats["train"]
-    assert (train.rows_in, train.rows_kept) == (7, 3)
+    assert (train.rows_in, train.rows_out) == (7, 3)
     assert train.refused == {UNUSABLE: 2, SAME_ANSWERS: 1, ANSWERS_TOO_LONG: 1}
     assert train.refused_rows == {UNUSABLE: [3, 6], SAME_ANSWERS: [2], ANSWERS_TOO_LONG: [5]}
     assert train.first_problem[UNUSABLE] == "row 3: rejected: missing"
-    assert json.loads(json.dumps(train.to_dict()))["rows_kept"] == 3
+    assert json.loads(json.dumps(train.to_dict()))["rows_out"] == 3
     # Row 7's prompt is cut to fit beside its answer: counted, not refused.
     assert (train.prompts_cut, train.prompt_tokens_dropped) == (1, 2)
     assert kept["train"]["chosen"] == ["four .", "four .", "four ."]

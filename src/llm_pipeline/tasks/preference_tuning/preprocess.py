@@ -4,12 +4,16 @@ Output columns, one row per kept pair, not padded (the collator pads):
 - `prompt_input_ids`; `chosen_input_ids`, `chosen_attention_mask`, `chosen_labels` and the
   same three for `rejected`: each answer after the prompt, its labels -100 on the prompt;
 - `prompt` (rendered, generation prompt included: what evaluation generates from), `chat`
-  (the prompt's turns as JSON: what a served request carries), `chosen`, `rejected` (texts).
+  (the prompt's turns as JSON: what a served request carries), `chosen`, `rejected` (texts);
+- `preprocess.json`: the resolved length and template, and per split the rows refused (by
+  reason, the first rows named) and the prompts cut (preprocess_report.py).
 
 The check runs inside `Dataset.map` (its workers too), so each row's outcome is a private
 column, counted after the pass and dropped: counts add up however the rows were split.
 """
 
+import json
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +21,14 @@ from typing import Any
 
 import datasets
 import numpy as np
+from transformers import PreTrainedTokenizerBase
 
+from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.chat_format import chat_max_length, chat_template_from, resolve_chat_format
+from llm_pipeline.data.preprocess import BATCH_SIZE
 from llm_pipeline.errors import DataError
+from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
+from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks.chat import ChatFormat, ChatTemplateError
 from llm_pipeline.tasks.preference_tuning.pairs import (
     REASONS,
@@ -27,8 +37,12 @@ from llm_pipeline.tasks.preference_tuning.pairs import (
     encode_pair,
     prompt_texts,
 )
+from llm_pipeline.tasks.preference_tuning.preprocess_report import (
+    PairPreprocessReport,
+    PairStats,
+    log_pair_report,
+)
 
-BATCH_SIZE = 1000
 #: How many refused rows a split's statistics name per reason.
 NAMED_ROWS = 10
 
@@ -39,28 +53,41 @@ _PRIVATE = {
 }
 
 
-@dataclass(frozen=True)
-class PairStats:
-    """What one split's check refused and cut."""
-
-    rows_in: int
-    #: Refused rows per reason (pairs.REASONS), each reason's first rows (counted from 1)
-    #: and its first problem in words.
-    refused: dict[str, int]
-    refused_rows: dict[str, list[int]]
-    first_problem: dict[str, str]
-    #: Pairs whose prompt lost its oldest tokens to fit, and how many tokens in all.
-    prompts_cut: int
-    prompt_tokens_dropped: int
-
-    @property
-    def rows_kept(self) -> int:
-        return self.rows_in - sum(self.refused.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows_kept": self.rows_kept} | {
-            name: getattr(self, name) for name in self.__dataclass_fields__
-        }
+def preprocess_pairs(
+    dataset: datasets.DatasetDict,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | Path,
+    data: DataConfig,
+    model: ModelConfig,
+) -> PairPreprocessReport:
+    """Tokenize every split of preference rows in `dataset` into `output_dir`, with the
+    chat template and length instruction tuning resolves (data/chat_format.py), and write
+    and log what was refused and cut."""
+    chat_format = resolve_chat_format(tokenizer, data)
+    max_length, length_from = chat_max_length(data, tokenizer, chat_format)
+    with tempfile.TemporaryDirectory(prefix="llm-pipeline-preprocess-") as work:
+        kept, stats = encode_pairs(
+            dataset,
+            chat_format=chat_format,
+            max_length=max_length,
+            work_dir=work,
+            num_proc=data.num_proc if data.num_proc > 1 else None,
+        )
+        report = PairPreprocessReport(
+            max_length=max_length,
+            max_length_from=length_from,
+            chat_template_from=chat_template_from(tokenizer, data),
+            splits=stats,
+        )
+        with atomic_output_dir(output_dir) as staging:
+            kept.save_to_disk(str(staging))
+            payload = {"tokenizer": model.tokenizer_source, "chat_template": chat_format.template}
+            (staging / PREPROCESS_REPORT_FILE).write_text(
+                json.dumps(payload | report.to_dict(), indent=2) + "\n"
+            )
+    log_pair_report(report)
+    return report
 
 
 def encode_pairs(
@@ -169,4 +196,4 @@ def _split_stats(split: str, table: datasets.Dataset) -> PairStats:
     )
 
 
-__all__ = ["PairStats", "encode_pairs"]
+__all__ = ["PairStats", "encode_pairs", "preprocess_pairs"]

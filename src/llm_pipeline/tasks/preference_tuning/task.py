@@ -8,11 +8,12 @@ from an instruction-tuned version in the registry (`model.source: "registry:<mod
 Served, it is a chat model like instruction tuning's: the prediction is its completion.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.chat import chat_instance, chat_prompter
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -32,10 +33,25 @@ class PreferenceTuning(Task):
     def preprocess(
         self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any
     ) -> PreprocessResult:
-        raise NotImplementedError  # helper dpo-task
+        """Pairs rendered by the chat template instruction tuning uses and tokenized, the
+        prompt masked, bad rows refused and counted (`preprocess.preprocess_pairs`)."""
+        from llm_pipeline.tasks.preference_tuning.preprocess import preprocess_pairs
+
+        return preprocess_pairs(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
+        )
 
     # model and training
     model_kind: ClassVar[ModelKind] = CAUSAL_LM
+
+    def build_model(
+        self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
+    ) -> Any:
+        """The causal LM to tune, as instruction tuning builds it (usually the SFT model a
+        registry source resolved to)."""
+        from llm_pipeline.models.loading import load_model
+
+        return load_model(model, tokenizer, kind=self.model_kind)
 
     # evaluation
     metric_names: ClassVar[tuple[str, ...]] = ("preference_accuracy", "reward_margin", "rougeL")
@@ -64,17 +80,29 @@ class PreferenceTuning(Task):
     serving_instance_shape: ClassVar[str] = 'a list of prompts (texts) or {"messages": [...]} chats'
 
     def serving_instance(self, value: Any) -> Instance:
-        raise NotImplementedError  # helper dpo-task
+        """A prompt (one user turn) or `{"messages": [turns]}` ending with the user's turn,
+        as instruction tuning's server takes it (`tasks.chat.chat_instance`)."""
+        return chat_instance(value)
 
     def serving_prompter(
         self, tokenizer: Any, *, prefix: str, chat_template: str | None
     ) -> Callable[[Instance], str]:
-        raise NotImplementedError  # helper dpo-task
+        """Chats rendered as training rendered the pairs' prompts, ending where the answer
+        starts (`tasks.chat.chat_prompter`)."""
+        return chat_prompter(tokenizer, chat_template)
+
+    def serving_widget(self) -> Any:
+        """A chat, as instruction tuning's page: a system prompt, the turns, a message box."""
+        from llm_pipeline.serve.chat_page import CHAT_WIDGET
+
+        return CHAT_WIDGET
 
     def serving_model(self, settings: Any, folder: Path) -> Any:
-        raise NotImplementedError  # helper dpo-task
+        """The tuned causal LM, completing a batch of chats in one generate call."""
+        from llm_pipeline.serve.chat_completer import Completer
+
+        return Completer.load(settings, folder, self)
 
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
         raise NotImplementedError  # helper dpo-task
-
