@@ -75,7 +75,7 @@ def encoder_layer_bytes(
         inputs, linears = _adapted_per_layer(shape)
         per_token += s * adapters.rank * linears
         per_token += (kernel_bytes(k.mask, s) + s) * inputs if adapters.dropout else weight_only
-    return lengths.batch * length * per_token
+    return lengths.sequences * length * per_token
 
 
 def _adapted_per_layer(shape: ModelShape) -> tuple[float, float]:
@@ -108,8 +108,8 @@ def _edges(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) 
         per_token += s * stack.hidden  # what the final RMS norm's weight multiplies
     # The head: a pooled or projected hidden state, its dropout, the logits, the loss.
     per_row = 3 * s * stack.hidden + 4 * shape.labels
-    tokens = lengths.batch * lengths.source
-    return tokens * (TOKEN_ID_BYTES + per_token) + lengths.batch * per_row
+    tokens = lengths.sequences * lengths.source
+    return tokens * (TOKEN_ID_BYTES + per_token) + lengths.sequences * per_row
 
 
 def kept_bytes(shape: ModelShape, lengths: Lengths, *, dtype: str, device: DeviceKind) -> float:
@@ -131,7 +131,7 @@ def activation_bytes(
     layer = layer_bytes(shape, lengths, dtype, device)
     stack = _stack(shape)
     if checkpointing:
-        tokens = lengths.batch * lengths.source
+        tokens = lengths.sequences * lengths.source
         kept = float(DTYPE_BYTES[dtype] * stack.layers * tokens * stack.hidden)
         working = 2 * layer
     else:

@@ -57,7 +57,7 @@ def _linear_inputs(stack: Stack, s: int) -> float:
 def layer_bytes(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) -> float:
     """What one decoder layer keeps for backward, for the whole micro-batch."""
     s, k = DTYPE_BYTES[dtype], DEVICES[device]
-    d, tokens, length = shape.decoder, lengths.batch * lengths.source, lengths.source
+    d, tokens, length = shape.decoder, lengths.sequences * lengths.source, lengths.source
     mask = kernel_bytes(k.mask, s)
     math_path = d.attention_dropout and k.causal_scores_dropout > 0
     per_token = (
@@ -88,7 +88,7 @@ def _edges(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) 
     per_token = norm_bytes(d, s, device) + 4 * shape.vocab
     if shape.adapters is None:
         per_token += (0 if d.layer_norm else s * d.hidden) + s * d.hidden
-    return lengths.batch * lengths.source * per_token
+    return lengths.sequences * lengths.source * per_token
 
 
 def logits_working_bytes(shape: ModelShape, lengths: Lengths, dtype: str) -> float:
@@ -97,7 +97,7 @@ def logits_working_bytes(shape: ModelShape, lengths: Lengths, dtype: str) -> flo
     and upcasts that to fp32 for cross-entropy (a no-op in fp32); backward then needs about
     as much for their gradients."""
     s = DTYPE_BYTES[dtype]
-    return lengths.batch * lengths.source * shape.vocab * (2 * s + (4 if s != 4 else 0))
+    return lengths.sequences * lengths.source * shape.vocab * (2 * s + (4 if s != 4 else 0))
 
 
 def activation_bytes(
@@ -113,7 +113,7 @@ def activation_bytes(
     layer = layer_bytes(shape, lengths, dtype, device)
     d = shape.decoder
     if checkpointing:
-        kept = float(DTYPE_BYTES[dtype] * d.layers * lengths.batch * lengths.source * d.hidden)
+        kept = float(DTYPE_BYTES[dtype] * d.layers * lengths.sequences * lengths.source * d.hidden)
         working = 2 * layer
     else:
         kept = d.layers * layer

@@ -59,8 +59,8 @@ def encoder_layer_bytes(
         + ffn_bytes(e, s, mask)
     )
     scores = kernel_bytes(k.scores_dropout if e.dropout else k.scores, s)
-    tokens = lengths.batch * lengths.source
-    return tokens * per_token + lengths.batch * e.heads * lengths.source**2 * scores
+    tokens = lengths.sequences * lengths.source
+    return tokens * per_token + lengths.sequences * e.heads * lengths.source**2 * scores
 
 
 def decoder_layer_bytes(
@@ -79,7 +79,7 @@ def decoder_layer_bytes(
     )
     per_source = 2 * attention * d.inner  # cross-attention keys and values
     scores = kernel_bytes(k.scores_dropout if d.dropout else k.scores, s)
-    b, src, tgt = lengths.batch, lengths.source, lengths.target
+    b, src, tgt = lengths.sequences, lengths.source, lengths.target
     return b * (tgt * per_target + src * per_source) + b * d.heads * (tgt**2 + tgt * src) * scores
 
 
@@ -90,12 +90,12 @@ def _edges(shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind) 
     mask = kernel_bytes(k.mask, s)
     total = 0.0
     for stack, tokens in (
-        (shape.encoder, lengths.batch * lengths.source),
-        (shape.decoder, lengths.batch * lengths.target),
+        (shape.encoder, lengths.sequences * lengths.source),
+        (shape.decoder, lengths.sequences * lengths.target),
     ):
         per_token = norm_bytes(s) + s + (2 * mask if stack.dropout else 0)
         total += tokens * per_token * stack.hidden
-    return total + lengths.batch * lengths.target * shape.vocab * s
+    return total + lengths.sequences * lengths.target * shape.vocab * s
 
 
 def activation_bytes(
@@ -128,14 +128,14 @@ def activation_bytes(
     largest = max(enc, dec)
     if checkpointing:
         kept = float(s) * (
-            shape.encoder.layers * lengths.batch * lengths.source * shape.encoder.hidden
-            + shape.decoder.layers * lengths.batch * lengths.target * shape.decoder.hidden
+            shape.encoder.layers * lengths.sequences * lengths.source * shape.encoder.hidden
+            + shape.decoder.layers * lengths.sequences * lengths.target * shape.decoder.hidden
         )
         working = 2 * largest  # the recomputed block and its gradients
     else:
         kept = shape.encoder.layers * enc + shape.decoder.layers * dec
         working = largest
-    logits_grad = lengths.batch * lengths.target * shape.vocab * s
+    logits_grad = lengths.sequences * lengths.target * shape.vocab * s
     if shape.adapters is not None and not checkpointing:
         kept += adapter_bytes(shape, lengths, dtype, device)
     return kept + _edges(shape, lengths, dtype, device) + working + logits_grad
@@ -153,8 +153,8 @@ def adapter_bytes(shape: ModelShape, lengths: Lengths, dtype: str, device: Devic
     per_input = (mask + s) if adapters.dropout else 0.0
     total = 0.0
     for stack, tokens in (
-        ("encoder", lengths.batch * lengths.source),
-        ("decoder", lengths.batch * lengths.target),
+        ("encoder", lengths.sequences * lengths.source),
+        ("decoder", lengths.sequences * lengths.target),
     ):
         inputs = sum(n for name, n in adapters.inputs if name == stack)
         linears = sum(n for name, n in adapters.linears if name == stack)

@@ -95,15 +95,24 @@ def kernel_bytes(value: float | None, dtype_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class Lengths:
-    """One micro-batch (or generation batch): sequences and tokens per sequence.
+    """One micro-batch (or generation batch): rows, and tokens per sequence.
 
     A seq2seq model reads `source` tokens and writes `target`; a causal LM's sequence
-    (prompt and response together) is `source`, with `target` 0.
+    (prompt and response together) is `source`, with `target` 0. A row is one sequence but
+    for a task that runs several through the model per row (`per_row`, the task's
+    `fit_sequences_per_row`: DPO's chosen and rejected answers); activations are estimated
+    for all of them (`sequences`), while `batch` stays the rows a config sets.
     """
 
     batch: int
     source: int
     target: int
+    per_row: int = 1
+
+    @property
+    def sequences(self) -> int:
+        """The sequences the model runs at once: rows × sequences per row."""
+        return self.batch * self.per_row
 
 
 def runtime_bytes(device: DeviceKind, kind: Literal["train", "generate"]) -> float:

@@ -134,9 +134,11 @@ def local_gpu_problems(config: PipelineConfig, target: Target) -> list[str]:
 
 def training_lengths(config: PipelineConfig, shape: ModelShape) -> Lengths:
     """One training micro-batch at its longest, its rows' tokens as the task has them
-    (`Task.fit_lengths`: a document and its summary, one whole sequence, a text)."""
-    read, written = get_task(config.task).fit_lengths(config, shape)
-    return Lengths(config.train.per_device_batch_size, read, written)
+    (`Task.fit_lengths`: a document and its summary, one whole sequence, a text), each row
+    as many sequences as the task runs per row (`Task.fit_sequences_per_row`)."""
+    task = get_task(config.task)
+    read, written = task.fit_lengths(config, shape)
+    return Lengths(config.train.per_device_batch_size, read, written, task.fit_sequences_per_row)
 
 
 def input_tokens(config: PipelineConfig, shape: ModelShape) -> int:

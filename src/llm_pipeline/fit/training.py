@@ -129,7 +129,8 @@ def training_rows(
 
     per_process, deepspeed_host = estimate(lengths)
     settings = (
-        f"{where.dtype}, micro-batch {lengths.batch} × {_tokens_words(shape, lengths)} tokens, "
+        f"{where.dtype}, micro-batch {_batch_words(lengths)} × {_tokens_words(shape, lengths)} "
+        "tokens, "
         f"{_lora_words(shape)}{'gradient checkpointing, ' if train.gradient_checkpointing else ''}"
         f"{_zero_words(zero)}, {count(where.processes, 'process')} per node × "
         f"{count(where.nodes, 'node')}" + (f"; {zero_note}" if zero_note else "")
@@ -202,6 +203,13 @@ def precision_problems(config: PipelineConfig, target: Target) -> list[str]:
     if precision == "fp16" and accelerator is None:
         return ["train.precision fp16 needs a GPU: use fp32 or bf16 on the CPU"]
     return []
+
+
+def _batch_words(lengths: Lengths) -> str:
+    """`8`, or for a task that runs several sequences per row `4 rows × 2 sequences`."""
+    if lengths.per_row == 1:
+        return str(lengths.batch)
+    return f"{count(lengths.batch, 'row')} × {lengths.per_row} sequences"
 
 
 def _tokens_words(shape: ModelShape, lengths: Lengths) -> str:

@@ -257,6 +257,11 @@ class Task(ABC):
         `shape` (`fit.shapes.ModelShape`); evaluation reads the first per row. A task whose
         row is one sequence writes 0 tokens apart."""
 
+    #: Sequences the model runs per training row, each at `fit_lengths`: activations are
+    #: estimated for this many times the micro-batch's rows (DPO's chosen and rejected
+    #: answers: 2).
+    fit_sequences_per_row: ClassVar[int] = 1
+
     def fit_labels(self, config: Any) -> tuple[int, str | None]:
         """How many labels the model's head scores (0: no classification head), which the
         fit check builds the model's shape for, and a note when that number is a guess."""

@@ -26,7 +26,7 @@ from llm_pipeline.fit.stage import StageChoice, choose_stage, unknown_shape_choi
 from llm_pipeline.fit.states import DEEPSPEED_MAX_LIVE_DEFAULT, ZeroPlan
 from llm_pipeline.output_files import LABEL_SET_KEY, PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import local_copy
-from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks import Task, get_task
 from llm_pipeline.train.deepspeed_config import build_deepspeed_config, load_user_deepspeed_config
 
 
@@ -50,7 +50,8 @@ def resolve_zero_stage(
     device: DeviceKind = "cuda" if here.accelerator is not None else "cpu"
     dtype = auto_dtype(here) if train.precision == "auto" else train.precision
     where = Where(here, device, processes, nodes, dtype)
-    kind = get_task(task).model_kind
+    served = get_task(task)
+    kind = served.model_kind
     report = _preprocess_report(dataset_dir)
     # A classifier's head, for the labels preprocess found (model_shape's default without).
     labels = {"labels": n} if (n := len(report.get(LABEL_SET_KEY, {}).get("names", []))) else {}
@@ -62,7 +63,7 @@ def resolve_zero_stage(
         choice = choose_stage(
             shape,
             where,
-            _lengths(report, shape, train.per_device_batch_size),
+            _lengths(report, shape, train.per_device_batch_size, served),
             checkpointing=train.gradient_checkpointing,
             freeze_encoder=train.freeze_encoder,
             offload_optimizer=train.offload_optimizer,
@@ -145,15 +146,17 @@ def _preprocess_report(dataset_dir: str) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
-def _lengths(report: dict[str, Any], shape: ModelShape, batch: int) -> Lengths:
+def _lengths(report: dict[str, Any], shape: ModelShape, batch: int, task: Task) -> Lengths:
     """A micro-batch at the longest rows preprocess kept (its resolved max lengths); without
-    its report, at the caps the fit check assumes for unset lengths."""
+    its report, at the caps the fit check assumes for unset lengths. Each row is as many
+    sequences as the task runs per row (DPO's chosen and rejected)."""
     if not shape.kind.encoder_decoder:
         cap = min(DEFAULT_SOURCE_CAP, shape.max_positions or DEFAULT_SOURCE_CAP)
-        return Lengths(batch, int(report.get("max_length") or cap), 0)
+        return Lengths(batch, int(report.get("max_length") or cap), 0, task.fit_sequences_per_row)
     target_cap = DataConfig.model_fields["max_target_length_cap"].default
     return Lengths(
         batch,
         int(report.get("max_source_length") or DEFAULT_SOURCE_CAP),
         int(report.get("max_target_length") or target_cap),
+        task.fit_sequences_per_row,
     )

@@ -104,5 +104,16 @@ class PreferenceTuning(Task):
         return Completer.load(settings, folder, self)
 
     # fit check
+    # A DPO step runs both answers of each pair through the policy: twice the rows' sequences
+    # keep activations. The reference adds no peak of its own: under LoRA it is a no-grad
+    # forward of the same sequences (adapters off) whose activations are freed layer by layer
+    # and whose logits are freed once summed; full DPO computes it in one pass before training
+    # (the same, without the optimizer's step), keeping 2 floats per pair. No second model.
+    fit_sequences_per_row: ClassVar[int] = 2
+
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
-        raise NotImplementedError  # helper dpo-task
+        """Each answer with its prompt, one sequence of at most data.max_length (else the cap
+        a tokenizer may reach); evaluation's prompts are within it."""
+        from llm_pipeline.fit.places import DEFAULT_SOURCE_CAP
+
+        return config.data.max_length or DEFAULT_SOURCE_CAP, 0
