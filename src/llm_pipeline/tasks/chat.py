@@ -279,6 +279,12 @@ def chat_instance(value: Any) -> Chat:
     return [{"role": turn["role"], "content": turn["content"]} for turn in chat]
 
 
+def chat_example(value: str) -> dict[str, Any]:
+    """The instance a client sends for a preprocessed row's `chat` column (the prompt's
+    turns as JSON): `{"messages": turns}`, what the deploy step probes a chat server with."""
+    return {"messages": json.loads(value)}
+
+
 def chat_prompter(
     tokenizer: PreTrainedTokenizerBase, chat_template: str | None
 ) -> Callable[[Instance], str]:
@@ -309,6 +315,7 @@ __all__ = [
     "TemplateError",
     "Turn",
     "as_chat",
+    "chat_example",
     "chat_instance",
     "chat_problem",
     "chat_prompter",

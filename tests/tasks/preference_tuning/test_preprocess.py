@@ -18,6 +18,7 @@ from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.download import download_dataset
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.errors import DataError
+from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.preference_tuning.pairs import ANSWERS_TOO_LONG, SAME_ANSWERS, UNUSABLE
@@ -27,6 +28,7 @@ from ...data.word_tokenizer import CHATML, ids, load, word_tokenizer
 TASK = get_task("preference_tuning")
 #: A user's own column names, mapped onto the task's roles.
 COLUMNS = {"prompt": "question", "chosen": "good", "rejected": "bad"}
+MESSAGES = {"messages": "messages", "chosen": "good", "rejected": "bad"}
 GOOD = {"question": "what is two plus two ?", "good": "four .", "bad": "six ."}
 
 
@@ -42,10 +44,12 @@ def _run(
     splits: dict[str, list[dict[str, Any]]],
     *,
     template: str | None = None,
+    columns: dict[str, str] = COLUMNS,
     **data: Any,
 ) -> tuple[Any, datasets.DatasetDict]:
     """Download (maps the columns) then preprocess, as the pipeline's two steps do."""
-    config = DataConfig(dataset=str(_write(tmp_path / "source", splits)), columns=COLUMNS, **data)
+    source = str(_write(tmp_path / "source", splits))
+    config = DataConfig(dataset=source, columns=columns, **data)
     model = ModelConfig(
         architecture={"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1},
         tokenizer=str(word_tokenizer(tmp_path / "tokenizer", chat_template=template)),
@@ -120,6 +124,18 @@ def test_a_chat_template_of_the_tokenizer_renders_both_answers(tmp_path: Path) -
     assert row["rejected_input_ids"] == ids(tokenizer, f"{prompt} six . <|im_end|> </s>")
     prompt_length = len(prompt.split())
     assert row["chosen_labels"][:prompt_length] == [-100] * prompt_length
+
+
+def test_the_deploy_probe_sends_held_out_prompts_as_chats_the_server_takes(
+    tmp_path: Path,
+) -> None:
+    system = [{"role": "system", "content": "be brief"}]
+    chat = [*system, {"role": "user", "content": "what is two ?"}]
+    row = {"messages": chat, "good": "four .", "bad": "six ."}
+    _run(tmp_path, {"train": [row], "validation": [row]}, columns=MESSAGES)
+    (probe,) = load_serving_examples(tmp_path / "tokenized", 4, TASK)
+    assert probe == {"messages": chat}
+    assert TASK.serving_instance(probe) == chat
 
 
 def test_a_split_with_no_usable_pair_is_an_error_naming_it(tmp_path: Path) -> None:

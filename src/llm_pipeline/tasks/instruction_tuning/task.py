@@ -11,13 +11,12 @@ Served, an instance is a prompt (one user turn) or `{"messages": [...]}`, checke
 rendered by the same rules as training's chats; the prediction is the model's completion.
 """
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import chat_instance, chat_prompter
+from llm_pipeline.tasks.chat import chat_example, chat_instance, chat_prompter
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -86,7 +85,7 @@ class InstructionTuning(Task):
     serving_column: ClassVar[str] = "chat"
 
     def serving_example(self, value: str) -> Any:
-        return {"messages": json.loads(value)}
+        return chat_example(value)
 
     # Greedy search: the answer the model rates most likely, the same on every run. A causal
     # LM's generation config often samples (Llama-2's does) and its default max_length counts

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import chat_instance, chat_prompter
+from llm_pipeline.tasks.chat import chat_example, chat_instance, chat_prompter
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -78,6 +78,10 @@ class PreferenceTuning(Task):
         "stop",
     )
     serving_instance_shape: ClassVar[str] = 'a list of prompts (texts) or {"messages": [...]} chats'
+
+    def serving_example(self, value: str) -> Any:
+        """The deploy step's probe from a held-out pair's `chat` (its prompt's turns)."""
+        return chat_example(value)
 
     def serving_instance(self, value: Any) -> Instance:
         """A prompt (one user turn) or `{"messages": [turns]}` ending with the user's turn,
