@@ -77,4 +77,3 @@ class PreferenceTuning(Task):
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
         raise NotImplementedError  # helper dpo-task
-
