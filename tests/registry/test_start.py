@@ -138,9 +138,9 @@ def test_a_registry_version_is_a_folder_never_a_hub_repository(registry: LocalRe
     source = f"registry:{SFT}@2"
     # trust_remote_code needs no pinned commit: the files are the registry's, not the hub's.
     assert config_for(registry, source, "model.trust_remote_code=true").model.trust_remote_code
-    with pytest.raises(ConfigError, match="pins a hub repository.*remove revision"):
+    with pytest.raises(ConfigError, match=r"pins a hub repository.*remove revision"):
         config_for(registry, source, "model.revision=main")
-    with pytest.raises(ConfigError, match="model: tokenizer: a registry version can only be model.source"):
+    with pytest.raises(ConfigError, match=r"model: tokenizer: a registry version can only be"):
         config_for(registry, source, f"model.tokenizer={source}")
 
 
