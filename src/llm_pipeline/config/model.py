@@ -4,7 +4,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from llm_pipeline.config.base import Section
 from llm_pipeline.storage import is_remote, looks_like_path
@@ -146,6 +152,15 @@ class ModelConfig(Section):
         description="Set by the run, not by hand: the registry version (`model@version`) a "
         "`registry:` source resolved to; the trained model and its registered version record it.",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_start(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """`started_from` only where a run set it: a config (and a compiled spec's config
+        constant) that starts from no registry version reads as it did before the key."""
+        dumped = handler(self)
+        if self.started_from is None and isinstance(dumped, dict):
+            dumped.pop("started_from", None)
+        return dumped
 
     @field_validator("source")
     @classmethod
