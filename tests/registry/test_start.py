@@ -215,3 +215,47 @@ def test_the_registered_version_records_its_start_and_the_listing_shows_it(
     assert record["labels"] == {"started_from": f"{SFT}@2"}
     list_registry(registry)
     assert f"started from {SFT}@2" in capsys.readouterr().out
+
+
+def test_the_finetune_step_records_the_version_it_started_from(
+    registry: LocalRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's own bookkeeping, with training itself replaced (it is tested elsewhere):
+    the trained model's metadata names the start, which deploy turns into labels."""
+    from kfp.dsl import Artifact, Metrics
+
+    from llm_pipeline.steps import finetune as finetune_step
+    from llm_pipeline.train.job import FinetuneResult
+
+    trained: list[str | None] = []
+
+    def train(**kwargs: Any) -> FinetuneResult:
+        trained.append(kwargs["model"].source)
+        return FinetuneResult(
+            is_primary=True,
+            node_rank=0,
+            node_count=1,
+            output_dir=kwargs["output_dir"],
+            metrics={"train_loss": 1.0},
+            zero_stage="2 (auto)",
+            message="",
+        )
+
+    monkeypatch.setattr(finetune_step, "run_finetune", train)
+    config = resolve_start(config_for(registry, f"registry:{SFT}@serving"))
+    model = Artifact(uri=str(tmp_path / "trained"))
+    finetune_step.run_finetune_step(
+        {
+            "task": "instruction_tuning",
+            "dataset": Artifact(uri=str(tmp_path / "dataset")),
+            "model": config.model.model_dump_json(),
+            "train": config.train.model_dump_json(),
+            "cluster": config.cluster.model_dump_json(),
+            "logs": Artifact(uri=str(tmp_path / "logs")),
+            "trained_model": model,
+            "metrics": Metrics(uri=str(tmp_path / "metrics")),
+        }
+    )
+    assert trained == [registry.version(SFT, "2").uri]
+    assert model.metadata["started_from"] == f"{SFT}@2"
+    assert start_labels(registry, model.metadata) == {"started_from": f"{SFT}@2"}
