@@ -259,3 +259,20 @@ def test_the_finetune_step_records_the_version_it_started_from(
     assert trained == [registry.version(SFT, "2").uri]
     assert model.metadata["started_from"] == f"{SFT}@2"
     assert start_labels(registry, model.metadata) == {"started_from": f"{SFT}@2"}
+
+
+def test_check_fit_on_the_command_line_reads_the_version_or_refuses_naming_versions(
+    registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llm_pipeline import cli
+
+    config_for(registry, f"registry:{SFT}@serving")
+    path = str(registry.root.parent / "dpo.json")
+    assert cli.main(["--config", path, "--check-fit"]) == 0
+    assert "finetune" in capsys.readouterr().out
+    assert (
+        cli.main(["--config", path, "--check-fit", "--set", f"model.source=registry:{SFT}@3"]) == 2
+    )
+    error = capsys.readouterr().err
+    assert f"model.source 'registry:{SFT}@3' (the local registry {registry.root})" in error
+    assert "its versions: 1, 2" in error
