@@ -77,3 +77,4 @@ class PreferenceTuning(Task):
     # fit check
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
         raise NotImplementedError  # helper dpo-task
+
