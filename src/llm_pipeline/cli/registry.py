@@ -159,6 +159,8 @@ def list_registry(registry: Registry) -> None:
         print(f"model {model}")
         for version in registry.versions(model):
             made = f", run {version.run}" if version.run else ""
+            if version.started_from:
+                made += f", started from {version.started_from}"
             print(f"  {version.ref:<28} {version.created[:19]}  {_metrics_text(version)}{made}")
     endpoints = registry.endpoints()
     if not endpoints:

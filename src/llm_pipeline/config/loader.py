@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from llm_pipeline.config import strict_json
 from llm_pipeline.config.errors import ConfigError, problems_from
 from llm_pipeline.config.flat_keys import FLAT_KEYS, get_path, map_flat_keys, set_path
+from llm_pipeline.config.model import REGISTRY_SCHEME
 from llm_pipeline.config.pipeline import PipelineConfig
 from llm_pipeline.errors import JSONTooDeep
 from llm_pipeline.storage import looks_like_path
@@ -69,7 +70,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _is_local(value: str) -> bool:
-    return "://" not in value and not value.startswith("package:")
+    return "://" not in value and not value.startswith(("package:", REGISTRY_SCHEME))
 
 
 def _resolve(value: str, base: Path, *, hub_possible: bool) -> str | None:

@@ -1,9 +1,16 @@
 """Which network is fine-tuned, and where its weights and tokenizer come from."""
 
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from llm_pipeline.config.base import Section
 from llm_pipeline.storage import is_remote, looks_like_path
@@ -11,12 +18,62 @@ from llm_pipeline.storage import is_remote, looks_like_path
 #: A git commit as the hub names it: the one revision that cannot move after review.
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
+#: `model.source: "registry:<model>@<version>"` starts from a registered version (SFT → DPO).
+REGISTRY_SCHEME = "registry:"
+#: The version part that means "the version an endpoint serves now".
+SERVING = "serving"
+_REGISTRY_FORM = f'"{REGISTRY_SCHEME}<model>@<version>" or "{REGISTRY_SCHEME}<model>@{SERVING}"'
+_VERSION = re.compile(r"[1-9][0-9]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The longest model name either registry takes (a Vertex display name).
+_MAX_NAME = 128
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """A `registry:` source, parsed: a model's name and a version number or `serving`."""
+
+    model: str
+    version: str
+
+    @property
+    def serving(self) -> bool:
+        """Whether it names the version an endpoint serves rather than a number."""
+        return self.version == SERVING
+
+    def __str__(self) -> str:
+        return f"{REGISTRY_SCHEME}{self.model}@{self.version}"
+
+
+def registry_ref(source: str) -> RegistryRef | None:
+    """The registry version `source` names; None for any other kind of source; ValueError
+    saying what is wrong with a malformed `registry:` one."""
+    if not source.startswith(REGISTRY_SCHEME):
+        return None
+    model, at, version = source[len(REGISTRY_SCHEME) :].rpartition("@")
+    problem = None
+    if not at:
+        problem = "names no version"
+    elif not model.strip():
+        problem = "names no model"
+    elif len(model) > _MAX_NAME or _CONTROL.search(model):
+        problem = f"model name {model!r} is not a registry name (1-{_MAX_NAME} plain characters)"
+    elif version != SERVING and not _VERSION.fullmatch(version):
+        problem = f"version {version!r} is neither a number (1, 2, ...) nor {SERVING!r}"
+    if problem:
+        raise ValueError(f"{source!r}: {problem}; write {_REGISTRY_FORM}")
+    return RegistryRef(model=model, version=version)
+
 
 def _may_be_hub_id(location: str) -> bool:
     """Whether a model location may name a Hugging Face hub repository (whose contents its
-    owner can change) rather than a folder, a bucket or a package. The config loader has
-    already made local paths absolute, so `owner/name` here is a hub id."""
-    return not (location.startswith("package:") or is_remote(location) or looks_like_path(location))
+    owner can change) rather than a folder, a bucket, a package or a registry version. The
+    config loader has already made local paths absolute, so `owner/name` here is a hub id."""
+    return not (
+        location.startswith(("package:", REGISTRY_SCHEME))
+        or is_remote(location)
+        or looks_like_path(location)
+    )
 
 
 class EncoderDecoderSource(Section):
@@ -49,7 +106,10 @@ class ModelConfig(Section):
     source: str | None = Field(
         default=None,
         description="A pretrained checkpoint: hub id (`t5-small`), local folder, `gs://` folder, "
-        "or `package:<python_package>/<folder>` for weights shipped inside an installed package.",
+        "`package:<python_package>/<folder>` for weights shipped inside an installed package, "
+        'or a registered version: `"registry:<model>@<version>"`, or `"registry:<model>@serving"` '
+        "for the version an endpoint serves now (the registry `deploy.target` names: "
+        "`deploy.registry_dir`'s, or Vertex AI Model Registry's), so SFT → DPO is two configs.",
     )
     architecture: dict[str, Any] | None = Field(
         default=None,
@@ -86,6 +146,50 @@ class ModelConfig(Section):
         "then needs `revision` pinned to a commit hash; any other location must be a "
         "folder, bucket or package.",
     )
+
+    started_from: str | None = Field(
+        default=None,
+        description="Set by the run, not by hand: the registry version (`model@version`) a "
+        "`registry:` source resolved to; the trained model and its registered version record it.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_start(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """`started_from` only where a run set it: a config (and a compiled spec's config
+        constant) that starts from no registry version reads as it did before the key."""
+        dumped = handler(self)
+        if self.started_from is None and isinstance(dumped, dict):
+            dumped.pop("started_from", None)
+        return dumped
+
+    @field_validator("source")
+    @classmethod
+    def _registry_form(cls, source: str | None) -> str | None:
+        if source is not None:
+            registry_ref(source)  # a malformed `registry:` source says what is wrong
+        return source
+
+    @model_validator(mode="after")
+    def _registry_version_is_a_folder(self) -> "ModelConfig":
+        """A registry version is a folder of files, never a hub repository: nothing else
+        may name one, and a hub revision does not apply to it."""
+        elsewhere = [
+            key
+            for key, location in self._locations()
+            if key != "source" and location.startswith(REGISTRY_SCHEME)
+        ]
+        if elsewhere:
+            raise ValueError(
+                f"{', '.join(elsewhere)}: a registry version can only be model.source (the "
+                "tokenizer comes with it)"
+            )
+        from_registry = self.source is not None and self.source.startswith(REGISTRY_SCHEME)
+        if from_registry and self.revision is not None:
+            raise ValueError(
+                f"revision {self.revision!r} pins a hub repository; source {self.source!r} "
+                "is a registry version (a folder of files): remove revision"
+            )
+        return self
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "ModelConfig":

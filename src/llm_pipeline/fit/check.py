@@ -14,6 +14,8 @@ from llm_pipeline.fit.places import Target, local_gpu_problems
 from llm_pipeline.fit.rows import FitReport, Row
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.fit.training import precision_problems, stage_choice, training_rows
+from llm_pipeline.registry.base import RegistryError, RegistryUnreachable
+from llm_pipeline.registry.start import resolve_start
 from llm_pipeline.tasks import get_task
 
 #: The flag that runs a config the check refuses; every refusal names it.
@@ -23,6 +25,15 @@ SKIP_FLAG = "--skip-fit-check"
 def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     """Estimate every place of `config` against its machine (`target`: where it runs)."""
     report = FitReport(other_problems=local_gpu_problems(config, target))
+    try:
+        # A `registry:` source is the version's files, read as the run will read them.
+        config = resolve_start(config)
+    except RegistryUnreachable as exc:  # e.g. compiling for Vertex with no credentials
+        report.skipped.append(f"fit check skipped (the starting version cannot be read): {exc}")
+        return report
+    except RegistryError as exc:  # the registry answered: no such model or version
+        report.other_problems.append(str(exc))
+        return report
     task = get_task(config.task)
     labels, labels_note = task.fit_labels(config)
     try:

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config import ModelConfig
+from llm_pipeline.config.model import REGISTRY_SCHEME
 from llm_pipeline.errors import ModelSourceError, exception_chain
 from llm_pipeline.storage import (
     atomic_output_dir,
@@ -46,13 +47,21 @@ def default_cache_dir() -> Path:
 def resolve_model_path(source: str, *, cache_dir: Path | None = None) -> str:
     """What `from_pretrained` should be given for `source`.
 
-    `package:<pkg>/<folder>` → that folder inside the installed package; `gs://`/`s3://` →
+    `package:<pkg>/<folder>` → that folder inside the installed package; `registry:` → an
+    error (resolved before, by the run, into its version's folder); `gs://`/`s3://` →
     a local copy, downloaded once into `cache_dir` (keyed by the URI, so a checkpoint that
     changes in place needs a new URI or a cleared cache); a local folder → its absolute
     path; anything else → a hub id, unchanged. Raises ModelSourceError naming the problem.
     """
     if source.startswith(PACKAGE_SCHEME):
         return str(_package_folder(source))
+    if source.startswith(REGISTRY_SCHEME):
+        # The registry sits above this layer: the run resolves it once, first
+        # (`registry.start.resolve_start`), so every step starts from the same version.
+        raise ModelSourceError(
+            f"model source {source!r} names a registry version that was not resolved: the "
+            "configure step and the fit check resolve it (`registry.start.resolve_start`)"
+        )
     if is_remote(source):
         return str(_cached_copy(source, cache_dir or default_cache_dir()))
     local = Path(to_uri(source)).expanduser()

@@ -13,6 +13,7 @@ from llm_pipeline.config.deploy import DeployConfig
 from llm_pipeline.config.vertex import VertexConfig
 from llm_pipeline.registry.base import (
     EVALUATION_DATA_LABEL,
+    STARTED_FROM_LABEL,
     Deployed,
     DeployError,
     DeployOutcome,
@@ -20,6 +21,7 @@ from llm_pipeline.registry.base import (
     ModelVersion,
     Registry,
     RegistryError,
+    RegistryUnreachable,
     RollbackOutcome,
     VersionCheck,
     ensure_still_served,
@@ -53,7 +55,7 @@ def open_registry(
         return LocalRegistry(registry_dir or deploy.registry_dir, check=check)
     vertex = vertex or VertexConfig()
     if not vertex.project:
-        raise RegistryError(
+        raise RegistryUnreachable(
             'deploy.target is "vertex" but vertex.project is not set: set it in the config '
             "or with --set vertex.project=YOUR_PROJECT"
         )
@@ -70,6 +72,7 @@ def open_registry(
 
 __all__ = [
     "EVALUATION_DATA_LABEL",
+    "STARTED_FROM_LABEL",
     "Champion",
     "Decision",
     "DeployError",
@@ -80,6 +83,7 @@ __all__ = [
     "ModelVersion",
     "Registry",
     "RegistryError",
+    "RegistryUnreachable",
     "RollbackOutcome",
     "Served",
     "VersionCheck",

@@ -20,10 +20,20 @@ from llm_pipeline.errors import UserError
 #: evaluation that scored it (its rows and settings, `evaluation.fingerprint`). The gate
 #: compares recorded scores only between versions with the same one.
 EVALUATION_DATA_LABEL = "evaluation_data"
+#: The label of a version whose run started from another registered version (`registry:`
+#: model source): `model@version` (Vertex: the model here, its version under the next key,
+#: as label values hold no `@`).
+STARTED_FROM_LABEL = "started_from"
+STARTED_FROM_VERSION_LABEL = "started_from_version"
 
 
 class RegistryError(UserError):
     """The registry cannot do what was asked (a damaged file, an unknown version, ...)."""
+
+
+class RegistryUnreachable(RegistryError):
+    """The registry cannot be asked from here (no project, no credentials, no network), as
+    opposed to one that answered that something is not there."""
 
 
 class DeployError(UserError):
@@ -49,6 +59,13 @@ class ModelVersion:
     def ref(self) -> str:
         """`model@version`, as messages and the CLI name it."""
         return f"{self.model}@{self.version}"
+
+    @property
+    def started_from(self) -> str | None:
+        """The registered version (`model@version`) its run started from, if it did."""
+        start = self.labels.get(STARTED_FROM_LABEL)
+        version = self.labels.get(STARTED_FROM_VERSION_LABEL)
+        return f"{start}@{version}" if start and version else start
 
 
 @dataclass(frozen=True)
@@ -146,6 +163,11 @@ class Registry(ABC):
     ) -> ModelVersion:
         """Add `model_dir` as the next version of `model` (created on first use)."""
 
+    def start_labels(self, started_from: str) -> dict[str, str]:
+        """The labels that record the version (`model@version`) a run started from, in the
+        form this registry's labels take (`ModelVersion.started_from` reads them back)."""
+        return {STARTED_FROM_LABEL: started_from}
+
     @abstractmethod
     def models(self) -> list[str]:
         """Names of the registered models."""
@@ -153,6 +175,15 @@ class Registry(ABC):
     @abstractmethod
     def versions(self, model: str) -> list[ModelVersion]:
         """Every version of `model`, oldest first; empty for an unknown model."""
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where this registry is, in words, for messages (a folder; a project and region)."""
+
+    @abstractmethod
+    def version(self, model: str, version: str) -> ModelVersion:
+        """Version `version` of `model`; RegistryError naming the versions it has."""
 
     @abstractmethod
     def endpoints(self) -> list[EndpointState]:

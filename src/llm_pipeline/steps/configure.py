@@ -1,5 +1,5 @@
 """The configure component's body: apply the run's parameters to the config, validate it,
-and hand each step its section.
+resolve a `registry:` model source, and hand each step its section.
 
 This is the first step of every run, so a bad value typed into the Vertex "Create run"
 form fails here, at once, with the message `--set` would give, before any GPU starts.
@@ -11,6 +11,7 @@ from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.run_parameters import RUN_PARAMETERS, apply_run_parameters
 from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
+from llm_pipeline.registry.start import resolve_start
 from llm_pipeline.steps.artifacts import Arguments
 from llm_pipeline.steps.reporting import reports_user_errors
 
@@ -47,6 +48,12 @@ def run_configure(arguments: Arguments) -> dict[str, str]:
     validated = with_runtime_location(
         apply_run_parameters(arguments.text("config"), parameters), runtime_location(arguments)
     )
+    # Once, here: every later step then starts from the same version, even if the endpoint
+    # that `@serving` follows moves during the run.
+    started = resolve_start(validated)
+    if started.model.started_from:
+        status(f"starts from {started.model.started_from} ({started.model.source})")
+    validated = started
     resolved = Path(arguments.artifact("resolved").path)
     resolved.parent.mkdir(parents=True, exist_ok=True)
     resolved.write_text(validated.model_dump_json(indent=2) + "\n")

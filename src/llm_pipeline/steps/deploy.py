@@ -8,7 +8,7 @@ only after the new version has answered.
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
@@ -21,6 +21,7 @@ from llm_pipeline.registry import (
     DeployError,
     DeployOutcome,
     ModelVersion,
+    Registry,
     VersionCheck,
     ensure_still_served,
     open_registry,
@@ -30,6 +31,7 @@ from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import Arguments, log_metrics, write_text_output
+from llm_pipeline.steps.finetune import STARTED_FROM_KEY
 from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.storage import check_output_complete
 from llm_pipeline.tasks import get_task
@@ -74,7 +76,10 @@ def run_deploy(arguments: Arguments) -> None:
             if _is_number(v)
         },
         run=arguments.text("run"),
-        labels={EVALUATION_DATA_LABEL: arguments.text("evaluation_data").strip()},
+        labels={
+            EVALUATION_DATA_LABEL: arguments.text("evaluation_data").strip(),
+            **start_labels(registry, model.metadata),
+        },
         config={
             "data": data_config.model_dump(mode="json"),
             "deploy": deploy_config.model_dump(mode="json"),
@@ -98,6 +103,13 @@ def run_deploy(arguments: Arguments) -> None:
     write_text_output(arguments.artifact("report").path, _markdown(outcome, endpoint_name, probe))
     write_text_output(arguments.text("version"), registered.ref)
     write_text_output(arguments.text("endpoint"), endpoint_name)
+
+
+def start_labels(registry: Registry, metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The labels recording the registered version the model was trained from, as the
+    finetune step wrote it into the model's metadata (`started_from`); none otherwise."""
+    started_from = metadata.get(STARTED_FROM_KEY)
+    return registry.start_labels(str(started_from)) if started_from else {}
 
 
 def generation_defaults(evaluate: EvaluateConfig, *, task: str) -> dict[str, Any]:

@@ -9,6 +9,10 @@ from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.tasks import get_task
 from llm_pipeline.train.job import run_finetune
 
+#: The trained model's metadata key naming the registered version (`model@version`) it
+#: started from (`model.source: "registry:..."`); deploy records it on the new version.
+STARTED_FROM_KEY = "started_from"
+
 
 @reports_user_errors(Step.FINETUNE)
 def run_finetune_step(arguments: Arguments) -> None:
@@ -17,10 +21,11 @@ def run_finetune_step(arguments: Arguments) -> None:
     get_task(task)  # an unknown task fails here, before any process starts
     logs, trained_model = arguments.artifact("logs"), arguments.artifact("trained_model")
     Path(logs.path).mkdir(parents=True, exist_ok=True)
+    model = ModelConfig.from_component(arguments.text("model"))
     result = run_finetune(
         dataset_dir=arguments.artifact("dataset").path,
         output_dir=trained_model.path,
-        model=ModelConfig.from_component(arguments.text("model")),
+        model=model,
         train=TrainConfig.from_component(arguments.text("train")),
         cluster=ClusterConfig.from_component(arguments.text("cluster")),
         tensorboard_dir=logs.path,
@@ -39,4 +44,6 @@ def run_finetune_step(arguments: Arguments) -> None:
             "task": task,
             "zero_stage": result.zero_stage,
         }
+        # The registered version it started from (configure resolved `registry:`).
+        | ({STARTED_FROM_KEY: model.started_from} if model.started_from else {})
     )

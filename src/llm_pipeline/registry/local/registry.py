@@ -82,6 +82,11 @@ class LocalRegistry(Registry):
         self.check = check
         self._endpoints = EndpointStore(self.root / "endpoints", self._resolve)
 
+    @property
+    def location(self) -> str:
+        """The registry folder, for messages."""
+        return f"the local registry {self.root}"
+
     # -- versions ---------------------------------------------------------------------
 
     def register(

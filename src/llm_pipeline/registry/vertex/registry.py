@@ -20,6 +20,8 @@ from typing import Any
 
 from llm_pipeline.config.deploy import DeployConfig
 from llm_pipeline.registry.base import (
+    STARTED_FROM_LABEL,
+    STARTED_FROM_VERSION_LABEL,
     DeployOutcome,
     EndpointState,
     ModelVersion,
@@ -47,7 +49,7 @@ from llm_pipeline.registry.vertex.resources import (
     get_version,
     version_from_model,
 )
-from llm_pipeline.registry.vertex.version_labels import encode_version_labels
+from llm_pipeline.registry.vertex.version_labels import encode_version_labels, run_label
 
 #: What a rollback sends the restored version before it takes traffic again.
 ROLLBACK_PROBE = ("The endpoint rolls back to this version; this sentence checks it answers.",)
@@ -80,6 +82,11 @@ class VertexRegistry(Registry):
         self._credentials, self._api_endpoint = credentials, api_endpoint
         self._rollback_probe = tuple(rollback_probe)
         self._sdk()  # a bad region fails here, not in the middle of a deploy
+
+    @property
+    def location(self) -> str:
+        """The project and region, for messages."""
+        return f"Vertex AI Model Registry ({self.project}, {self.region})"
 
     def _sdk(self) -> Any:
         """`aiplatform`, initialised for this registry."""
@@ -137,6 +144,12 @@ class VertexRegistry(Registry):
             )
         return version_from_model(uploaded.gca_resource)
 
+    def start_labels(self, started_from: str) -> dict[str, str]:
+        """The start as Vertex labels: the model's name as the run label writes names (lower
+        case, other characters `-`), its version under a key of its own (no `@` allowed)."""
+        model, _, version = started_from.rpartition("@")
+        return {STARTED_FROM_LABEL: run_label(model), STARTED_FROM_VERSION_LABEL: version}
+
     def models(self) -> list[str]:
         """Display names of the registered models."""
         aip = self._sdk()
@@ -153,6 +166,24 @@ class VertexRegistry(Registry):
             client = aip.models.ModelRegistry(parent.name).client
             found = [version_from_model(m) for m in client.list_model_versions(name=parent.name)]
         return sorted(found, key=lambda v: int(v.version) if v.version.isdigit() else 0)
+
+    def version(self, model: str, version: str) -> ModelVersion:
+        """Version `version` of `model` (`models.get` of `.../models/ID@VERSION`);
+        RegistryError naming the models, or the model's versions, when it has none such."""
+        from google.api_core import exceptions
+
+        aip = self._sdk()
+        parent = find_model(aip, model)
+        if parent is None:
+            known = ", ".join(self.models()) or "none yet"
+            raise RegistryError(f"no model named {model!r} in {self.location}; models: {known}")
+        try:
+            return get_version(aip, parent.name.partition("@")[0], version)
+        except RegistryError as exc:
+            if not isinstance(exc.__context__, exceptions.NotFound):
+                raise
+        listed = ", ".join(v.version for v in self.versions(model)) or "none"
+        raise RegistryError(f"{model} has no version {version!r}; its versions: {listed}")
 
     # -- endpoints ------------------------------------------------------------------------
 

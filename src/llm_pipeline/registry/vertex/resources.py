@@ -13,7 +13,13 @@ from datetime import UTC
 from typing import Any
 
 from llm_pipeline.errors import UserError
-from llm_pipeline.registry.base import Deployed, EndpointState, ModelVersion, RegistryError
+from llm_pipeline.registry.base import (
+    Deployed,
+    EndpointState,
+    ModelVersion,
+    RegistryError,
+    RegistryUnreachable,
+)
 from llm_pipeline.registry.vertex.version_labels import decode_version_labels
 
 
@@ -28,17 +34,19 @@ def api_errors(action: str, error: type[UserError] = RegistryError) -> Iterator[
     from google.api_core import exceptions
     from google.auth import exceptions as auth_exceptions
 
+    # Not asked at all (a registry error that is not the registry's answer): said apart.
+    unreachable = RegistryUnreachable if error is RegistryError else error
     try:
         yield
     except exceptions.GoogleAPIError as exc:
         raise error(f"Vertex AI: {action} failed: {exc}") from None
     except auth_exceptions.DefaultCredentialsError as exc:
-        raise error(
+        raise unreachable(
             f"Vertex AI: {action} needs Google Cloud credentials: run `gcloud auth "
             f"application-default login` or set GOOGLE_APPLICATION_CREDENTIALS ({exc})"
         ) from None
     except (auth_exceptions.GoogleAuthError, requests.RequestException) as exc:
-        raise error(f"Vertex AI: {action} failed: {exc}") from None
+        raise unreachable(f"Vertex AI: {action} failed: {exc}") from None
 
 
 def gcs_uri(model_dir: str) -> str:
