@@ -59,7 +59,7 @@ def test_the_dpo_demo_trains_the_model_it_starts_from_while_the_registry_lacks_i
     absent = f"SFT_DEMO_ENDPOINT={tmp_path / 'instructions-minilm-endpoint.json'}"
     dpo = "CONFIG=configs/dpo_local.json"
     first = demo_command(dpo, absent, "DATA=/data/pairs.jsonl")
-    sft, rest = first.split("--config configs/sft_local.json", 1)
+    _, rest = first.split("--config configs/sft_local.json", 1)
     assert "--config configs/dpo_local.json --set data.dataset=/data/pairs.jsonl" in rest
     assert "data.dataset" not in rest.split("--config configs/dpo_local.json")[0]
     (tmp_path / "instructions-minilm-endpoint.json").write_text("{}")
