@@ -44,7 +44,14 @@ $(STAMP): setup.py $(LOCK)
 
 install: $(STAMP)
 
+# configs/dpo_local.json continues the model configs/sft_local.json deploys (its model.source,
+# registry:instructions-minilm@serving): while the local registry has no endpoint for that
+# model, `make demo CONFIG=configs/dpo_local.json` runs the instruction-tuning demo first.
+SFT_DEMO_ENDPOINT ?= runs/registry/endpoints/instructions-minilm-endpoint.json
+DEMO_FIRST = $(if $(filter dpo_local.json,$(notdir $(CONFIG))),$(if $(wildcard $(SFT_DEMO_ENDPOINT)),,configs/sft_local.json))
+
 demo: $(STAMP)
+	$(if $(DEMO_FIRST),$(MAKE) --no-print-directory demo CONFIG=$(DEMO_FIRST) DATA= MODEL=)
 	# Offline by design: fail at once instead of retrying an unreachable hub.
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) pipeline.py --config $(CONFIG) $(if $(DATA),--set data.dataset=$(DATA)) \
 		$(if $(MODEL),--set deploy.model_display_name=$(MODEL) --set deploy.endpoint_display_name=$(MODEL)-endpoint) \

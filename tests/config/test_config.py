@@ -47,6 +47,8 @@ def test_vertex_configs_ask_for_the_cluster_their_names_say() -> None:
         "small2vm16gpu.json": (2, 16),
         "xxl2vm16gpu.json": (2, 16),
         "xxl8vm16gpu.json": (8, 16),
+        "llama2-7b-dpo-lora-1vm1gpu.json": (1, 1),
+        "opt1b3-dpo-1vm8gpu.json": (1, 8),
     }
     for name, (nodes, gpus) in shapes.items():
         cluster = load_config(REPO / "configs" / name).config.cluster

@@ -51,6 +51,22 @@ def test_a_demo_on_your_own_data_ships_its_own_model_to_its_own_endpoint() -> No
     assert "deploy." not in demo_command()  # the demo's own names, from its config
 
 
+def test_the_dpo_demo_trains_the_model_it_starts_from_while_the_registry_lacks_it(
+    tmp_path: Path,
+) -> None:
+    """configs/dpo_local.json continues the SFT demo's served model: `make demo` runs the
+    SFT demo first, on its own data and names, only while no endpoint serves it."""
+    absent = f"SFT_DEMO_ENDPOINT={tmp_path / 'instructions-minilm-endpoint.json'}"
+    dpo = "CONFIG=configs/dpo_local.json"
+    first = demo_command(dpo, absent, "DATA=/data/pairs.jsonl")
+    _, rest = first.split("--config configs/sft_local.json", 1)
+    assert "--config configs/dpo_local.json --set data.dataset=/data/pairs.jsonl" in rest
+    assert "data.dataset" not in rest.split("--config configs/dpo_local.json")[0]
+    (tmp_path / "instructions-minilm-endpoint.json").write_text("{}")
+    assert "sft_local.json" not in demo_command(dpo, absent)
+    assert "sft_local.json" not in demo_command()  # other demos start from nothing
+
+
 def test_readme_points_newcomers_at_the_architecture_page_on_its_first_screen() -> None:
     first_screen = "\n".join((REPO / "README.md").read_text().splitlines()[:25])
     assert "(docs/architecture.md)" in first_screen

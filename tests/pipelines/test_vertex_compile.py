@@ -25,7 +25,9 @@ from .spec_reading import constant, defaults, every_task
 REPO = Path(__file__).resolve().parents[2]
 VERTEX_CONFIGS = [
     "distilbert-classify-1vm2gpu.json",
+    "llama2-7b-dpo-lora-1vm1gpu.json",
     "llama2-7b-lora-1vm8gpu.json",
+    "opt1b3-dpo-1vm8gpu.json",
     "opt1b3-sft-1vm8gpu.json",
     "small1vm1gpu.json",
     "small2vm16gpu.json",

@@ -23,10 +23,12 @@ class DataConfig(Section):
         "(jsonl, json, csv, parquet, arrow, or `save_to_disk` output), a `gs://` / `s3://` "
         "path, or a dataset built offline from the docstrings of the installed Python "
         "packages: `builtin:docstrings` (document, summary: summary line ← body), "
-        '`builtin:instructions` (prompt, response: "What does `X` do?" ← summary line) or '
+        '`builtin:instructions` (prompt, response: "What does `X` do?" ← summary line), '
         "`builtin:docstring_packages` (text, label: a docstring's summary and prose ← the "
         "top-level package it comes from, among the 8 installed packages with the most "
-        "docstrings). "
+        "docstrings) or `builtin:preferences` (prompt, chosen, rejected: the same prompts as "
+        "`builtin:instructions`, its own summary line chosen, another object's of the same "
+        "module rejected). "
         "Local paths are relative to the config file."
     )
     subset: str | None = Field(

@@ -200,7 +200,7 @@ def build_pair_splits(
         "test": [],
     }
     for pair in pairs:
-        draw = _unit_hash(pair.summary, seed)
+        draw = unit_hash(pair.summary, seed)
         bound = 0.0
         split = "train"
         for name, share in held_out.items():
@@ -208,7 +208,7 @@ def build_pair_splits(
                 split = name
             bound += share
         # The place within the split: a second, independent draw.
-        splits[split].append((_unit_hash(pair.summary, seed + 1), pair))
+        splits[split].append((unit_hash(pair.summary, seed + 1), pair))
     return {name: [pair for _, pair in sorted(rows, key=_by_draw)] for name, rows in splits.items()}
 
 
@@ -371,7 +371,7 @@ def _by_draw(row: tuple[float, DocstringPair]) -> tuple[float, str, str]:
     return draw, pair.name, pair.summary
 
 
-def _unit_hash(text: str, seed: int) -> float:
+def unit_hash(text: str, seed: int) -> float:
     """A number in [0, 1) drawn from `text` and `seed`; the same on every machine."""
     digest = hashlib.sha256(f"{seed}\0{text}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstring_packages, docstrings
+from llm_pipeline.data import docstring_packages, docstring_preferences, docstrings
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.data.saved import saved_split_names
 from llm_pipeline.errors import DataError, UnsafePathError, exception_chain
@@ -92,6 +92,7 @@ BUILTINS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {
     docstrings.NAME: docstrings.build_docstring_splits,
     docstrings.INSTRUCTIONS_NAME: docstrings.build_instruction_splits,
     docstring_packages.NAME: docstring_packages.build_package_splits,
+    docstring_preferences.NAME: docstring_preferences.build_preference_splits,
 }
 
 
@@ -102,8 +103,10 @@ def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
             f"data.dataset: unknown built-in dataset {name!r}; the built-in ones are "
             f"{docstrings.NAME!r} (document/summary pairs from the docstrings of the installed "
             f"Python packages), {docstrings.INSTRUCTIONS_NAME!r} (the same docstrings as "
-            f"prompt/response pairs) and {docstring_packages.NAME!r} (the same docstrings, "
-            "text labelled with the package it comes from)"
+            f"prompt/response pairs), {docstring_packages.NAME!r} (the same docstrings, "
+            f"text labelled with the package it comes from) and {docstring_preferences.NAME!r} "
+            "(the same prompts, each with its own summary line chosen and another object's "
+            "of the same module rejected)"
         )
     splits = BUILTINS[name](seed=seed)
     return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
