@@ -164,7 +164,13 @@ def test_a_tuned_model_is_scored_by_its_log_ratios_against_the_start(
         tuned_rouge.scores["rougeL"] - start_rouge.scores["rougeL"]
     )
     page = result.report_path.read_text(encoding="utf-8")
-    assert page.count('<div class="ex pair">') == len(ROWS)  # 6 pairs: 5 best, then 1
+    assert page.count('<div class="ex pair">') == len(ROWS)  # 6 pairs: 3 best, 3 worst
+    largest = page.index("<h2>The 3 pairs with the largest margins")
+    smallest = page.index("<h2>The 3 pairs with the smallest margins")
+    order = np.argsort(-margins, kind="stable")
+    for shown, index in enumerate(order):
+        position = page.index(f'<div class="ex pair"><h3>#{index} — ')
+        assert (largest < position < smallest) == (shown < 3), (shown, index)
     assert "<dt>chosen</dt><dd>six is six ." in page and "<dt>rejected</dt><dd>blue ." in page
     assert "a &lt;b&gt;two&lt;/b&gt;" in page and "<b>two</b>" not in page
     best = int(np.argmax(margins))

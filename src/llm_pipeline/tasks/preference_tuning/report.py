@@ -101,20 +101,29 @@ def pair_sections(rows: Sequence[PairRow], words: ReportWords) -> list[str]:
     """The sections after the scores: response lengths, then the pairs with the largest
     and the smallest margins."""
     margins = np.asarray([row.margin for row in rows])
-    # Stable sorts: ties in dataset order, the same page on every run.
+    # Stable sorts: ties in dataset order, the same page on every run. Few pairs are split
+    # in halves, so each list holds what its heading says.
     descending = [int(i) for i in np.argsort(-margins, kind="stable")]
-    best = descending[:PAIRS_EACH]
+    best = descending[: min(PAIRS_EACH, (len(rows) + 1) // 2)]
     worst = [i for i in reversed(descending) if i not in set(best)][:PAIRS_EACH]
     sections = [
-        f"<h2>{escape(words.output.capitalize())} lengths (words)</h2>",
-        length_histogram([row.response for row in rows], [row.chosen for row in rows], "chosen"),
-        f"<h2>The {len(best)} pairs preferred most beyond the reference</h2>",
+        f"<h2>{escape(words.output.capitalize())} lengths (words; the reference: the chosen "
+        "answer)</h2>",
+        length_histogram(
+            [row.response for row in rows], [row.chosen for row in rows], words.output
+        ),
+        f"<h2>{_pairs(len(best))} with the largest margins (preferred most beyond the "
+        "reference)</h2>",
         *(_card(i, rows[i], words) for i in best),
     ]
     if worst:
-        sections.append(f"<h2>The {len(worst)} pairs preferred least</h2>")
+        sections.append(f"<h2>{_pairs(len(worst))} with the smallest margins</h2>")
         sections += [_card(i, rows[i], words) for i in worst]
     return sections
+
+
+def _pairs(count: int) -> str:
+    return "The pair" if count == 1 else f"The {count} pairs"
 
 
 def _card(index: int, row: PairRow, words: ReportWords) -> str:
@@ -136,5 +145,5 @@ def _card(index: int, row: PairRow, words: ReportWords) -> str:
         f"<dt>rejected</dt><dd>{escape(row.rejected)}"
         f'<br><span class="ci">log-prob: {escape(logps[1])}</span></dd>'
         f"<dt>{escape(words.prediction)}</dt><dd>{escape(row.response)}</dd>"
-        f"<dt>before</dt><dd>{escape(row.start_response)}</dd></dl></div>"
+        f"<dt>starting model</dt><dd>{escape(row.start_response)}</dd></dl></div>"
     )
