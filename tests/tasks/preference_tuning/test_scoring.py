@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, set_seed
 
 from llm_pipeline.config import DeployPolicyConfig, ModelConfig, load_config
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.evaluate_model import evaluate_model
 from llm_pipeline.evaluation.fingerprint import evaluation_fingerprint
 from llm_pipeline.evaluation.rouge import compute_rouge
@@ -209,3 +210,20 @@ def test_the_gate_by_default_stops_a_model_whose_responses_got_worse() -> None:
     raw = {**PREFERENCE, "deploy_policy": {"floors": {"rougeL_change": -5, "rougeL": 10}}}
     assert load_config(raw=raw).config.deploy_policy.floors == {"rougeL_change": -5, "rougeL": 10}
     assert DeployPolicyConfig().floors == {}  # the config fills it, by the task
+
+
+def test_rows_without_pairs_or_ids_the_model_lacks_are_refused_by_name(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    scorer = get_task(TASK).scorer()
+    table = datasets.load_from_disk(str(folders["dataset"]))["test"]
+    datasets.DatasetDict({"test": table.remove_columns("rejected_labels")}).save_to_disk(
+        tmp_path / "no-labels"
+    )
+    with pytest.raises(EvaluationError, match=r"has no 'rejected_labels' column.*preprocess"):
+        scorer.load_examples(tmp_path / "no-labels", None, None)
+    examples = scorer.load_examples(folders["dataset"], None, None)
+    model, _ = scorer.load_model(folders["tuned"])
+    model.resize_token_embeddings(5)  # a model of another, smaller vocabulary
+    with pytest.raises(EvaluationError, match="has 5 token embeddings: the pairs were tokenized"):
+        scorer.check_model(model, examples, folders["tuned"], folders["dataset"])

@@ -138,8 +138,18 @@ class PreferenceScorer:
     def check_model(
         self, model: Any, examples: PreferenceExamples, model_dir: Any, dataset_dir: Any
     ) -> PreferenceExamples:
-        """Any causal LM that loads scores these pairs (the champion's tokenizer is checked
-        against this run's before it gets here, `steps.champion`)."""
+        """The pairs, once every token id is one the model has: ids of another tokenizer
+        would fail deep in the forward (a device-side assert on a GPU)."""
+        vocabulary = int(model.get_input_embeddings().num_embeddings)
+        highest = max(
+            max(pair["chosen_input_ids"] + pair["rejected_input_ids"]) for pair in examples.pairs
+        )
+        if highest >= vocabulary:
+            raise EvaluationError(
+                f"dataset {dataset_dir} holds token id {highest}, but the model in {model_dir} "
+                f"has {vocabulary} token embeddings: the pairs were tokenized for another "
+                "model; evaluate a model trained on this dataset's preprocess output"
+            )
         return examples
 
     def base_model(
