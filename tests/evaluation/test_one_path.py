@@ -19,6 +19,7 @@ from llm_pipeline.evaluation.scoring import BASE_MODEL, ModelOutputs, score_and_
 from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, PREDICTIONS_FILE
 from llm_pipeline.tasks import TASKS, get_task
+from llm_pipeline.tasks.preference_tuning.scoring import PreferenceExamples, PreferenceOutputs
 from llm_pipeline.tasks.text_classification.examples import ClassifierExamples
 from llm_pipeline.tasks.text_classification.labels import LabelSet
 
@@ -56,7 +57,30 @@ def _labels(task: str) -> tuple[Any, Any, Any]:
     return examples, model, np.full((3, 2), 0.5)
 
 
-FIXED = {"summarization": _text, "instruction_tuning": _text, "text_classification": _labels}
+def _pairs(task: str) -> tuple[Any, Any, Any]:
+    examples = PreferenceExamples(
+        split="test",
+        prompts=DOCUMENTS,
+        chosen=REFERENCES,
+        rejected=["a dog", "a dog", "a dog"],
+        input_ids=[[1, 2]] * 3,
+        pairs=[{}] * 3,  # the token columns only the model reads
+    )
+    # Each pair's (chosen, rejected) summed log-probabilities, then the completions.
+    model = PreferenceOutputs(
+        np.array([[-1.0, -3.0], [-2.0, -2.5], [-4.0, -1.0]]),
+        Generated(["the cat slept", "rain fell", "a song"], [3, 2, 2]),
+    )
+    base = PreferenceOutputs(np.full((3, 2), -2.0), Generated(["a cat"] * 3, [2, 2, 2]))
+    return examples, model, base
+
+
+FIXED = {
+    "summarization": _text,
+    "instruction_tuning": _text,
+    "text_classification": _labels,
+    "preference_tuning": _pairs,
+}
 
 
 def test_every_task_has_fixed_outputs_here() -> None:

@@ -19,10 +19,11 @@ from llm_pipeline.steps.champion import score_champion
 from ..evaluation import classifier_fixtures
 from ..evaluation import generate_fixtures as fixtures
 from ..evaluation.test_instruction_tuning import causal_model_dir, instruction_dataset
+from ..tasks.preference_tuning.test_scoring import folders as preference_folders
 
 tiny_t5_dir = fixtures.tiny_t5_dir
 eval_dataset_dir = fixtures.eval_dataset_dir
-__all__ = ["causal_model_dir", "instruction_dataset"]  # fixtures, found by name
+__all__ = ["causal_model_dir", "instruction_dataset", "preference_folders"]  # fixtures, by name
 
 ENDPOINT = "summarizer-endpoint"
 #: A few rows, few tokens: the champion's pass is a whole evaluation.
@@ -66,7 +67,9 @@ def classification(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     return classifier_fixtures.build_classifier(folder / "model", dataset, steps=5), dataset
 
 
-@pytest.mark.parametrize("task", ["summarization", "instruction_tuning", "text_classification"])
+@pytest.mark.parametrize(
+    "task", ["summarization", "instruction_tuning", "text_classification", "preference_tuning"]
+)
 def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
     task: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -80,6 +83,11 @@ def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
             request.getfixturevalue("instruction_dataset"),
         ),
         "text_classification": lambda: request.getfixturevalue("classification"),
+        # Scored against the model it started from, the champion too (Task.needs_base_model).
+        "preference_tuning": lambda: (
+            request.getfixturevalue("preference_folders")["tuned"],
+            request.getfixturevalue("preference_folders")["dataset"],
+        ),
     }[task]()
     dataset_dir = dataset_dir or request.getfixturevalue("eval_dataset_dir")
     ref = serve(tmp_path / "registry", model_dir, task)

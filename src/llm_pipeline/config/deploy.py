@@ -41,14 +41,17 @@ class DeployPolicyConfig(Section):
     metric: str | None = Field(
         default=None,
         description="Metric that decides; `null`: the task's own (summarization `rougeLsum`, "
-        "instruction_tuning `rougeL`).",
+        "instruction_tuning `rougeL`, preference_tuning `preference_accuracy`).",
     )
     min_improvement: float = Field(
         default=0.0, description="Deploy only if the metric beats the served model by this much."
     )
     floors: dict[str, float] = Field(
         default_factory=dict,
-        description='Minimum value per metric, e.g. `{"rouge1": 30}`; any miss blocks deploy.',
+        description='Minimum value per metric, e.g. `{"rouge1": 30}`; any miss blocks deploy. '
+        "A task adds its own for metrics not named here (preference_tuning: "
+        '`{"rougeL_change": -2}`, its responses may lose at most 2 ROUGE-L points against the '
+        "starting model's).",
     )
     override: Literal["auto", "always", "never"] = Field(
         default="auto", description="`always`/`never` force the decision (the reason says so)."

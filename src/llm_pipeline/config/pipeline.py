@@ -99,8 +99,13 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _gate_metric_from_the_task(self) -> "PipelineConfig":
         # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
+        task = TASKS[self.task]()
         if self.deploy_policy.metric is None:
-            self.deploy_policy.metric = TASKS[self.task]().gate_metric
+            self.deploy_policy.metric = task.gate_metric
+        # The task's own floors (`Task.gate_floors`) where the user's name none for the
+        # metric.
+        for name, floor in task.gate_floors.items():
+            self.deploy_policy.floors.setdefault(name, floor)
         return self
 
     @model_validator(mode="after")

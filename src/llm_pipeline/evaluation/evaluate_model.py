@@ -124,7 +124,7 @@ def evaluate_model(
     run_seconds = time.perf_counter() - run_started
     del model  # no longer needed: free its memory (GPU memory too) before scoring
     base = None
-    if config.score_base_model:
+    if config.score_base_model or chosen.needs_base_model:
         status("running the model as it was before fine-tuning (baseline)")
         base_model = load_base_model(model_dir, tokenizer, scorer=scorer, examples=examples)
         base = scorer.run(base_model, tokenizer, examples, config)

@@ -181,6 +181,13 @@ class Task(ABC):
     #: Settings `evaluate` takes from the task when the config leaves them unset (null),
     #: before the model's own generation config is consulted.
     evaluation_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: Whether the task's own metrics compare the model with the one it started from
+    #: (preference tuning's log-ratios): then evaluate runs that model whatever
+    #: `evaluate.score_base_model` says, the gate's champion included.
+    needs_base_model: ClassVar[bool] = False
+    #: Floors the gate applies for this task to each metric `deploy_policy.floors` does not
+    #: name (a user's floor for the metric replaces the task's).
+    gate_floors: ClassVar[Mapping[str, float]] = {}
     #: Words the HTML report uses: its title, what it calls a model's input and its output
     #: (in general, and on one example's card).
     report_title: ClassVar[str]

@@ -54,10 +54,38 @@ class PreferenceTuning(Task):
         return load_model(model, tokenizer, kind=self.model_kind)
 
     # evaluation
-    metric_names: ClassVar[tuple[str, ...]] = ("preference_accuracy", "reward_margin", "rougeL")
+    # Preference accuracy first: the share of held-out pairs the tuned model prefers more
+    # than the model it started from does (scoring.py defines each metric exactly).
+    metric_names: ClassVar[tuple[str, ...]] = (
+        "preference_accuracy",
+        "reward_margin",
+        "chosen_preferred",
+        "rougeL",
+        "rougeL_change",
+    )
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "chosen"
     serving_column: ClassVar[str] = "chat"
+    # Greedy completions, as instruction tuning's (a served chat model is judged the same
+    # way); every metric is relative to the starting model, so it always runs.
+    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
+        "num_beams": 1,
+        "do_sample": False,
+        "max_new_tokens": 128,
+        "score_base_model": True,
+    }
+    needs_base_model: ClassVar[bool] = True
+    # A model that learns to prefer but talks worse is not deployed: its responses' ROUGE-L
+    # against the chosen answers may fall at most 2 points below the starting model's.
+    gate_floors: ClassVar[Mapping[str, float]] = {"rougeL_change": -2.0}
+
+    def scorer(self) -> Any:
+        """Preference accuracy and reward margins on held-out pairs, and ROUGE-L of the
+        responses, against the starting model (`scoring`)."""
+        from llm_pipeline.tasks.preference_tuning.scoring import PreferenceScorer
+
+        return PreferenceScorer(self)
+
     report_title: ClassVar[str] = "Preference tuning evaluation"
     source_label: ClassVar[str] = "prompt"
     prediction_label: ClassVar[str] = "response"
