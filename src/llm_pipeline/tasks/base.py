@@ -114,6 +114,9 @@ class Task(ABC):
     #: The network the task trains: it picks the `AutoModelFor...` class, how batches are
     #: collated and the loss is taken, and how the model generates.
     model_kind: ClassVar[ModelKind]
+    #: The `train.*` settings only this task reads (`train.dpo`); another task's, set to
+    #: anything but its default, is refused by the config rather than silently ignored.
+    train_keys: ClassVar[frozenset[str]] = frozenset()
 
     def auto_model_class(self) -> Any:
         """The transformers Auto class that builds this task's model from a config or a

@@ -36,6 +36,7 @@ class PreferenceTuning(Task):
 
     # model and training
     model_kind: ClassVar[ModelKind] = CAUSAL_LM
+    train_keys: ClassVar[frozenset[str]] = frozenset({"dpo"})
 
     # evaluation
     metric_names: ClassVar[tuple[str, ...]] = ("preference_accuracy", "reward_margin", "rougeL")
