@@ -6,8 +6,9 @@ and of a classifier (the model kind comes from the task, and so do the collator 
 in (the config's choice checked against this machine), DeepSpeed settings from `TrainConfig`
 (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which
 checkpoints are complete, the Trainer does not), a reproducible length-grouped order, the
-token-mean loss of generating models, and counts of the samples and tokens each rank trained
-on, for throughput figures that hold for resumed runs.
+token-mean loss of generating models, a task's own `ModelLoss` (it runs the model on the
+batch and starts before the first step: DPO's), and counts of the samples and tokens each
+rank trained on, for throughput figures that hold for resumed runs.
 """
 
 from __future__ import annotations
