@@ -225,6 +225,22 @@ BAD_CONFIGS = [
         "data.prefix, data.target_length_percentile)",
     ),
     (
+        "DPO settings for a task that does not train with DPO",
+        with_change("train.dpo", {"beta": 0.5}),
+        "train.dpo: read by task 'preference_tuning', not by 'summarization': drop it from "
+        "the config",
+    ),
+    (
+        "a DPO beta that is not positive",
+        {**with_change("train.dpo", {"beta": 0}), "task": "preference_tuning"},
+        "train.dpo.beta: must be > 0.0, got 0",
+    ),
+    (
+        "a DPO loss TRL's trainer has but this one does not",
+        {**with_change("train.dpo", {"loss_type": "hinge"}), "task": "preference_tuning"},
+        "train.dpo.loss_type: must be one of 'sigmoid' or 'ipo', got 'hinge'",
+    ),
+    (
         "a chat template that is not Jinja",
         {**with_change("data.chat_template", "{% if %}"), "task": "instruction_tuning"},
         "data.chat_template: not a Jinja template: Expected an expression, got 'end of "

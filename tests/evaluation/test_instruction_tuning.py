@@ -29,6 +29,7 @@ from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
 from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.instruction_tuning.exact_match import exact_match, normalize_answer
 from llm_pipeline.tasks.instruction_tuning.perplexity import response_nll
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 
 from ..docstring_data import DocstringData
 from ..instruction_data import write_instruction_dataset
@@ -141,9 +142,9 @@ def causal_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built from: the un-fine-tuned baseline rebuilds the very same model from them."""
     folder = tmp_path_factory.mktemp("causal-model")
     config = ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM)
-    tokenizer = load_tokenizer(config, kind="causal_lm")
+    tokenizer = load_tokenizer(config, kind=CAUSAL_LM)
     set_seed(SEED)
-    load_model(config, tokenizer, kind="causal_lm").save_pretrained(folder)
+    load_model(config, tokenizer, kind=CAUSAL_LM).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     recorded = {"task": TASK, "model": config.model_dump(mode="json"), "train": {"seed": SEED}}
     (folder / RESOLVED_CONFIG_FILE).write_text(json.dumps(recorded))

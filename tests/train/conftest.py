@@ -23,6 +23,7 @@ from llm_pipeline.config import ModelConfig, TrainConfig
 from ..docstring_data import DocstringData
 from ..instruction_data import write_instruction_dataset
 from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
+from ..preference_data import write_preference_dataset
 
 MAX_SOURCE, MAX_TARGET = 64, 24
 
@@ -132,6 +133,14 @@ def tokenized_instructions(
     splits = {"train": data.rows("train", 64), "validation": data.rows("validation", 16)}
     folder = tmp_path_factory.mktemp("instructions")
     return write_instruction_dataset(folder, splits, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tokenized_preferences(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """32 training and 8 validation preference pairs of the word tokenizer's words, encoded
+    by the preference task (tests/preference_data.py); its tokenizer in `../tokenizer`."""
+    folder = tmp_path_factory.mktemp("preferences")
+    return write_preference_dataset(folder, train_rows=32, validation_rows=8)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import torch
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.launch.node_files import NODE_DIR_ENV
+from llm_pipeline.tasks.kinds import CAUSAL_LM
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import (
     EpochSeededLengthGroupedSampler,
@@ -70,8 +71,8 @@ def test_the_workers_adapter_size_is_the_fit_checks_count() -> None:
         node_count=1,
         procs_per_node=1,
     )
-    assert largest_adapter(spec, "causal_lm") == 16 * TINY_LLAMA["intermediate_size"]
-    assert largest_adapter(replace(spec, train=TrainConfig()), "causal_lm") is None
+    assert largest_adapter(spec, CAUSAL_LM) == 16 * TINY_LLAMA["intermediate_size"]
+    assert largest_adapter(replace(spec, train=TrainConfig()), CAUSAL_LM) is None
 
 
 def test_a_users_json_is_taken_whole_with_auto_batch_sizes_filled(tmp_path: Path) -> None:

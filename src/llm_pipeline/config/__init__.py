@@ -8,7 +8,7 @@ from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.loader import LoadedConfig, load_config, parse_override
 from llm_pipeline.config.model import EncoderDecoderSource, ModelConfig
 from llm_pipeline.config.pipeline import PipelineConfig
-from llm_pipeline.config.train import LoraSettings, TrainConfig
+from llm_pipeline.config.train import DpoSettings, LoraSettings, TrainConfig
 from llm_pipeline.config.vertex import VertexConfig
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "DataConfig",
     "DeployConfig",
     "DeployPolicyConfig",
+    "DpoSettings",
     "EncoderDecoderSource",
     "EvaluateConfig",
     "LoadedConfig",

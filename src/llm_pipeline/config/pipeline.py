@@ -129,6 +129,29 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _train_settings_the_task_reads(self) -> "PipelineConfig":
+        task = TASKS[self.task]
+        readers: dict[str, list[str]] = {}
+        for name, other in sorted(TASKS.items()):
+            for key in other.train_keys:
+                readers.setdefault(key, []).append(name)
+        fields = TrainConfig.model_fields
+        unread = sorted(
+            key
+            for key in set(readers) - task.train_keys
+            if getattr(self.train, key) != fields[key].get_default(call_default_factory=True)
+        )
+        if unread:
+            raise ValueError(
+                "; ".join(
+                    f"train.{key}: read by task {' and '.join(map(repr, readers[key]))}, "
+                    f"not by {self.task!r}: drop it from the config"
+                    for key in unread
+                )
+            )
+        return self
+
+    @model_validator(mode="after")
     def _frozen_encoder_is_not_the_decoder(self) -> "PipelineConfig":
         pair = self.model.encoder_decoder
         if self.train.freeze_encoder and pair is not None and pair.tie_encoder_decoder:

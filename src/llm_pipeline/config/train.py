@@ -71,6 +71,26 @@ class LoraSettings(Section):
         )
 
 
+class DpoSettings(Section):
+    """Direct Preference Optimization (task `preference_tuning`): how the policy learns to
+    prefer each pair's chosen answer over its rejected one, relative to the model it started
+    from (the reference)."""
+
+    beta: float = Field(
+        default=0.1,
+        gt=0,
+        description="How far the policy may move from the reference: the scale of DPO's "
+        "implicit reward (beta x the log-probability ratio); smaller lets it move further.",
+    )
+    loss_type: Literal["sigmoid", "ipo"] = Field(
+        default="sigmoid",
+        description="`sigmoid`: DPO's loss, -log sigmoid(beta x the margin of log-ratios); "
+        "`ipo`: IPO's squared loss on the per-token margin, which does not push the margin "
+        "past 1 / (2 beta) (less overfitting on preferences that are nearly certain). Both "
+        "as TRL computes them.",
+    )
+
+
 class TrainConfig(Section):
     """Training settings; the DeepSpeed config is generated from these."""
 
@@ -127,6 +147,11 @@ class TrainConfig(Section):
         "label's positives weigh its negatives / positives (BCE's `pos_weight`). A label "
         "without training rows (multi-label: without positives or negatives) is refused. "
         "`null` weighs all alike.",
+    )
+    dpo: DpoSettings = Field(
+        default_factory=DpoSettings,
+        description="preference_tuning: DPO's settings; another task refuses them when they "
+        "differ from the defaults.",
     )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward to save memory."

@@ -71,6 +71,41 @@ class PreprocessResult(Protocol):
         ...
 
 
+class ModelLoss(ABC):
+    """A training loss that runs the model on the batch itself, for a task whose loss is not
+    a function of one forward's logits (DPO: one forward of both answers, and the
+    reference's log-probabilities). `Task.training_loss` returns one in place of a
+    `compute_loss_func`; the Trainer then calls it instead of its own forward, hands it the
+    collated batch whole, and logs the figures it returns beside the loss."""
+
+    @abstractmethod
+    def __call__(
+        self, model: Any, batch: dict[str, Any], *, unwrapped: Any
+    ) -> tuple[Any, Mapping[str, Any]]:
+        """The batch's mean loss (a tensor), and figures (`Task.training_figures`: detached
+        scalar tensors) that the Trainer averages over the logging period and the ranks.
+        `model` runs the forward (under DeepSpeed its engine); `unwrapped` is the model
+        itself (a `PeftModel` under LoRA)."""
+
+    def start(
+        self,
+        model: Any,
+        splits: dict[str, Any],
+        *,
+        collate: Callable[..., Any],
+        batch_size: int,
+        device: Any,
+        keep_folder: str | None,
+        resumed: bool,
+    ) -> dict[str, Any]:
+        """Called on every rank once the model is ready to train (under DeepSpeed, wrapped
+        by its engine) and before the first step, resumed runs too; returns `splits`
+        (`train`, and `validation` when there is one) with what the loss reads added.
+        `keep_folder` outlives the process and is the same for a resumed run (the run's
+        checkpoint folder); `resumed`: the weights are a checkpoint's, not the start's."""
+        return splits
+
+
 class Task(ABC):
     """What one task (summarization, instruction tuning, ...) contributes to the pipeline."""
 
@@ -114,6 +149,19 @@ class Task(ABC):
     #: The network the task trains: it picks the `AutoModelFor...` class, how batches are
     #: collated and the loss is taken, and how the model generates.
     model_kind: ClassVar[ModelKind]
+    #: The `train.*` settings only this task reads (`train.dpo`); another task's, set to
+    #: anything but its default, is refused by the config rather than silently ignored.
+    train_keys: ClassVar[frozenset[str]] = frozenset()
+    #: The columns of a preprocessed split that training batches are made of, when they are
+    #: not a model's inputs (`input_ids`, `attention_mask`, `labels`): the collator builds
+    #: the inputs from them, so the Trainer hands it the rows as they are. None: the model's.
+    training_columns: ClassVar[tuple[str, ...] | None] = None
+    #: Figures a `ModelLoss` logs beside the loss: logged name -> its words on the status line.
+    training_figures: ClassVar[Mapping[str, str]] = {}
+
+    def training_lengths(self, split: Any) -> list[int]:
+        """Each training row's length in tokens, by which rows of like length are batched."""
+        return [len(ids) for ids in split["input_ids"]]
 
     def auto_model_class(self) -> Any:
         """The transformers Auto class that builds this task's model from a config or a
@@ -151,9 +199,10 @@ class Task(ABC):
     def training_loss(
         self, train: Any, *, label_set: Any = None, train_set: Any = None
     ) -> Callable[..., Any]:
-        """The Trainer's `compute_loss_func` for `train` (the config's `TrainConfig`):
-        `label_set` (`training_labels`) and the training split (its `labels` column) are for
-        a task whose loss weighs its labels."""
+        """The Trainer's `compute_loss_func` for `train` (the config's `TrainConfig`), or a
+        `ModelLoss` for a loss that runs the model itself: `label_set` (`training_labels`)
+        and the training split (its `labels` column) are for a task whose loss weighs its
+        labels."""
         raise NotImplementedError(f"task {self.name!r} has no training loss")
 
     def lora_options(self, model: Any) -> dict[str, Any]:

@@ -139,8 +139,12 @@ def final_metrics(
     resumed_from_step: int | None,
     skipped_steps: int,
     nonfinite_steps: int,
+    figures: Mapping[str, float | None] | None = None,
 ) -> dict[str, float | int | None]:
     """The step's metrics dict, as the component logs it.
+
+    `figures`: what a task's loss logs beside the loss (`Task.training_figures`, DPO's
+    reward accuracy and margin), their last logged values, named `train_<figure>`.
 
     `skipped_steps`: optimizer steps of this run whose update was not applied (DeepSpeed's
     overflow skips, fp16's GradScaler); `nonfinite_steps`: those whose gradient norm was inf
@@ -165,6 +169,7 @@ def final_metrics(
         "world_size": counts.world_size,
         "peak_gpu_memory_reserved_bytes": counts.peak_memory_reserved,
         **throughput(counts),
+        **{f"train_{name}": value for name, value in (figures or {}).items()},
     }
 
 

@@ -8,6 +8,7 @@ the same on a terminal and in a log.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from transformers import TrainerCallback
@@ -22,7 +23,9 @@ class TrainingStatus(TrainerCallback):
     the counts `FinetuneTrainer.log` adds to a period's entry). The last step is always
     logged."""
 
-    def __init__(self) -> None:
+    def __init__(self, figures: Mapping[str, str] | None = None) -> None:
+        #: Figures a task's loss logs (logged name -> words), shown after the loss.
+        self.figures = dict(figures or {})
         self._started = 0.0
         self._first_step = 0
         # (step, skipped, non-finite) at the previous period's end
@@ -51,6 +54,9 @@ class TrainingStatus(TrainerCallback):
         parts = [f"step {state.global_step}/{state.max_steps}"]
         if "loss" in logs:
             parts.append(f"loss {logs['loss']:.3f}")
+            parts += [
+                f"{words} {logs[name]:.3f}" for name, words in self.figures.items() if name in logs
+            ]
         if "eval_loss" in logs:
             parts.append(f"eval loss {logs['eval_loss']:.3f}")
         if len(parts) == 1:

@@ -6,8 +6,9 @@ and of a classifier (the model kind comes from the task, and so do the collator 
 in (the config's choice checked against this machine), DeepSpeed settings from `TrainConfig`
 (or the user's JSON), checkpoint rotation left to `checkpoint_sync` (it knows which
 checkpoints are complete, the Trainer does not), a reproducible length-grouped order, the
-token-mean loss of generating models, and counts of the samples and tokens each rank trained
-on, for throughput figures that hold for resumed runs.
+token-mean loss of generating models, a task's own `ModelLoss` (it runs the model on the
+batch and starts before the first step: DPO's), and counts of the samples and tokens each
+rank trained on, for throughput figures that hold for resumed runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from llm_pipeline.config.train import AUTO
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import native_bf16
 from llm_pipeline.tasks import Task
+from llm_pipeline.tasks.base import ModelLoss
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 from llm_pipeline.train import device_defaults
 from llm_pipeline.train.collators import LABEL_PAD
@@ -155,6 +157,7 @@ def training_arguments(
     has_eval: bool,
     kind: ModelKind = SEQ2SEQ,
     cuda: bool | None = None,
+    keep_columns: bool = False,
 ) -> TrainingArguments:
     """Trainer arguments from `TrainConfig`; `output_dir` is where checkpoints are written.
 
@@ -162,7 +165,8 @@ def training_arguments(
     for the others. Creating them starts the DeepSpeed config's life: with ZeRO-3, models loaded
     afterwards are partitioned as they load instead of materialised whole on every rank.
     `cuda` (default: whether this machine has a GPU) picks the GPU's data loading
-    (`device_defaults`).
+    (`device_defaults`). `keep_columns`: the rows reach the collator whole, not cut to what
+    the model's forward takes (a task's `training_columns`).
     """
     cuda = torch.cuda.is_available() if cuda is None else cuda
     on_cpu = not cuda
@@ -212,6 +216,7 @@ def training_arguments(
         disable_tqdm=True,
         report_to="none",
         label_names=["labels"],
+        remove_unused_columns=not keep_columns,
         optim=device_defaults.OPTIMIZER,
         # Its NaN/inf check of every micro-batch's loss reads the loss back each time, making
         # the host wait for the GPU; a non-finite loss then shows in the logged mean instead.
@@ -264,10 +269,24 @@ class FinetuneTrainer(Trainer):
         *args: Any,
         sampling: Sampling = "group_by_length",
         labels_are_tokens: bool = True,
+        model_loss: ModelLoss | None = None,
+        row_lengths: Callable[[Any], list[int]] | None = None,
+        keep_folder: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.sampling = sampling
+        #: A task's loss that runs the model itself (`Task.training_loss`), or None.
+        self.model_loss = model_loss
+        if model_loss is not None:
+            # Its loss is a per-batch mean: the Trainer divides it by the accumulation steps.
+            self.loss_is_scaled_for_ga = False
+        self.row_lengths = row_lengths or (lambda split: [len(ids) for ids in split["input_ids"]])
+        #: Where a model loss keeps what a resumed run must reuse (the run's checkpoints).
+        self.keep_folder = keep_folder
+        # The model loss's figures, summed on the device over the logging period.
+        self._figures: dict[str, torch.Tensor] = {}
+        self._figure_batches = 0
         #: Whether the labels are tokens, counted as target tokens (`ModelKind.generates`);
         #: a classifier's are label ids.
         self.labels_are_tokens = labels_are_tokens
@@ -300,6 +319,73 @@ class FinetuneTrainer(Trainer):
         self._skipped_before = skipped_so_far(self.model_wrapped) or 0
         return super().training_step(model, inputs, num_items_in_batch)
 
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """A task's `ModelLoss` runs the model itself; its figures are summed while training."""
+        if self.model_loss is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss, figures = self.model_loss(
+            model, inputs, unwrapped=self.accelerator.unwrap_model(model)
+        )
+        if model.training:
+            for name, value in figures.items():
+                self._figures[name] = self._figures.get(name, 0) + value.detach().float()
+            self._figure_batches += 1
+        return (loss, {}) if return_outputs else loss
+
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+        **gen_kwargs: Any,
+    ) -> tuple[Any, torch.Tensor | None, torch.Tensor | None]:
+        """Under a model loss, evaluation is its loss alone: there are no logits to gather."""
+        if self.model_loss is None:
+            return super().prediction_step(
+                model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs
+            )
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def _prepare_for_training(
+        self, max_steps: int, train_dataloader: Any, resume_from_checkpoint: Any
+    ) -> tuple[Any, Any]:
+        """transformers' step that wraps the model (DeepSpeed's engine) and loads a resumed
+        checkpoint into it; then a model loss starts (`ModelLoss.start`: DPO's reference
+        pass), and the loader reads the splits it returns."""
+        model, loader = super()._prepare_for_training(
+            max_steps, train_dataloader, resume_from_checkpoint
+        )
+        if self.model_loss is None:
+            return model, loader
+        splits = {"train": self.train_dataset}
+        if self.eval_dataset is not None:
+            splits["validation"] = self.eval_dataset
+        started = self.model_loss.start(
+            model,
+            splits,
+            collate=self.data_collator,
+            batch_size=self.args.per_device_eval_batch_size,
+            device=self.args.device,
+            keep_folder=self.keep_folder,
+            resumed=resume_from_checkpoint is not None,
+        )
+        self.eval_dataset = started.get("validation")
+        if started["train"] is not self.train_dataset:
+            self.train_dataset = started["train"]
+            loader = self.get_train_dataloader()
+            self.callback_handler.train_dataloader = loader
+        return model, loader
+
     def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
         """The Trainer's gradient norm of each optimizer step, recorded by `step_health`.
 
@@ -318,10 +404,25 @@ class FinetuneTrainer(Trainer):
         once per period); most of the recent ones lost stops the run (`lost_steps_error`).
         Every rank decides alike: DeepSpeed's skips and the gradient norm are global."""
         counts = self.step_health.read() if "loss" in logs else None
-        super().log({**logs, **counts.as_logs()} if counts else logs, start_time)
+        if counts:
+            logs = {**logs, **counts.as_logs(), **self._period_figures()}
+        super().log(logs, start_time)
         error = lost_steps_error(counts, step=self.state.global_step) if counts else None
         if error is not None:
             raise error
+
+    def _period_figures(self) -> dict[str, float]:
+        """The model loss's figures over the period: their means over its batches and every
+        rank (a collective: every rank logs the same periods)."""
+        if not self._figures:
+            return {}
+        names = sorted(self._figures)
+        sums = torch.stack([self._figures[name] for name in names])
+        count = torch.tensor(float(self._figure_batches), device=sums.device)
+        totals = self.accelerator.reduce(torch.cat([sums, count[None]]), reduction="sum")
+        self._figures, self._figure_batches = {}, 0
+        means = (totals[:-1] / totals[-1]).tolist()
+        return dict(zip(names, means, strict=True))
 
     def trained_counts(self) -> tuple[int, int, int]:
         """(samples, source tokens, target tokens) this process trained on in this run.
@@ -344,7 +445,7 @@ class FinetuneTrainer(Trainer):
             return super()._get_train_sampler(train_dataset)
         args = self.args
         return EpochSeededLengthGroupedSampler(
-            lengths=[len(ids) for ids in dataset["input_ids"]],
+            lengths=self.row_lengths(dataset),
             batch_size=args.per_device_train_batch_size
             * args.gradient_accumulation_steps
             * args.world_size,
@@ -368,6 +469,7 @@ def build_trainer(
     task: Task,
     train: TrainConfig | None = None,
     label_set: Any = None,
+    keep_folder: str | None = None,
 ) -> FinetuneTrainer:
     """The Trainer for `task`'s model kind, with the task's collator (batches padded per
     batch; to multiples of 8 on a GPU) and loss (`Task.training_collator`,
@@ -375,11 +477,15 @@ def build_trainer(
 
     `model` is a `PreTrainedModel`, or one wrapped with LoRA adapters (a `PeftModel`). A task
     whose head scores labels needs their `label_set` (`Task.training_labels`).
+    `keep_folder`: where a task's `ModelLoss` keeps what a resumed run reuses (the run's
+    checkpoint folder).
     """
     # Multiples of 8 feed tensor cores whole tiles; on the CPU they only add padding.
     multiple = 8 if torch.cuda.is_available() else None
     kind = task.model_kind
     trainer = Seq2SeqFinetuneTrainer if kind.encoder_decoder else FinetuneTrainer
+    loss = task.training_loss(train or TrainConfig(), label_set=label_set, train_set=train_dataset)
+    model_loss = loss if isinstance(loss, ModelLoss) else None
     return trainer(
         model=model,
         args=args,
@@ -388,9 +494,10 @@ def build_trainer(
         data_collator=task.training_collator(tokenizer, model, pad_to_multiple_of=multiple),
         processing_class=tokenizer,
         callbacks=callbacks,
-        compute_loss_func=task.training_loss(
-            train or TrainConfig(), label_set=label_set, train_set=train_dataset
-        ),
+        compute_loss_func=None if model_loss is not None else loss,
         sampling=sampling,
         labels_are_tokens=kind.generates,
+        model_loss=model_loss,
+        row_lengths=task.training_lengths,
+        keep_folder=keep_folder,
     )

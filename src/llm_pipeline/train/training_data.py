@@ -14,6 +14,7 @@ from llm_pipeline.data.saved import load_saved_dataset, model_columns
 from llm_pipeline.errors import TrainError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE, Step
 from llm_pipeline.storage import check_output_complete, local_copy
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train.spec import WorkerSpec
 
 #: The file in the run's work folder that says where this node's copy of the dataset is.
@@ -27,18 +28,23 @@ TOKEN_TYPES = "token_type_ids"
 
 def load_splits(spec: WorkerSpec) -> tuple[Dataset, Dataset | None]:
     """The tokenized train and validation splits, reduced to the model's columns (with
-    token type ids where preprocess made them)."""
+    token type ids where preprocess made them), or to the task's `training_columns`."""
     data = load_saved_dataset(_local_dataset(spec), made_by=Step.PREPROCESS, error=TrainError)
     if "train" not in data:
         raise TrainError(f"dataset {spec.dataset_dir!r}: needs a 'train' split, found {list(data)}")
     splits = {name: data[name] for name in ("train", "validation") if name in data}
+    columns = get_task(spec.task).training_columns
     for name, split in splits.items():
-        missing = [c for c in model_columns(split.column_names) if c not in split.column_names]
+        needed = columns or model_columns(split.column_names)
+        missing = [c for c in needed if c not in split.column_names]
         if missing:
             raise TrainError(
                 f"dataset {spec.dataset_dir!r}: split {name!r} lacks {missing}; run the "
                 "preprocess step on it first"
             )
+    if columns is not None:
+        kept = {name: split.select_columns(list(columns)) for name, split in splits.items()}
+        return kept["train"], kept.get("validation")
     # A packed train split (data.packing) has position ids and no attention mask.
     train = _model_inputs(splits["train"])
     validation = splits.get("validation")

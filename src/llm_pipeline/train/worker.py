@@ -20,7 +20,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,12 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
     train_set, eval_set = training_data.load_splits(spec)
     label_set = task.training_labels(spec)
     args = trainer_arguments(
-        spec, layout, precision=train_precision, has_eval=eval_set is not None, kind=task.model_kind
+        spec,
+        layout,
+        precision=train_precision,
+        has_eval=eval_set is not None,
+        kind=task.model_kind,
+        keep_columns=task.training_columns is not None,
     )
     model = _build_model(
         spec, task, tokenizer, label_set, frozen_dtype=_frozen_dtype(spec, train_precision, args)
@@ -105,13 +110,14 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
             stopper,
             watchdog,
             clock,
-            TrainingStatus(),
+            TrainingStatus(figures=task.training_figures),
             *tensorboard_callbacks(spec),
         ],
         sampling=sampling or ("group_by_length" if spec.train.group_by_length else "random"),
         task=task,
         train=spec.train,
         label_set=label_set,
+        keep_folder=layout.folder,
     )
     try:
         train(trainer, resume_from, stopper)
@@ -119,7 +125,9 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         _report_preemption(spec, layout, stop)
         raise
     eval_loss = final_eval_loss(trainer)
-    metrics = _metrics(trainer, clock, eval_loss=eval_loss, resume_from=resume_from)
+    metrics = _metrics(
+        trainer, clock, eval_loss=eval_loss, resume_from=resume_from, figures=task.training_figures
+    )
     resolved = {
         "precision": train_precision,
         "deepspeed": args.deepspeed,
@@ -195,6 +203,7 @@ def trainer_arguments(
     precision: str,
     has_eval: bool,
     kind: ModelKind,
+    keep_columns: bool = False,
 ) -> TrainingArguments:
     """Trainer arguments with the DeepSpeed config, for the checkpoint layout and the world
     size.
@@ -222,6 +231,7 @@ def trainer_arguments(
         save_on_each_node=layout.save_on_each_node,
         has_eval=has_eval,
         kind=kind,
+        keep_columns=keep_columns,
     )
 
 
@@ -281,8 +291,10 @@ def _metrics(
     *,
     eval_loss: float | None,
     resume_from: str | None,
+    figures: Iterable[str] = (),
 ) -> dict[str, Any]:
     lost = trainer.step_health.read()  # alike on every rank: the norm and skips are global
+    history = trainer.state.log_history
     return final_metrics(
         counts=counts.gather_counts(trainer, clock),
         train_loss=last_logged(trainer.state.log_history, "loss"),
@@ -291,6 +303,7 @@ def _metrics(
         resumed_from_step=checkpoints.step_of(resume_from) if resume_from else None,
         skipped_steps=lost.skipped,
         nonfinite_steps=lost.nonfinite,
+        figures={name: last_logged(history, name) for name in figures},
     )
 
 

@@ -43,15 +43,54 @@ class PreferenceTuning(Task):
 
     # model and training
     model_kind: ClassVar[ModelKind] = CAUSAL_LM
+    train_keys: ClassVar[frozenset[str]] = frozenset({"dpo"})
+    training_columns: ClassVar[tuple[str, ...] | None] = tuple(
+        f"{answer}_{name}"
+        for answer in ("chosen", "rejected")
+        for name in ("input_ids", "attention_mask", "labels")
+    )
+    training_figures: ClassVar[Mapping[str, str]] = {
+        "reward_accuracy": "reward accuracy",
+        "reward_margin": "reward margin",
+    }
 
     def build_model(
         self, model: Any, tokenizer: Any, *, labels: Mapping[str, Any] | None = None
     ) -> Any:
-        """The causal LM to tune, as instruction tuning builds it (usually the SFT model a
-        registry source resolved to)."""
+        """A causal LM, as instruction tuning builds it: usually the checkpoint it tuned."""
         from llm_pipeline.models.loading import load_model
 
         return load_model(model, tokenizer, kind=self.model_kind)
+
+    def training_lengths(self, split: Any) -> list[int]:
+        """A pair's length is its longer answer's row: the batch pads both to the longest."""
+        return [
+            max(len(chosen), len(rejected))
+            for chosen, rejected in zip(
+                split["chosen_input_ids"], split["rejected_input_ids"], strict=True
+            )
+        ]
+
+    def training_collator(
+        self, tokenizer: Any, model: Any, *, pad_to_multiple_of: int | None
+    ) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """n pairs -> 2n rows, the chosen answers first, for one forward of both
+        (`collate.PairCollator`); reference log-probs ride along when they were taken."""
+        from llm_pipeline.tasks.preference_tuning.collate import PairCollator
+
+        return PairCollator(
+            pad_id=int(tokenizer.pad_token_id), pad_to_multiple_of=pad_to_multiple_of
+        )
+
+    def training_loss(
+        self, train: Any, *, label_set: Any = None, train_set: Any = None
+    ) -> Callable[..., Any]:
+        """DPO's loss (`train.dpo`), run on the model by the Trainer (`training.DpoLoss`):
+        the reference is the model with its adapters off under LoRA, else log-probs taken
+        before the first step."""
+        from llm_pipeline.tasks.preference_tuning.training import DpoLoss
+
+        return DpoLoss(beta=train.dpo.beta, loss_type=train.dpo.loss_type)
 
     # evaluation
     # Preference accuracy first: the share of held-out pairs the tuned model prefers more
