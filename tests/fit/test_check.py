@@ -26,9 +26,29 @@ def config_of(path: Path, *overrides: str) -> PipelineConfig:
     return load_config(path, list(overrides)).config
 
 
+def with_its_start_registered(path: Path, folder: Path) -> PipelineConfig:
+    """A config that starts from a registry version (`registry:<model>@serving`, the DPO
+    demo's), its local registry made in `folder` with that model as the SFT demo saves it: a
+    MiniLM decoder (the fit check reads its config.json alone)."""
+    from llm_pipeline.models.sources import resolve_model_path
+    from llm_pipeline.registry.local import LocalRegistry
+
+    source = config_of(path).model.source or ""
+    model = source.removeprefix("registry:").rsplit("@", 1)[0]
+    saved = AutoConfig.from_pretrained(resolve_model_path(MINILM))
+    saved.is_decoder, saved.architectures = True, ["BertLMHeadModel"]
+    saved.save_pretrained(folder / "sft-model")
+    registry = LocalRegistry(folder / "registry")
+    version = registry.register(model=model, model_dir=str(folder / "sft-model"), metrics={})
+    registry.deploy(version, f"{model}-endpoint")
+    return config_of(path, f"deploy.registry_dir={folder / 'registry'}")
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.name)
-def test_the_shipped_configs_fit_their_machines(path: Path, monkeypatch):
+def test_the_shipped_configs_fit_their_machines(path: Path, monkeypatch, tmp_path: Path):
     config = config_of(path)
+    if (config.model.source or "").startswith("registry:"):
+        config = with_its_start_registered(path, tmp_path)
     target = "vertex" if config.deploy.target == "vertex" else "local"
     # A local config runs on a laptop's CPU, or on the GPUs it asks for (an H100 each).
     use_gpus(monkeypatch, *[H100] * config.cluster.local_gpus)
