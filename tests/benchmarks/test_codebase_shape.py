@@ -165,7 +165,7 @@ def test_a_module_one_task_alone_uses_is_that_tasks(tmp_path: Path) -> None:
                     return render(batch)
 
                 def rows(task, batch):
-                    if task.model_kind != "causal_lm":
+                    if task.name != "instruction_tuning":
                         return helper(batch)
                     return _chat(batch)
 
@@ -179,6 +179,7 @@ def test_a_module_one_task_alone_uses_is_that_tasks(tmp_path: Path) -> None:
     found = shape.task_modules_outside(src)
     assert {task: [m for m, _ in modules] for task, modules in found.items()} == {
         "instruction_tuning": ["data.chats"],
+        "preference_tuning": [],
         "summarization": ["deeper", "only_summaries"],
         "text_classification": ["data.classifier_rows", "data.tables"],
     }

@@ -16,6 +16,7 @@ import pytest
 
 from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.server_process import start_server
+from llm_pipeline.tasks import TASKS
 
 from .servers import free_port, wait_for
 
@@ -149,7 +150,7 @@ def test_bad_settings_exit_2_naming_the_variable(spawned: Any, tiny_model_dir: P
     assert "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE" in output and "AIP_HTTP_PORT" in output
     assert (
         "LLM_PIPELINE_SERVE_TASK: unknown task 'translation'; known tasks: "
-        "instruction_tuning, summarization" in output
+        f"{', '.join(sorted(TASKS))}" in output
     )
     assert "Traceback" not in output
 

@@ -66,7 +66,7 @@ def deploy_step(
         run="run-under-test",
         gate_served=gate_served,
         evaluation_data=EVALUATED_ON,
-        model=SimpleNamespace(path=str(model_dir), uri=str(model_dir)),
+        model=SimpleNamespace(path=str(model_dir), uri=str(model_dir), metadata={}),
         metrics=metrics,
         dataset=SimpleNamespace(path=str(data)),
         report=Markdown(uri=str(task / "report")),

@@ -70,7 +70,9 @@ def test_a_classifier_is_probed_with_texts_and_its_labels_are_answers(
         gate_served="",
         evaluation_data="f" * 32,
         model=SimpleNamespace(
-            path=str(multi_label_classifier_dir), uri=str(multi_label_classifier_dir)
+            path=str(multi_label_classifier_dir),
+            uri=str(multi_label_classifier_dir),
+            metadata={},
         ),
         metrics=metrics,
         dataset=SimpleNamespace(path=str(classification_data)),
