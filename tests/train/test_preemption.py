@@ -7,6 +7,7 @@ CPU communication op through torch's JIT loader, signals sent with os.kill.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -179,14 +180,19 @@ def _sigterm_saves_a_checkpoint_that_the_rerun_resumes(
     _wait_for(lambda: SAVE_STEPS in _complete(checkpoints), timeout=240, what="a checkpoint")
     assert not lock.exists()
     launcher = _launcher()
+    # Found before the signal: the kill must follow the first sight of the stop's folder at
+    # once (a scan of /proc in between let a fast save finish first, and the kill then fell
+    # on a complete checkpoint).
+    processes = [launcher, *_workers()]
     os.kill(launcher.pid, signal.SIGTERM)
     partial = _wait_for(
         lambda: [s for s, done in _checkpoints(checkpoints).items() if s > SAVE_STEPS and not done],
         timeout=60,
         what="the stop's checkpoint folder",
     )
-    for process in [launcher, *_workers()]:
-        process.kill()
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     first.join(60)
     assert isinstance(first.error, TrainError), first.error
     assert _complete(checkpoints)[-1] == SAVE_STEPS
