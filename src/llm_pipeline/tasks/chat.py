@@ -23,7 +23,19 @@ from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Chat, Instance, InstanceError
+from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ServingPage
+
+#: How every chat task is served: the chat page, the generation parameters a request may
+#: set, and what an instance may be (instruction tuning and preference tuning alike).
+CHAT_PAGE = ServingPage(
+    title="Chat",
+    action="Send",
+    placeholder="Message (Enter sends, Shift+Enter starts a new line)",
+    output="Answer",
+    parameters=("max_new_tokens", "temperature", "top_p"),
+)
+CHAT_PARAMETERS: tuple[str, ...] = ("max_new_tokens", "temperature", "top_p", "stop")
+CHAT_INSTANCE_SHAPE = 'a list of prompts (texts) or {"messages": [...]} chats'
 
 #: The roles a turn may have.
 ROLES = ("system", "user", "assistant")

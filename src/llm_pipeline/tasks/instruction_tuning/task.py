@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import chat_example, chat_instance, chat_prompter
+from llm_pipeline.tasks.chat import (
+    CHAT_INSTANCE_SHAPE,
+    CHAT_PAGE,
+    CHAT_PARAMETERS,
+    chat_example,
+    chat_instance,
+    chat_prompter,
+)
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -109,20 +116,9 @@ class InstructionTuning(Task):
     output_label: ClassVar[str] = "response"
 
     # serving
-    serving_page: ClassVar[ServingPage] = ServingPage(
-        title="Chat",
-        action="Send",
-        placeholder="Message (Enter sends, Shift+Enter starts a new line)",
-        output="Answer",
-        parameters=("max_new_tokens", "temperature", "top_p"),
-    )
-    serving_parameters: ClassVar[tuple[str, ...]] = (
-        "max_new_tokens",
-        "temperature",
-        "top_p",
-        "stop",
-    )
-    serving_instance_shape: ClassVar[str] = 'a list of prompts (texts) or {"messages": [...]} chats'
+    serving_page: ClassVar[ServingPage] = CHAT_PAGE
+    serving_parameters: ClassVar[tuple[str, ...]] = CHAT_PARAMETERS
+    serving_instance_shape: ClassVar[str] = CHAT_INSTANCE_SHAPE
 
     def serving_instance(self, value: Any) -> Instance:
         """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
