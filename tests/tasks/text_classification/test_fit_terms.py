@@ -6,19 +6,20 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from llm_pipeline.config import LoraSettings
-from llm_pipeline.fit.classifier import (
+from llm_pipeline.fit.memory import Lengths, runtime_bytes
+from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks.kinds import CLASSIFIER
+from llm_pipeline.tasks.text_classification import fit_terms
+from llm_pipeline.tasks.text_classification.fit_terms import (
     activation_bytes,
     encoder_layer_bytes,
     forward_memory,
     kept_bytes,
     layer_bytes,
 )
-from llm_pipeline.fit.memory import Lengths, runtime_bytes
-from llm_pipeline.fit.shapes import shape_of
-from llm_pipeline.tasks.kinds import CLASSIFIER
 
-from .tiny_causal import config_of
-from .tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
+from ...fit.tiny_causal import config_of
+from ...fit.tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
 
 LORA = LoraSettings(r=8, alpha=16, dropout=0.05, target_modules="all-linear")
 LAYOUTS = {"bert": TINY_BERT, "distilbert": TINY_DISTILBERT, "llama": TINY_LLAMA_CLASSIFIER}
@@ -28,7 +29,14 @@ BATCH = Lengths(batch=3, source=40, target=0)
 
 def shape(layout: str, lora: bool = False, **changes):
     config = config_of(LAYOUTS[layout], **changes)
-    return shape_of(config, name="tiny", kind=CLASSIFIER, labels=3, lora=LORA if lora else None)
+    return shape_of(
+        config,
+        name="tiny",
+        kind=CLASSIFIER,
+        terms=fit_terms,
+        labels=3,
+        lora=LORA if lora else None,
+    )
 
 
 def test_a_bert_layer_in_fp32_on_a_cpu_by_hand():
