@@ -6,8 +6,10 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from llm_pipeline.config import LoraSettings
+from llm_pipeline.fit import estimates
 from llm_pipeline.fit.memory import Lengths, runtime_bytes
 from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.kinds import CLASSIFIER
 from llm_pipeline.tasks.text_classification import fit_terms
 from llm_pipeline.tasks.text_classification.fit_terms import (
@@ -149,3 +151,20 @@ def test_a_decoders_forward_fills_its_key_value_cache():
     cache = 2 * 2 * 8 * 40 * 64 * 2
     working = 8 * 40 * per_token * 2 + 8 * 40 * 40 * 5 + cache + 8 * 40 * 3 * 4
     assert estimate.part("working") == working
+
+
+def test_the_fit_layer_estimates_a_classifier_by_its_tasks_terms_alone():
+    """The task hands these terms to the fit layer; the shape they read carries them, and
+    the fit layer's estimates are theirs. Its own readers refuse a classifier."""
+    assert get_task("text_classification").fit_terms() is fit_terms
+    bert = shape("bert", lora=True)
+    assert bert.terms is fit_terms
+    for device in ("cpu", "cuda"):
+        assert estimates.activation_bytes(
+            bert, BATCH, dtype="bf16", device=device, checkpointing=False
+        ) == activation_bytes(bert, BATCH, dtype="bf16", device=device, checkpointing=False)
+        assert estimates.generation_memory(
+            bert, batch=3, beams=4, source=40, new_tokens=9, dtype="fp32", device=device
+        ) == forward_memory(bert, batch=3, tokens=40, dtype="fp32", device=device)
+    with pytest.raises(ValueError, match=r"Task\.fit_terms"):
+        shape_of(config_of(TINY_BERT), name="tiny", kind=CLASSIFIER)
