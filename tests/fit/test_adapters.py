@@ -9,7 +9,8 @@ from transformers import AutoModelForCausalLM
 from llm_pipeline.config import LoraSettings
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import shape_of
-from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CAUSAL_LM, SEQ2SEQ
 
 from ..offline_models import TINY_T5
 from .tiny_causal import TINY_LLAMA, TINY_OPT, config_of
@@ -73,7 +74,15 @@ def test_a_classifiers_head_trains_whole_beside_the_adapters(layout):
 
     settings = {"bert": TINY_BERT, "distilbert": TINY_DISTILBERT}.get(layout, TINY_LLAMA_CLASSIFIER)
     config = config_of(settings, num_labels=3)
-    shape = shape_of(config, name="tiny", kind=CLASSIFIER, labels=3, lora=LoraSettings(r=4))
+    classify = get_task("text_classification")
+    shape = shape_of(
+        config,
+        name="tiny",
+        kind=classify.model_kind,
+        terms=classify.fit_terms(),
+        labels=3,
+        lora=LoraSettings(r=4),
+    )
     # As train/lora.py makes it: PEFT's SEQ_CLS task with the head in modules_to_save.
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)

@@ -13,6 +13,7 @@ from llm_pipeline.fit.check import check_fit
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.shapes import model_shape, shape_of
 from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER
+from llm_pipeline.tasks.text_classification import fit_terms
 from llm_pipeline.train.zero_stage import configured_stage
 
 from ..offline_models import MINILM, TINY_T5
@@ -292,7 +293,7 @@ def test_distilbert_on_two_t4s_fits_with_its_states_counted_by_hand():
     assert p == 66_955_010  # DistilBertForSequenceClassification's published count
     assert gpu.estimate.part("states") == 2 * p + int(18 * p / 2)
     assert gpu.estimate.part("runtime") == 2**30
-    assert 0 < gpu.estimate.part("activations") < 2**30  # 32 x 128 tokens (test_classifier)
+    assert 0 < gpu.estimate.part("activations") < 2**30  # 32 x 128 tokens (test_fit_terms)
     assert "classifier head estimated for 2 labels: data.labels is unset" in report.notes[0]
     evaluate, serve = report.rows[2], report.rows[4]
     assert evaluate.settings == "fp32, batch 128 × 128 tokens, forward only, 2 processes"
@@ -358,17 +359,17 @@ def test_data_labels_size_the_head_and_a_text_is_read_within_the_models_position
     # MiniLM (BERT, 384 wide, 512 positions): the head is 384 x 6 + 6, and a text is cut at
     # 512 tokens however long data.max_length allows.
     assert report.rows[0].settings.startswith("fp32, micro-batch 16 × 512 tokens, ")
-    shape = model_shape(config.model, kind=CLASSIFIER, labels=6)
-    two = model_shape(config.model, kind=CLASSIFIER, labels=2)
+    shape = model_shape(config.model, kind=CLASSIFIER, terms=fit_terms, labels=6)
+    two = model_shape(config.model, kind=CLASSIFIER, terms=fit_terms, labels=2)
     assert shape.parameters - two.parameters == 384 * 4 + 4
-    assert shape.is_encoder_classifier and shape.encoder.layers == 6
+    assert fit_terms.is_encoder(shape) and shape.encoder.layers == 6
 
 
 def test_a_decoder_classifier_is_its_causal_lms_stack_without_the_lm_head():
     config = AutoConfig.for_model(
         **{"model_type": "llama", **dict(KNOWN_MODELS["meta-llama/Llama-2-7b-hf"])}
     )
-    shape = shape_of(config, name="llama", kind=CLASSIFIER, labels=3)
-    assert not shape.is_encoder_classifier and shape.decoder.layers == 32
+    shape = shape_of(config, name="llama", kind=CLASSIFIER, terms=fit_terms, labels=3)
+    assert not fit_terms.is_encoder(shape) and shape.decoder.layers == 32
     # Llama-2-7B less its LM head (32000 x 4096), plus the score layer (4096 x 3, no bias).
     assert shape.parameters == 6_738_415_616 - 32000 * 4096 + 4096 * 3

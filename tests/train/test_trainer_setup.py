@@ -12,7 +12,7 @@ import torch
 from llm_pipeline.config import LoraSettings, ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.launch.node_files import NODE_DIR_ENV
-from llm_pipeline.tasks.kinds import CAUSAL_LM
+from llm_pipeline.tasks import get_task
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import (
     EpochSeededLengthGroupedSampler,
@@ -21,6 +21,7 @@ from llm_pipeline.train.trainer import (
 )
 from llm_pipeline.train.worker import largest_adapter
 
+from ..fit.tiny_classifiers import TINY_BERT
 from ..offline_models import MINILM, TINY_LLAMA
 
 
@@ -71,8 +72,15 @@ def test_the_workers_adapter_size_is_the_fit_checks_count() -> None:
         node_count=1,
         procs_per_node=1,
     )
-    assert largest_adapter(spec, CAUSAL_LM) == 16 * TINY_LLAMA["intermediate_size"]
-    assert largest_adapter(replace(spec, train=TrainConfig()), CAUSAL_LM) is None
+    llm = get_task("instruction_tuning")
+    assert largest_adapter(spec, llm) == 16 * TINY_LLAMA["intermediate_size"]
+    assert largest_adapter(replace(spec, train=TrainConfig()), llm) is None
+    # A classifier's shape is read by its task's own terms: a tiny BERT's widest linear.
+    bert = ModelConfig(architecture=dict(TINY_BERT), tokenizer=MINILM)
+    classify = get_task("text_classification")
+    assert (
+        largest_adapter(replace(spec, model=bert), classify) == 16 * TINY_BERT["intermediate_size"]
+    )
 
 
 def test_a_users_json_is_taken_whole_with_auto_batch_sizes_filled(tmp_path: Path) -> None:

@@ -38,7 +38,11 @@ def check_fit(config: PipelineConfig, *, target: Target) -> FitReport:
     labels, labels_note = task.fit_labels(config)
     try:
         shape = model_shape(
-            config.model, kind=task.model_kind, lora=config.train.lora, labels=labels
+            config.model,
+            kind=task.model_kind,
+            terms=task.fit_terms(),
+            lora=config.train.lora,
+            labels=labels,
         )
     except ShapeUnavailable as exc:
         report.skipped.append(f"fit check skipped (the model's shape is unknown): {exc}")

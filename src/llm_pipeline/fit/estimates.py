@@ -4,16 +4,16 @@ Each estimate is a sum of named parts (weights, model states, activations, cache
 so a refusal can say what takes the memory. The formulas here count what PyTorch keeps
 alive, tensor by tensor, for a T5-style block (RMS norm, attention, feed-forward, dropout),
 as transformers 5 and torch 2.13 run it; a causal LM's (a decoder-only stack) are in
-`decoder_only.py`, a classifier's (forward only outside training) in `classifier.py`, and
-`activation_bytes` and `generation_memory` pick by the facts of the shape's kind
-(`classification_head`, `encoder_decoder`).
+`decoder_only.py`, and `activation_bytes` and `generation_memory` pick by the shape's kind
+(`encoder_decoder`). A shape read by its task's own terms (`shapes.FitTerms`: a classifier's,
+forward only outside training) is estimated by them.
 `benchmarks/fit.py` compares them with peaks measured on CPU; `memory.py` says what differs
 between a CPU and a CUDA process.
 """
 
 from __future__ import annotations
 
-from llm_pipeline.fit import classifier, decoder_only
+from llm_pipeline.fit import decoder_only
 from llm_pipeline.fit.memory import (
     DEVICES,
     DTYPE_BYTES,
@@ -114,8 +114,8 @@ def activation_bytes(
     gradients beside what is kept, and for the gradient of the logits. Under LoRA the
     adapters' own (`adapter_bytes`) come on top; a causal LM's are `decoder_only`'s.
     """
-    if shape.kind.classification_head:
-        return classifier.activation_bytes(
+    if shape.terms is not None:
+        return shape.terms.activation_bytes(
             shape, lengths, dtype=dtype, device=device, checkpointing=checkpointing
         )
     if not shape.kind.encoder_decoder:
@@ -219,10 +219,11 @@ def generation_memory(
     """Peak memory of one generating process (on its GPU, or its RSS on CPU).
 
     `source`: a seq2seq model's document tokens, a causal LM's prompt tokens (the cache
-    then holds prompt and new tokens of every beam). A classifier generates nothing: one
-    forward pass over `batch` texts of `source` tokens (`beams` and `new_tokens` unused)."""
-    if shape.kind.classification_head:
-        return classifier.forward_memory(
+    then holds prompt and new tokens of every beam). A shape with its task's own terms (a
+    classifier's) generates nothing: their one forward pass over `batch` inputs of `source`
+    tokens (`beams` and `new_tokens` unused)."""
+    if shape.terms is not None:
+        return shape.terms.forward_memory(
             shape, batch=batch, tokens=source, dtype=dtype, device=device
         )
     if not shape.kind.encoder_decoder:

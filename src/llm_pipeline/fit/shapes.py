@@ -6,13 +6,11 @@ and the parameters are counted on a model built on PyTorch's meta device, so eve
 architecture transformers knows is counted exactly as it will load (tied weights once).
 It is built as the task's kind (`tasks.get_task(config.task).model_kind`, its facts read as
 fields): a seq2seq model (`encoder_decoder`) has an encoder and a decoder stack; a causal LM
-is one decoder stack, whose layer layout
-(gated feed-forward or not, LayerNorm or RMS norm) is read from its first layer; a classifier
-(`classification_head`: `AutoModelForSequenceClassification`, for the number of labels the
-task says, `Task.fit_labels`) is an encoder stack (BERT,
-DistilBERT, RoBERTa, DeBERTa: the model types transformers builds a masked LM of) or a causal
-LM's decoder stack, with its head. Under LoRA the shape also carries the adapters PEFT would
-add (`adapters.py`), and a classifier's head, which trains whole beside them.
+is one decoder stack, whose layer layout (gated feed-forward or not, LayerNorm or RMS norm)
+is read from its first layer. A task whose model these do not describe brings its own terms
+(`FitTerms`, from `Task.fit_terms`: text classification's encoder or decoder with a head),
+which read its shape with the readers here and estimate its memory; the shape carries them.
+Under LoRA the shape also carries the adapters PEFT would add (`adapters.py`).
 
 No repository's code runs: configs, tokenizers and the meta model load with
 `trust_remote_code=False` whatever `model.trust_remote_code` says, because the fit check
@@ -27,19 +25,19 @@ then `known_models`, the published configs of the models the shipped configs nam
 
 from __future__ import annotations
 
-import copy
 import os
 import socket
 import tempfile
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from llm_pipeline.config import LoraSettings, ModelConfig
 from llm_pipeline.errors import first_line
 from llm_pipeline.fit.adapters import Adapters, count_adapters
 from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.fit.memory import Breakdown, DeviceKind, Lengths
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.storage import is_remote, local_copy
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
@@ -72,9 +70,9 @@ class Stack:
     layer_norm: bool = False  # LayerNorm (OPT, GPT-2) rather than an fp32 RMS norm (Llama)
     relu: bool = True  # the activation keeps its output (ReLU), not its input (SiLU, GELU)
     attention_dropout: bool = False
-    # Read for encoder classifiers' layers only (classifier.py): dropouts on the residual
-    # branches per layer (BERT's after attention and after the feed-forward, DistilBERT's
-    # after the feed-forward only).
+    # Read for encoder classifiers' layers only (tasks/text_classification/fit_terms.py):
+    # dropouts on the residual branches per layer (BERT's after attention and after the
+    # feed-forward, DistilBERT's after the feed-forward only).
     residual_dropouts: int = 2
 
     @property
@@ -103,27 +101,70 @@ class ModelShape:
     adapters: Adapters | None = None  # LoRA's (train.lora); None: every weight trains
     labels: int = 0  # a classifier's head scores this many labels
     max_positions: int | None = None  # the longest input the model takes, when it says
+    # The task's own terms that read this shape and estimate its memory; None: this layer's
+    # (seq2seq, causal LM).
+    terms: FitTerms | None = None
 
-    @property
-    def is_encoder_classifier(self) -> bool:
-        """A classifier whose stack is an encoder (BERT's kind), not a decoder."""
-        return self.kind.classification_head and self.encoder.layers > 0
+
+class FitTerms(Protocol):
+    """A task's own fit-check terms (`Task.fit_terms`), for a model the seq2seq and causal-LM
+    formulas of this layer do not describe: the fit layer calls them in place of its own for
+    the shapes they read. A module with these functions is one (text classification's
+    `fit_terms`)."""
+
+    def shape_of(
+        self,
+        config: PretrainedConfig,
+        *,
+        name: str,
+        note: str | None,
+        kind: ModelKind,
+        lora: LoraSettings | None,
+        labels: int,
+    ) -> ModelShape:
+        """The shape of a transformers config, built as `kind` (as `shape_of` here)."""
+        ...
+
+    def activation_bytes(
+        self,
+        shape: ModelShape,
+        lengths: Lengths,
+        *,
+        dtype: str,
+        device: DeviceKind,
+        checkpointing: bool,
+    ) -> float:
+        """Peak activation memory of one micro-batch's forward and backward
+        (`estimates.activation_bytes`)."""
+        ...
+
+    def forward_memory(
+        self, shape: ModelShape, *, batch: int, tokens: int, dtype: str, device: DeviceKind
+    ) -> Breakdown:
+        """Peak memory of one process that runs the model forward on `batch` inputs of
+        `tokens` tokens, in evaluate and serve (in place of `estimates.generation_memory`:
+        the model generates nothing)."""
+        ...
 
 
 def model_shape(
     model: ModelConfig,
     *,
     kind: ModelKind = SEQ2SEQ,
+    terms: FitTerms | None = None,
     lora: LoraSettings | None = None,
     labels: int = 2,
 ) -> ModelShape:
-    """The shape of the model `model` describes, built as `kind`, with `lora`'s adapters
-    (a classifier's head scoring `labels` labels).
+    """The shape of the model `model` describes, built as `kind` (read by `terms`, the
+    task's `Task.fit_terms`, when it has its own), with `lora`'s adapters (a classifier's
+    head scoring `labels` labels).
 
     Raises ShapeUnavailable."""
     try:
         config, name, note = _config(model)
-        shape = shape_of(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
+        shape = shape_of(
+            config, name=name, note=note, kind=kind, terms=terms, lora=lora, labels=labels
+        )
     except ShapeUnavailable as exc:
         if model.trust_remote_code:
             raise ShapeUnavailable(f"{exc}; {_NO_REMOTE_CODE}") from exc
@@ -145,22 +186,30 @@ def shape_of(
     name: str,
     note: str | None = None,
     kind: ModelKind = SEQ2SEQ,
+    terms: FitTerms | None = None,
     lora: LoraSettings | None = None,
     labels: int = 2,
 ) -> ModelShape:
-    """The shape of a transformers config (built on the meta device to count parameters)."""
+    """The shape of a transformers config (built on the meta device to count parameters):
+    read by `terms` when the task has its own, which the shape then carries."""
     from transformers import GenerationConfig
 
-    if kind.classification_head:
-        return _classifier_shape(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
-    model = _meta_model(config, kind)
-    total, largest, encoder_parameters = _count_parameters(model, config)
+    if terms is not None:
+        shape = terms.shape_of(config, name=name, note=note, kind=kind, lora=lora, labels=labels)
+        return replace(shape, terms=terms)
+    if not (kind.encoder_decoder or kind.causal):
+        raise ValueError(
+            f"this layer reads seq2seq models and causal LMs: a {kind.description}'s shape is "
+            "read by its task's terms (Task.fit_terms)"
+        )
+    model = meta_model(config, kind)
+    total, largest, encoder_parameters = count_parameters(model, config)
     generation = GenerationConfig.from_model_config(config)
     if kind.encoder_decoder:
         encoder = _stack(getattr(config, "encoder", config), decoder=False)
         decoder = _stack(getattr(config, "decoder", config), decoder=True)
     else:
-        decoder = _causal_stack(config, model)
+        decoder = causal_stack(config, model)
         encoder = replace(decoder, layers=0)
     return ModelShape(
         name=name,
@@ -178,56 +227,8 @@ def shape_of(
     )
 
 
-def _classifier_shape(
-    config: PretrainedConfig,
-    *,
-    name: str,
-    note: str | None,
-    kind: ModelKind,
-    lora: LoraSettings | None,
-    labels: int,
-) -> ModelShape:
-    """A classifier's shape: an encoder's stack or a decoder's, its head for `labels` labels
-    (forward only in evaluation and serving: no generation settings)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
-    from llm_pipeline.models.builders import head_modules
-
-    if getattr(config, "is_encoder_decoder", False):
-        raise ShapeUnavailable(
-            f"{config.model_type} is an encoder-decoder: the fit check estimates classifiers "
-            "that are an encoder or a decoder"
-        )
-    config = copy.deepcopy(config)
-    config.num_labels = labels
-    model = _meta_model(config, kind)
-    total, largest, _ = _count_parameters(model, config)
-    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        encoder = _encoder_stack(config, model)
-        decoder = replace(encoder, layers=0)
-    else:
-        decoder = _causal_stack(config, model)
-        encoder = replace(decoder, layers=0)
-    head = head_modules(model)  # type: ignore[arg-type]  # a PreTrainedModel on meta
-    return ModelShape(
-        name=name,
-        parameters=total,
-        largest_layer_parameters=largest,
-        encoder_parameters=0,
-        encoder=encoder,
-        decoder=decoder,
-        vocab=int(config.vocab_size),
-        default_max_length=0,
-        default_num_beams=1,
-        source_note=note,
-        kind=kind,
-        adapters=count_adapters(model, lora, whole=head) if lora is not None else None,
-        labels=labels,
-        max_positions=_optional(config, "max_position_embeddings", "n_positions"),
-    )
-
-
-def _first(config: Any, *names: str) -> Any:
+def config_value(config: Any, *names: str) -> Any:
+    """The first of `names` the config sets; ShapeUnavailable if it sets none."""
     for name in names:
         value = getattr(config, name, None)
         if value is not None:
@@ -242,21 +243,21 @@ def _stack(config: Any, *, decoder: bool) -> Stack:
     """Widths of one side, under the names T5, BART-style and BERT-style configs use."""
     side = "decoder" if decoder else "encoder"
     layer_names = ("num_decoder_layers", "decoder_layers") if decoder else ("encoder_layers",)
-    hidden = int(_first(config, "d_model", "hidden_size", "n_embd"))
-    heads = int(_first(config, f"{side}_attention_heads", "num_heads", "num_attention_heads"))
+    hidden = int(config_value(config, "d_model", "hidden_size", "n_embd"))
+    heads = int(config_value(config, f"{side}_attention_heads", "num_heads", "num_attention_heads"))
     head_dim = getattr(config, "d_kv", None)
     return Stack(
-        layers=int(_first(config, *layer_names, "num_layers", "num_hidden_layers")),
+        layers=int(config_value(config, *layer_names, "num_layers", "num_hidden_layers")),
         hidden=hidden,
         inner=int(head_dim) * heads if head_dim else hidden,
         heads=heads,
-        ffn=int(_first(config, "d_ff", f"{side}_ffn_dim", "intermediate_size", "ffn_dim")),
+        ffn=int(config_value(config, "d_ff", f"{side}_ffn_dim", "intermediate_size", "ffn_dim")),
         gated=bool(getattr(config, "is_gated_act", False)),
-        dropout=float(_first(config, "dropout_rate", "dropout", "hidden_dropout_prob")) > 0,
+        dropout=float(config_value(config, "dropout_rate", "dropout", "hidden_dropout_prob")) > 0,
     )
 
 
-def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
+def meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
     """The model as the finetune step builds it, on PyTorch's meta device (no memory)."""
     import torch
     import transformers
@@ -282,7 +283,7 @@ def _meta_model(config: PretrainedConfig, kind: ModelKind) -> nn.Module:
     return model
 
 
-def _count_parameters(model: nn.Module, config: PretrainedConfig) -> tuple[int, int, int]:
+def count_parameters(model: nn.Module, config: PretrainedConfig) -> tuple[int, int, int]:
     """(all parameters, the largest module's own, an encoder's), counted as DeepSpeed's
     `model_to_params` counts them."""
     total = sum({id(p): p.numel() for p in model.parameters()}.values())
@@ -298,21 +299,21 @@ def _count_parameters(model: nn.Module, config: PretrainedConfig) -> tuple[int, 
     return int(total), int(largest), int(encoder)
 
 
-def _causal_stack(config: Any, model: nn.Module) -> Stack:
+def causal_stack(config: Any, model: nn.Module) -> Stack:
     """A decoder-only stack: widths from the config, the layer layout from its first layer."""
     from torch import nn
     from transformers.pytorch_utils import Conv1D
 
-    hidden = int(_first(config, "hidden_size", "n_embd", "d_model"))
-    heads = int(_first(config, "num_attention_heads", "n_head", "num_heads"))
-    layers = int(_first(config, "num_hidden_layers", "n_layer", "num_layers"))
+    hidden = int(config_value(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(config_value(config, "num_attention_heads", "n_head", "num_heads"))
+    layers = int(config_value(config, "num_hidden_layers", "n_layer", "num_layers"))
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    ffn = _optional(config, "intermediate_size", "ffn_dim", "n_inner") or 4 * hidden  # GPT-2
-    first = _first_layer(model, layers)
+    ffn = optional_value(config, "intermediate_size", "ffn_dim", "n_inner") or 4 * hidden  # GPT-2
+    first = first_layer(model, layers)
     linears = [m for m in first.modules() if isinstance(m, nn.Linear | Conv1D)]
     into_ffn = sum(1 for m in linears if _linear_sizes(m) == (hidden, int(ffn)))
-    activation = str(_optional(config, "hidden_act", "activation_function") or "")
+    activation = str(optional_value(config, "hidden_act", "activation_function") or "")
     return Stack(
         layers=layers,
         hidden=hidden,
@@ -320,49 +321,21 @@ def _causal_stack(config: Any, model: nn.Module) -> Stack:
         heads=heads,
         ffn=int(ffn),
         gated=into_ffn >= 2,
-        dropout=float(_optional(config, "dropout", "resid_pdrop", "hidden_dropout") or 0) > 0,
+        dropout=float(optional_value(config, "dropout", "resid_pdrop", "hidden_dropout") or 0) > 0,
         kv_inner=kv_heads * head_dim,
         layer_norm=any(isinstance(m, nn.LayerNorm) for m in first.modules()),
         relu=activation == "relu",
         attention_dropout=float(
-            _optional(config, "attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+            optional_value(
+                config, "attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"
+            )
             or 0
         )
         > 0,
     )
 
 
-def _encoder_stack(config: Any, model: nn.Module) -> Stack:
-    """An encoder classifier's stack (BERT's layout: attention and feed-forward, each followed
-    by a LayerNorm of the residual sum): widths from the config under BERT's and DistilBERT's
-    names, its residual dropouts counted in its first layer."""
-    from torch import nn
-
-    layers = int(_first(config, "num_hidden_layers", "n_layers", "num_layers"))
-    hidden = int(_first(config, "hidden_size", "dim", "d_model"))
-    attention_dropout = (
-        float(_optional(config, "attention_probs_dropout_prob", "attention_dropout") or 0) > 0
-    )
-    dropouts = sum(
-        1 for m in _first_layer(model, layers).modules() if isinstance(m, nn.Dropout) and m.p > 0
-    )
-    residual = max(dropouts - (1 if attention_dropout else 0), 0)
-    return Stack(
-        layers=layers,
-        hidden=hidden,
-        inner=hidden,
-        heads=int(_first(config, "num_attention_heads", "n_heads")),
-        ffn=int(_first(config, "intermediate_size", "hidden_dim", "ffn_dim")),
-        gated=False,
-        dropout=residual > 0,
-        layer_norm=True,
-        relu=str(_optional(config, "hidden_act", "activation") or "") == "relu",
-        attention_dropout=attention_dropout,
-        residual_dropouts=residual,
-    )
-
-
-def _first_layer(model: nn.Module, layers: int) -> nn.Module:
+def first_layer(model: nn.Module, layers: int) -> nn.Module:
     """The first of the model's `layers` transformer layers (its ModuleList of that length)."""
     from torch import nn
 
@@ -383,7 +356,7 @@ def _linear_sizes(module: Any) -> tuple[int, int]:
     return int(size_in), int(size_out)
 
 
-def _optional(config: Any, *names: str) -> Any:
+def optional_value(config: Any, *names: str) -> Any:
     """The first of `names` the config sets, else None."""
     return next((v for n in names if (v := getattr(config, n, None)) is not None), None)
 
@@ -495,11 +468,18 @@ def hub_reachable() -> bool:
 
 
 __all__ = [
+    "FitTerms",
     "ModelKind",
     "ModelShape",
     "ShapeUnavailable",
     "Stack",
+    "causal_stack",
+    "config_value",
+    "count_parameters",
+    "first_layer",
     "hub_reachable",
+    "meta_model",
     "model_shape",
+    "optional_value",
     "shape_of",
 ]

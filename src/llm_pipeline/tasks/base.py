@@ -322,3 +322,9 @@ class Task(ABC):
         """How many labels the model's head scores (0: no classification head), which the
         fit check builds the model's shape for, and a note when that number is a guess."""
         return 0, None
+
+    def fit_terms(self) -> Any:
+        """The task's own fit-check terms (a `fit.shapes.FitTerms`: how its model's shape is
+        read, what training and a forward pass keep), for a model that the fit layer's
+        seq2seq and causal-LM formulas do not describe; None: the fit layer's."""
+        return None

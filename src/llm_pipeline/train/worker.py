@@ -37,7 +37,6 @@ from llm_pipeline.launch.failures import out_of_memory_message
 from llm_pipeline.models.loading import freeze_encoder, hidden_size
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import Task, get_task
-from llm_pipeline.tasks.kinds import ModelKind
 from llm_pipeline.train import (
     checkpoints,
     counts,
@@ -90,7 +89,7 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         layout,
         precision=train_precision,
         has_eval=eval_set is not None,
-        kind=task.model_kind,
+        task=task,
         keep_columns=task.training_columns is not None,
     )
     model = _build_model(
@@ -202,7 +201,7 @@ def trainer_arguments(
     *,
     precision: str,
     has_eval: bool,
-    kind: ModelKind,
+    task: Task,
     keep_columns: bool = False,
 ) -> TrainingArguments:
     """Trainer arguments with the DeepSpeed config, for the checkpoint layout and the world
@@ -216,7 +215,7 @@ def trainer_arguments(
         precision=precision,
         world_size=dist.get_world_size(),
         hidden_size=hidden_size(spec.model),
-        largest_adapter=largest_adapter(spec, kind),
+        largest_adapter=largest_adapter(spec, task),
     )
     if deepspeed is not None and layout.save_on_each_node:
         # Each node's folder is its own: DeepSpeed then writes the files it keeps to the first
@@ -230,12 +229,12 @@ def trainer_arguments(
         deepspeed=deepspeed,
         save_on_each_node=layout.save_on_each_node,
         has_eval=has_eval,
-        kind=kind,
+        kind=task.model_kind,
         keep_columns=keep_columns,
     )
 
 
-def largest_adapter(spec: WorkerSpec, kind: ModelKind) -> int | None:
+def largest_adapter(spec: WorkerSpec, task: Task) -> int | None:
     """Elements of the largest adapter matrix `train.lora` will add, None without LoRA.
 
     Counted from the model's config on the meta device (`fit.shapes`, as the fit check
@@ -245,7 +244,9 @@ def largest_adapter(spec: WorkerSpec, kind: ModelKind) -> int | None:
     if spec.train.lora is None:
         return None
     try:
-        shape = model_shape(spec.model, kind=kind, lora=spec.train.lora)
+        shape = model_shape(
+            spec.model, kind=task.model_kind, terms=task.fit_terms(), lora=spec.train.lora
+        )
     except ShapeUnavailable:
         return None
     return shape.adapters.largest_adapter if shape.adapters is not None else None

@@ -51,12 +51,13 @@ def resolve_zero_stage(
     dtype = auto_dtype(here) if train.precision == "auto" else train.precision
     where = Where(here, device, processes, nodes, dtype)
     served = get_task(task)
-    kind = served.model_kind
     report = _preprocess_report(dataset_dir)
     # A classifier's head, for the labels preprocess found (model_shape's default without).
     labels = {"labels": n} if (n := len(report.get(LABEL_SET_KEY, {}).get("names", []))) else {}
     try:
-        shape = model_shape(model, kind=kind, lora=train.lora, **labels)
+        shape = model_shape(
+            model, kind=served.model_kind, terms=served.fit_terms(), lora=train.lora, **labels
+        )
     except ShapeUnavailable as exc:
         choice = unknown_shape_choice(where, str(exc))
     else:

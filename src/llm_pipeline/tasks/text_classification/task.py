@@ -235,3 +235,10 @@ class TextClassification(Task):
             f"classifier head estimated for {labels} labels: data.labels is unset and the "
             "label set is read from the training split in preprocess (the head is a small part)"
         )
+
+    def fit_terms(self) -> Any:
+        """An encoder's or a decoder's stack with a head, forward only outside training: the
+        `fit_terms` module."""
+        from llm_pipeline.tasks.text_classification import fit_terms
+
+        return fit_terms

@@ -6,19 +6,22 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from llm_pipeline.config import LoraSettings
-from llm_pipeline.fit.classifier import (
+from llm_pipeline.fit import estimates
+from llm_pipeline.fit.memory import Lengths, runtime_bytes
+from llm_pipeline.fit.shapes import shape_of
+from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.kinds import CLASSIFIER
+from llm_pipeline.tasks.text_classification import fit_terms
+from llm_pipeline.tasks.text_classification.fit_terms import (
     activation_bytes,
     encoder_layer_bytes,
     forward_memory,
     kept_bytes,
     layer_bytes,
 )
-from llm_pipeline.fit.memory import Lengths, runtime_bytes
-from llm_pipeline.fit.shapes import shape_of
-from llm_pipeline.tasks.kinds import CLASSIFIER
 
-from .tiny_causal import config_of
-from .tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
+from ...fit.tiny_causal import config_of
+from ...fit.tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
 
 LORA = LoraSettings(r=8, alpha=16, dropout=0.05, target_modules="all-linear")
 LAYOUTS = {"bert": TINY_BERT, "distilbert": TINY_DISTILBERT, "llama": TINY_LLAMA_CLASSIFIER}
@@ -28,7 +31,14 @@ BATCH = Lengths(batch=3, source=40, target=0)
 
 def shape(layout: str, lora: bool = False, **changes):
     config = config_of(LAYOUTS[layout], **changes)
-    return shape_of(config, name="tiny", kind=CLASSIFIER, labels=3, lora=LORA if lora else None)
+    return shape_of(
+        config,
+        name="tiny",
+        kind=CLASSIFIER,
+        terms=fit_terms,
+        labels=3,
+        lora=LORA if lora else None,
+    )
 
 
 def test_a_bert_layer_in_fp32_on_a_cpu_by_hand():
@@ -141,3 +151,20 @@ def test_a_decoders_forward_fills_its_key_value_cache():
     cache = 2 * 2 * 8 * 40 * 64 * 2
     working = 8 * 40 * per_token * 2 + 8 * 40 * 40 * 5 + cache + 8 * 40 * 3 * 4
     assert estimate.part("working") == working
+
+
+def test_the_fit_layer_estimates_a_classifier_by_its_tasks_terms_alone():
+    """The task hands these terms to the fit layer; the shape they read carries them, and
+    the fit layer's estimates are theirs. Its own readers refuse a classifier."""
+    assert get_task("text_classification").fit_terms() is fit_terms
+    bert = shape("bert", lora=True)
+    assert bert.terms is fit_terms
+    for device in ("cpu", "cuda"):
+        assert estimates.activation_bytes(
+            bert, BATCH, dtype="bf16", device=device, checkpointing=False
+        ) == activation_bytes(bert, BATCH, dtype="bf16", device=device, checkpointing=False)
+        assert estimates.generation_memory(
+            bert, batch=3, beams=4, source=40, new_tokens=9, dtype="fp32", device=device
+        ) == forward_memory(bert, batch=3, tokens=40, dtype="fp32", device=device)
+    with pytest.raises(ValueError, match=r"Task\.fit_terms"):
+        shape_of(config_of(TINY_BERT), name="tiny", kind=CLASSIFIER)
