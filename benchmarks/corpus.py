@@ -22,7 +22,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from llm_pipeline.data.docstrings import build_docstring_splits
+from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 
 #: The published data sets, beside the checkout (never inside it).
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
