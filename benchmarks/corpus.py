@@ -4,8 +4,8 @@ sets only when asked for.
 Why: a benchmark must run from a fresh clone with nothing beside it, as the tests do. So
 each one's default text is the standard library's docstring pairs (document: a name and the
 prose after the summary line; summary: the summary line), built offline by the builder of
-`builtin:docstrings` (data/docstrings.py) over the standard library only: seconds, and the
-same pairs on every machine with the same Python.
+`builtin:docstrings` (tasks/summarization/demo_data.py) over the standard library only:
+seconds, and the same pairs on every machine with the same Python.
 
 The published data sets (DialogSum, CNN/DailyMail), on which earlier figures were measured,
 live in a `shared/data` folder beside the checkout, which a fresh clone does not have.
@@ -22,7 +22,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from llm_pipeline.data.docstrings import build_docstring_splits
+from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 
 #: The published data sets, beside the checkout (never inside it).
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -40,10 +40,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorForSeq2Seq
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.docstrings import build_instruction_splits
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.models import load_tokenizer
 from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks.instruction_tuning.demo_data import build_instruction_splits
 from llm_pipeline.train.collators import CausalLMCollator
 from llm_pipeline.train.trainer import EpochSeededLengthGroupedSampler
 

@@ -26,11 +26,11 @@ import torch
 from transformers import set_seed
 
 from llm_pipeline.config import ModelConfig
-from llm_pipeline.data.docstrings import build_docstring_splits
 from llm_pipeline.models.loading import load_model
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks.instruction_tuning.perplexity import perplexity, response_losses
 from llm_pipeline.tasks.kinds import CAUSAL_LM
+from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 from llm_pipeline.train.collators import CausalLMCollator
 from llm_pipeline.train.trainer import token_mean_loss
 

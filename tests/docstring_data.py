@@ -36,7 +36,7 @@ SEED = 0
 def _stdlib_build() -> dict[str, Rows]:
     # Imported here: llm_pipeline.data imports `datasets`, which tests that need no text
     # should not wait for.
-    from llm_pipeline.data.docstrings import build_docstring_splits
+    from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 
     return build_docstring_splits([STDLIB], seed=SEED)
 

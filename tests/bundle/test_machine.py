@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.bundle.__main__ import main
-from llm_pipeline.bundle.build import DATASETS, MANIFEST, check_size
+from llm_pipeline.bundle.build import MANIFEST, check_size
 from llm_pipeline.bundle.machine import pipeline_command, problems
 from llm_pipeline.errors import BundleError
 from llm_pipeline.lockfile import installed_versions
@@ -20,7 +20,10 @@ MANIFEST_OF = {
     "extras": ["cuda"],
     "requirements": ["fastapi>=0.110"],
     "machine_own": ["numpy", "torch"],
-    "datasets": DATASETS,
+    "datasets": {
+        "builtin:docstrings": "data/docstrings",
+        "builtin:instructions": "data/instructions",
+    },
 }
 
 

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from llm_pipeline.data import docstring_cache, docstrings
-from llm_pipeline.data.docstring_packages import build_package_splits
-from llm_pipeline.data.docstrings import DocstringPair, build_instruction_splits
+from llm_pipeline.data.docstrings import DocstringPair
 from llm_pipeline.progress import parse_status
+from llm_pipeline.tasks.instruction_tuning.demo_data import build_instruction_splits
+from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
+from llm_pipeline.tasks.text_classification.demo_data import build_package_splits
 
 REPO = Path(__file__).resolve().parents[2]
 PROSE = (
@@ -132,7 +134,7 @@ def test_a_first_load_says_it_builds_the_cache_and_how_far_it_is(
 def test_the_three_builtins_share_one_parse(
     roots: list[Path], cache_dir: Path, parses: list[int]
 ) -> None:
-    summaries = docstrings.build_docstring_splits(roots, seed=1, workers=1)
+    summaries = build_docstring_splits(roots, seed=1, workers=1)
     instructions = build_instruction_splits(roots, seed=1, workers=1)
     packages = build_package_splits(roots, seed=1, workers=1, packages=1)
     assert len(parses) == 1

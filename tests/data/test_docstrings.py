@@ -10,6 +10,7 @@ from llm_pipeline.config import DataConfig
 from llm_pipeline.data import docstrings
 from llm_pipeline.data.sources import load_source
 from llm_pipeline.errors import DataError
+from llm_pipeline.tasks import builtin_datasets
 
 PROSE = (
     "The queue is shared by every worker of the pool, and a task that fails is put back "
@@ -129,22 +130,30 @@ def test_the_same_files_give_the_same_splits_and_new_files_move_nothing(
     tmp_path: Path,
 ) -> None:
     _corpus(tmp_path, 120)
-    first = docstrings.build_docstring_splits([tmp_path], seed=3, workers=1)
-    again = docstrings.build_docstring_splits([tmp_path], seed=3, workers=2)
+    first = docstrings.build_pair_splits([tmp_path], seed=3, workers=1)
+    again = docstrings.build_pair_splits([tmp_path], seed=3, workers=2)
     assert first == again
-    assert sum(len(rows) for rows in first.values()) == 120
+    assert sum(len(pairs) for pairs in first.values()) == 120
     assert first["validation"] and first["test"]  # 2.5% each of 120, by hash: a few
     _module(tmp_path, "zz_new.py", _function("g", "Handle one more case of the set."))
-    grown = docstrings.build_docstring_splits([tmp_path], seed=3, workers=1)
-    for split, rows in first.items():
-        assert [row for row in grown[split] if "one more case" not in row["summary"]] == rows
-    reseeded = docstrings.build_docstring_splits([tmp_path], seed=4, workers=1)
+    grown = docstrings.build_pair_splits([tmp_path], seed=3, workers=1)
+    for split, pairs in first.items():
+        assert [pair for pair in grown[split] if "one more case" not in pair.summary] == pairs
+    reseeded = docstrings.build_pair_splits([tmp_path], seed=4, workers=1)
     assert reseeded["train"] != first["train"]
 
 
-def test_a_config_names_it_and_a_typo_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="unknown built-in dataset 'builtin:docstring'"):
-        load_source(DataConfig(dataset="builtin:docstring"), tmp_path)
+def test_a_config_names_it_and_a_typo_is_refused_naming_every_builtin(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as refused:
+        load_source(DataConfig(dataset="builtin:docstring"), tmp_path, builtins=builtin_datasets())
+    assert str(refused.value) == (
+        "data.dataset: unknown built-in dataset 'builtin:docstring'; the built-in ones are "
+        "'builtin:docstrings' (document/summary pairs from the docstrings of the installed "
+        "Python packages), 'builtin:instructions' (the same docstrings as prompt/response "
+        "pairs), 'builtin:docstring_packages' (the same docstrings, text labelled with the "
+        "package it comes from) and 'builtin:preferences' (the same prompts, each with its own "
+        "summary line chosen and another object's of the same module rejected)"
+    )
 
 
 def test_the_environment_fingerprint_names_what_the_data_depends_on() -> None:

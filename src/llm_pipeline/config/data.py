@@ -15,6 +15,11 @@ from llm_pipeline.config.base import Section
 MIN_EVALUATION_ROWS = 30
 
 
+#: `builtin:NAME` names a dataset the project builds offline: a task's demo data
+#: (`Task.builtin_datasets`).
+BUILTIN_PREFIX = "builtin:"
+
+
 class DataConfig(Section):
     """The dataset: its source, splits, columns and the preprocessing of its text."""
 

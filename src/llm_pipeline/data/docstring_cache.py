@@ -1,14 +1,14 @@
-"""A disk cache of the parsed docstring pairs, shared by the three built-in datasets.
+"""A disk cache of the parsed docstring pairs, shared by the four built-in datasets.
 
-Why: `builtin:docstrings`, `builtin:instructions` and `builtin:docstring_packages` all start
-from one parse of every Python file of the standard library and site-packages
-(data/docstrings.py): about a minute on two cores, several on a busy machine, and every
-process that loads one of them repeats it (each step of a local pipeline is a process of its
-own). Measured with this project's environment (18,201 files, 13,941 pairs) on two cores
-shared with other jobs (load average about 4): the parse took 125 to 134 s; reading the
-cache back took 0.1 s (1.8 MB of gzipped JSON lines), and a whole cached load of the pairs
-and their splits 2.1 s, most of it the listing and stat of the files (1.4 s) that the parse
-needs as well.
+Why: `builtin:docstrings`, `builtin:instructions`, `builtin:docstring_packages` and
+`builtin:preferences` (each task's `demo_data`) all start from one parse of every Python
+file of the standard library and site-packages (data/docstrings.py): about a minute on two
+cores, several on a busy machine, and every process that loads one of them repeats it (each
+step of a local pipeline is a process of its own). Measured with this project's environment
+(18,201 files, 13,941 pairs) on two cores shared with other jobs (load average about 4): the
+parse took 125 to 134 s; reading the cache back took 0.1 s (1.8 MB of gzipped JSON lines),
+and a whole cached load of the pairs and their splits 2.1 s, most of it the listing and stat
+of the files (1.4 s) that the parse needs as well.
 
 What is stored is the parse's result before any split: the deduplicated pairs in path order.
 Seeds and split shares are applied afterwards, so one entry serves every dataset and seed.

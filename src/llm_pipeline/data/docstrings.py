@@ -1,26 +1,14 @@
-"""The demo's dataset, built offline from the docstrings of this Python's installed code.
+"""The docstring pairs of this Python's installed code, parsed offline: what every demo's
+built-in dataset is made from (each task's `demo_data` module shapes its rows).
 
 Why docstrings: every machine that runs the pipeline has them, with no network and no folder
 beside the checkout; they are real text written by people; and PEP 257 makes them a
-summarization corpus: a docstring opens with a one-line summary of what follows. Each pair is
+summarization corpus: a docstring opens with a one-line summary of what follows. Each pair
+(`DocstringPair`) is the documented object's qualified name and module, its summary
+paragraph on one line, and the prose paragraphs of the docstring after it (up to the first
+section such as `Args:`, `Parameters`, `>>>` or an indented code block).
 
-- `document`: the object's qualified name (`JSONDecoder.raw_decode`), a colon, and the
-  prose paragraphs of the docstring after its summary (up to the first section such as
-  `Args:`, `Parameters`, `>>>` or an indented code block);
-- `summary`: the summary paragraph, on one line.
-
-The name is part of the document because a docstring is written for a reader who knows what
-it documents, as an article's reader knows its headline.
-
-The instruction-tuning demo's dataset (`builtin:instructions`) is the same pairs asked the
-other way round, as a user asks an assistant, in the same splits:
-
-- `prompt`: ``What does `json.decoder.JSONDecoder.raw_decode` do?`` (the object's dotted
-  name, its module included, so that the question says which `load` it means);
-- `response`: the docstring's summary line, which PEP 257 makes exactly that answer. The
-  summary lines vary in length (3 to 30 words), which is what packing is for.
-
-How it is built, so the same installed packages always give the same dataset:
+How they are built, so the same installed packages always give the same datasets:
 
 - source files of the standard library and of site-packages are parsed, never imported
   (importing runs code); test folders, vendored copies and generated files are skipped;
@@ -29,7 +17,8 @@ How it is built, so the same installed packages always give the same dataset:
 - duplicates go: a body or a summary seen before (vendored copies, overloads, generated
   clients) keeps only its first pair, in path order;
 - each pair's split (train, validation, test) and its place within the split come from a
-  seeded hash of its summary, so a new package adds pairs without reshuffling the others.
+  seeded hash of its summary (`build_pair_splits`), so a new package adds pairs without
+  reshuffling the others.
 
 The parse takes a minute on two cores, so its result (the deduplicated pairs, before the
 split) is kept on disk for the next load and every dataset built from it
@@ -59,10 +48,6 @@ from llm_pipeline.progress import status
 
 logger = logging.getLogger(__name__)
 
-#: How `data.dataset` names this dataset.
-NAME = "builtin:docstrings"
-#: How `data.dataset` names the instruction-tuning dataset of the same pairs.
-INSTRUCTIONS_NAME = "builtin:instructions"
 #: The version of the rules below: bump it when a change alters what a file gives, so that
 #: the cached parses (data/docstring_cache.py) are rebuilt.
 PARSER_VERSION = 1
@@ -150,30 +135,10 @@ def environment_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build_docstring_splits(
-    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
-) -> dict[str, list[dict[str, str]]]:
-    """`{split: [{"document", "summary"}]}`: the docstring dataset for `roots` (default: this
-    Python's standard library and site-packages), split and ordered by seeded hash."""
-    splits = build_pair_splits(roots, seed=seed, workers=workers)
-    return {
-        name: [{"document": pair.document, "summary": pair.summary} for pair in pairs]
-        for name, pairs in splits.items()
-    }
-
-
 def instruction(pair: DocstringPair) -> dict[str, str]:
-    """One row: the question about the documented object, and its summary line."""
+    """The question about the documented object, and its summary line: the instruction
+    demo's row, whose prompts the preference demo asks too."""
     return {"prompt": f"What does `{pair.qualified_name}` do?", "response": pair.summary}
-
-
-def build_instruction_splits(
-    roots: Sequence[Path] | None = None, *, seed: int = 0, workers: int | None = None
-) -> dict[str, list[dict[str, str]]]:
-    """`{split: [{"prompt", "response"}]}` for `roots` (default: this Python's standard
-    library and site-packages), in the docstring dataset's splits and order."""
-    splits = build_pair_splits(roots, seed=seed, workers=workers)
-    return {name: [instruction(pair) for pair in pairs] for name, pairs in splits.items()}
 
 
 def build_pair_splits(

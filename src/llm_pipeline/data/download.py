@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,10 @@ import numpy as np
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.config.data import MIN_EVALUATION_ROWS
-from llm_pipeline.data.sources import Source, load_source
+from llm_pipeline.data.sources import NO_BUILTINS, Source, load_source
 from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
-from llm_pipeline.tasks import Task
+from llm_pipeline.tasks import BuiltinDataset, Task
 
 logger = logging.getLogger(__name__)
 
@@ -49,16 +50,24 @@ SPLITS = ("train", "validation", "test")
 INFO_FILE = "download.json"
 
 
-def download_dataset(config: DataConfig, task: Task, output_dir: str | Path) -> dict[str, int]:
+def download_dataset(
+    config: DataConfig,
+    task: Task,
+    output_dir: str | Path,
+    *,
+    builtins: Mapping[str, BuiltinDataset] = NO_BUILTINS,
+) -> dict[str, int]:
     """Load `config.dataset`, shape it for `task`, save it to `output_dir`; rows per split.
 
+    `builtins`: the datasets a `builtin:NAME` may name; the step gives every task's
+    (`llm_pipeline.tasks.builtin_datasets`), so that any task may read another's demo data.
     Raises DataError, naming the config key, file, split or column at fault, when the
     data cannot be used; `output_dir` is then left untouched.
     """
     columns = _role_columns(config, task)
     _check_caps(config.max_samples)
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-download-") as scratch:
-        source = load_source(config, Path(scratch))
+        source = load_source(config, Path(scratch), builtins=builtins)
         splits, origins = _pick_splits(source, config)
         splits = {
             name: _to_roles(data, columns, name, origins[name], source)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from llm_pipeline.data import docstring_packages, docstring_preferences, docstrings
+from llm_pipeline.config.data import BUILTIN_PREFIX
+from llm_pipeline.data.docstrings import environment_fingerprint
 from llm_pipeline.storage import is_remote
 
 #: Bytes read at a time while hashing.
@@ -25,13 +26,8 @@ def content_digest(source: str, *, base: Path | None = None) -> str | None:
     `base` resolves a relative path. The built-in datasets are functions of the installed
     packages, so their digest is theirs.
     """
-    if source in (
-        docstrings.NAME,
-        docstrings.INSTRUCTIONS_NAME,
-        docstring_packages.NAME,
-        docstring_preferences.NAME,
-    ):
-        return f"{source}:{docstrings.environment_fingerprint()}"
+    if source.startswith(BUILTIN_PREFIX):
+        return f"{source}:{environment_fingerprint()}"
     if is_remote(source):
         return None
     path = Path(source).expanduser()

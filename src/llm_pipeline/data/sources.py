@@ -8,9 +8,10 @@ are then used for (columns, carving, caps) is `download`'s job.
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import datasets
 import pyarrow as pa
@@ -18,17 +19,15 @@ import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstring_packages, docstring_preferences, docstrings
+from llm_pipeline.config.data import BUILTIN_PREFIX
 from llm_pipeline.data.hub import load_hub_dataset
 from llm_pipeline.data.saved import saved_split_names
 from llm_pipeline.errors import DataError, UnsafePathError, exception_chain
 from llm_pipeline.storage import is_remote, local_copy, looks_like_path, to_uri
+from llm_pipeline.tasks import BuiltinDataset
 
 logger = logging.getLogger(__name__)
 
-#: `builtin:NAME` names a dataset the project builds offline (data/docstrings.py and its
-#: siblings).
-BUILTIN_PREFIX = "builtin:"
 #: File suffix → the `datasets` packaged builder that reads it.
 FORMATS = {
     ".jsonl": "json",
@@ -47,6 +46,10 @@ _KNOWN = (
 )
 
 
+#: A source given no built-in datasets: a `builtin:NAME` is then unknown.
+NO_BUILTINS: Mapping[str, BuiltinDataset] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class Source:
     """A source's splits, and the name the user gave it (for messages)."""
@@ -55,17 +58,20 @@ class Source:
     where: str
 
 
-def load_source(config: DataConfig, scratch: Path) -> Source:
+def load_source(
+    config: DataConfig, scratch: Path, *, builtins: Mapping[str, BuiltinDataset] = NO_BUILTINS
+) -> Source:
     """Every split of `config.dataset`.
 
     `scratch` (deleted by the caller after saving) holds remote copies and the `datasets`
     cache for files, so a download does not leave a second copy of the data in ~/.cache.
     A single file, or a `save_to_disk` folder of one Dataset, is the train split.
+    `builtins`: the datasets a `builtin:NAME` may name (`llm_pipeline.tasks.builtin_datasets`).
     """
     name = config.dataset
     cache = scratch / "cache"
     if name.startswith(BUILTIN_PREFIX):
-        return Source(load_builtin(name, seed=config.seed), name)
+        return Source(load_builtin(name, seed=config.seed, builtins=builtins), name)
     if is_remote(name):
         try:
             local = local_copy(name, scratch / "copy")
@@ -87,29 +93,26 @@ def load_source(config: DataConfig, scratch: Path) -> Source:
     return Source(load_hub_dataset(name, config.subset, config.revision), name)
 
 
-#: The datasets the project builds offline, by the name `data.dataset` gives them.
-BUILTINS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {
-    docstrings.NAME: docstrings.build_docstring_splits,
-    docstrings.INSTRUCTIONS_NAME: docstrings.build_instruction_splits,
-    docstring_packages.NAME: docstring_packages.build_package_splits,
-    docstring_preferences.NAME: docstring_preferences.build_preference_splits,
-}
-
-
-def load_builtin(name: str, *, seed: int) -> dict[str, datasets.Dataset]:
-    """The splits of a dataset the project builds offline itself (`builtin:NAME`)."""
-    if name not in BUILTINS:
+def load_builtin(
+    name: str, *, seed: int, builtins: Mapping[str, BuiltinDataset]
+) -> dict[str, datasets.Dataset]:
+    """The splits of a dataset the project builds offline itself (`builtin:NAME`), one of
+    `builtins`."""
+    if name not in builtins:
         raise DataError(
             f"data.dataset: unknown built-in dataset {name!r}; the built-in ones are "
-            f"{docstrings.NAME!r} (document/summary pairs from the docstrings of the installed "
-            f"Python packages), {docstrings.INSTRUCTIONS_NAME!r} (the same docstrings as "
-            f"prompt/response pairs), {docstring_packages.NAME!r} (the same docstrings, "
-            f"text labelled with the package it comes from) and {docstring_preferences.NAME!r} "
-            "(the same prompts, each with its own summary line chosen and another object's "
-            "of the same module rejected)"
+            f"{described(builtins)}"
         )
-    splits = BUILTINS[name](seed=seed)
+    splits = builtins[name].build(seed=seed)
     return {split: datasets.Dataset.from_list(rows) for split, rows in splits.items() if rows}
+
+
+def described(builtins: Mapping[str, BuiltinDataset]) -> str:
+    """`'builtin:a' (what it is), 'builtin:b' (...) and 'builtin:c' (...)`; `none` if empty."""
+    named = [f"{name!r} ({builtin.description})" for name, builtin in builtins.items()]
+    if len(named) < 2:
+        return "".join(named) or "none"
+    return f"{', '.join(named[:-1])} and {named[-1]}"
 
 
 def _format_of(path: Path) -> str | None:

@@ -19,6 +19,7 @@ from llm_pipeline import components
 from llm_pipeline.components.undeploy_preflight import undeploy_preflight
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.data import packs
+from llm_pipeline.config.model import REGISTRY_SCHEME
 from llm_pipeline.config.preflight import empties_its_endpoint, is_preflight
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.data.fingerprint import content_digest
@@ -28,6 +29,8 @@ from llm_pipeline.models.sources import ModelSourceError, resolve_model_path
 from llm_pipeline.output_files import Step
 from llm_pipeline.pipelines.custom_jobs import evaluate_job, finetune_job, step_options
 from llm_pipeline.pipelines.signature import with_parameters
+from llm_pipeline.registry.base import RegistryError
+from llm_pipeline.registry.start import resolve_start
 from llm_pipeline.storage import is_remote
 from llm_pipeline.tasks import TASKS
 
@@ -72,10 +75,13 @@ def local_input_digests(config: PipelineConfig) -> dict[Step, str]:
         digests[Step.DOWNLOAD] = data
     source = config.model.tokenizer_source
     try:
+        if source.startswith(REGISTRY_SCHEME):
+            # The version's files, resolved as the configure step will (`@serving` too).
+            source = resolve_start(config).model.tokenizer_source
         # A remote tokenizer would be copied here just to be hashed: leave it uncached.
         tokenizer = None if is_remote(source) else resolve_model_path(source)
-    except ModelSourceError:
-        tokenizer = None  # preprocess will say what is wrong with it
+    except (ModelSourceError, RegistryError):
+        tokenizer = None  # preprocess (or configure) will say what is wrong with it
     tokenizer_digest = content_digest(tokenizer) if tokenizer and Path(tokenizer).is_dir() else None
     if tokenizer_digest is not None:
         digests[Step.PREPROCESS] = tokenizer_digest

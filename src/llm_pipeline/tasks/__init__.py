@@ -17,6 +17,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 
 from llm_pipeline.tasks.base import (
+    BuiltinDataset,
     Chat,
     Instance,
     InstanceError,
@@ -64,11 +65,24 @@ def get_task(name: str) -> Task:
     return TASKS[name]()
 
 
+def builtin_datasets() -> dict[str, BuiltinDataset]:
+    """Every task's built-in datasets by name, in the tasks' order: any task may read any of
+    them (`data.columns` mapping its roles onto their columns). Imports every task."""
+    found: dict[str, BuiltinDataset] = {}
+    for name in TASK_PACKAGES:
+        for dataset, builtin in get_task(name).builtin_datasets().items():
+            if dataset in found:
+                raise ValueError(f"task {name!r} brings {dataset!r}, which another task has")
+            found[dataset] = builtin
+    return found
+
+
 __all__ = [
     "DEFAULT_TASK",
     "MODEL_KINDS",
     "TASKS",
     "TASK_PACKAGES",
+    "BuiltinDataset",
     "Chat",
     "Instance",
     "InstanceError",
@@ -76,5 +90,6 @@ __all__ = [
     "ServingPage",
     "Task",
     "TextPair",
+    "builtin_datasets",
     "get_task",
 ]

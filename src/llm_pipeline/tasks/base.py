@@ -6,7 +6,7 @@ line in `llm_pipeline.tasks.TASKS`, not a flag threaded through every step.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -48,6 +48,27 @@ class ServingPage:
     output: str
     #: The generation parameters the page offers as settings.
     parameters: tuple[str, ...]
+
+
+class BuildSplits(Protocol):
+    """How a built-in dataset is made: `{split: rows}`, each row `{column: text}`."""
+
+    def __call__(
+        self, roots: Sequence[Path] | None = None, *, seed: int = 0
+    ) -> dict[str, list[dict[str, str]]]:
+        """The splits for `seed`, built from the Python files under `roots` (None: this
+        Python's standard library and site-packages)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A dataset the project builds offline, named `builtin:NAME` by `data.dataset`: a task's
+    demo data, which any task whose roles its columns fit may read."""
+
+    #: What its rows are, in words: the message that lists the built-in datasets uses it.
+    description: str
+    build: BuildSplits
 
 
 class SplitResult(Protocol):
@@ -134,6 +155,11 @@ class Task(ABC):
     def describe_role_sets(self) -> str:
         """The accepted role sets in words, for messages: `['prompt', 'response'] or ...`."""
         return " or ".join(str(sorted(roles)) for roles in self.role_sets)
+
+    def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
+        """The datasets this task brings, by their `builtin:NAME` (its demo's); the download
+        step offers every task's (`llm_pipeline.tasks.builtin_datasets`)."""
+        return {}
 
     @abstractmethod
     def preprocess(

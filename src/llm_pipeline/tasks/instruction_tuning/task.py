@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.base import BuiltinDataset, Instance, PreprocessResult, ServingPage, Task
 from llm_pipeline.tasks.chat import (
     CHAT_INSTANCE_SHAPE,
     CHAT_PAGE,
@@ -68,6 +68,12 @@ class InstructionTuning(Task):
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))
     target_role: ClassVar[str] = "response"
     data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "packing", "chat_template"})
+
+    def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
+        """The demo's dataset (`demo_data`)."""
+        from llm_pipeline.tasks.instruction_tuning import demo_data
+
+        return {demo_data.NAME: demo_data.DATASET}
 
     def preprocess(
         self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any

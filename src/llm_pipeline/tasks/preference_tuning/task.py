@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import Instance, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.base import BuiltinDataset, Instance, PreprocessResult, ServingPage, Task
 from llm_pipeline.tasks.chat import (
     CHAT_INSTANCE_SHAPE,
     CHAT_PAGE,
@@ -36,6 +36,12 @@ class PreferenceTuning(Task):
     )
     target_role: ClassVar[str] = "chosen"
     data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "chat_template"})
+
+    def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
+        """The demo's dataset (`demo_data`)."""
+        from llm_pipeline.tasks.preference_tuning import demo_data
+
+        return {demo_data.NAME: demo_data.DATASET}
 
     def preprocess(
         self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any

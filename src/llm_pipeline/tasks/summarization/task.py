@@ -5,7 +5,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.base import (
+    BuiltinDataset,
+    Instance,
+    InstanceError,
+    PreprocessResult,
+    ServingPage,
+    Task,
+)
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 
 
@@ -26,6 +33,12 @@ class Summarization(Task):
             "max_target_length_cap",
         }
     )
+
+    def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
+        """The demo's dataset (`demo_data`)."""
+        from llm_pipeline.tasks.summarization import demo_data
+
+        return {demo_data.NAME: demo_data.DATASET}
 
     def preprocess(
         self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Instance, InstanceError, PreprocessResult, ServingPage, Task
+from llm_pipeline.tasks.base import (
+    BuiltinDataset,
+    Instance,
+    InstanceError,
+    PreprocessResult,
+    ServingPage,
+    Task,
+)
 from llm_pipeline.tasks.kinds import CLASSIFIER, ModelKind
 
 
@@ -42,6 +49,12 @@ class TextClassification(Task):
         given = set(columns)
         fitting = [roles for roles in self.role_sets if set(roles) <= given]
         return max(fitting, key=len) if fitting else None
+
+    def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
+        """The demo's dataset (`demo_data`)."""
+        from llm_pipeline.tasks.text_classification import demo_data
+
+        return {demo_data.NAME: demo_data.DATASET}
 
     def preprocess(
         self, dataset: Any, *, tokenizer: Any, output_dir: str | Path, data: Any, model: Any

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstring_packages, docstrings
+from llm_pipeline.data import docstrings
 from llm_pipeline.data.sources import load_builtin, load_source
 from llm_pipeline.errors import DataError
+from llm_pipeline.tasks import builtin_datasets
+from llm_pipeline.tasks.text_classification import demo_data
 
 PROSE = (
     "The value is shared by every caller of the {thing}, and a call that fails is tried "
@@ -42,9 +44,7 @@ def _tree(root: Path) -> Path:
 
 
 def test_rows_are_docstrings_labelled_with_the_largest_packages(tmp_path: Path) -> None:
-    splits = docstring_packages.build_package_splits(
-        [_tree(tmp_path)], seed=0, workers=1, packages=2
-    )
+    splits = demo_data.build_package_splits([_tree(tmp_path)], seed=0, workers=1, packages=2)
     rows = [row for split in splits.values() for row in split]
     assert sorted({row["label"] for row in rows}) == ["alpha", "beta"]
     assert len(rows) == SIZES["alpha"] + SIZES["beta"]
@@ -61,15 +61,15 @@ def test_rows_are_docstrings_labelled_with_the_largest_packages(tmp_path: Path) 
 
 def test_splits_are_held_out_by_hash_and_the_same_on_every_build(tmp_path: Path) -> None:
     root = _tree(tmp_path)
-    splits = docstring_packages.build_package_splits([root], seed=3, workers=1)
+    splits = demo_data.build_package_splits([root], seed=3, workers=1)
     assert not any("gamma" in row["text"] for rows in splits.values() for row in rows)
     assert list(splits) == ["train", "validation", "test"]
     texts = [[row["text"] for row in rows] for rows in splits.values()]
     assert sum(map(len, texts)) == sum(SIZES.values())
     assert len(set().union(*map(set, texts))) == sum(SIZES.values())  # disjoint
     assert 0 < len(texts[1]) + len(texts[2]) < len(texts[0])
-    assert splits == docstring_packages.build_package_splits([root], seed=3, workers=2)
-    assert splits != docstring_packages.build_package_splits([root], seed=4, workers=1)
+    assert splits == demo_data.build_package_splits([root], seed=3, workers=2)
+    assert splits != demo_data.build_package_splits([root], seed=4, workers=1)
 
 
 def test_ties_between_packages_are_broken_by_name() -> None:
@@ -77,14 +77,18 @@ def test_ties_between_packages_are_broken_by_name() -> None:
         docstrings.DocstringPair("f", "body", "summary", module=module)
         for module in ["zeta.a", "zeta.b", "eta", "eta.c", "beta.d", ""]
     ]
-    assert docstring_packages.largest_packages(pairs, 2) == ["eta", "zeta"]
+    assert demo_data.largest_packages(pairs, 2) == ["eta", "zeta"]
 
 
 def test_data_dataset_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _tree(tmp_path)
     monkeypatch.setattr(docstrings, "default_roots", lambda: [root])
-    source = load_source(DataConfig(dataset=docstring_packages.NAME), tmp_path / "scratch")
+    source = load_source(
+        DataConfig(dataset=demo_data.NAME),
+        tmp_path / "scratch",
+        builtins=builtin_datasets(),
+    )
     assert source.splits["train"].column_names == ["text", "label"]
     assert set(source.splits["train"]["label"]) == set(SIZES)
     with pytest.raises(DataError, match="'builtin:docstring_packages' \\(the same docstrings"):
-        load_builtin("builtin:packages", seed=0)
+        load_builtin("builtin:packages", seed=0, builtins=builtin_datasets())

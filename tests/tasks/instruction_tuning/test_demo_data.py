@@ -4,7 +4,8 @@ their dotted module, in the same splits as the docstring dataset."""
 import textwrap
 from pathlib import Path
 
-from llm_pipeline.data import docstrings
+from llm_pipeline.tasks.instruction_tuning.demo_data import build_instruction_splits
+from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 
 PROSE = (
     "The queue is shared by every worker of the pool, and a task that fails is put back "
@@ -45,7 +46,7 @@ def test_questions_name_the_object_with_its_module_and_answers_are_summary_lines
                 """
         ''',
     )
-    splits = docstrings.build_instruction_splits([tmp_path], seed=0, workers=1)
+    splits = build_instruction_splits([tmp_path], seed=0, workers=1)
     rows = sorted((row["prompt"], row["response"]) for rows in splits.values() for row in rows)
     assert rows == [
         (
@@ -69,9 +70,9 @@ def test_the_splits_are_the_docstring_datasets_splits(tmp_path: Path) -> None:
                 """
             ''',
         )
-    asked = docstrings.build_instruction_splits([tmp_path], seed=5, workers=1)
-    summarized = docstrings.build_docstring_splits([tmp_path], seed=5, workers=1)
-    assert asked == docstrings.build_instruction_splits([tmp_path], seed=5, workers=2)
+    asked = build_instruction_splits([tmp_path], seed=5, workers=1)
+    summarized = build_docstring_splits([tmp_path], seed=5, workers=1)
+    assert asked == build_instruction_splits([tmp_path], seed=5, workers=2)
     for split, rows in summarized.items():
         assert [row["response"] for row in asked[split]] == [row["summary"] for row in rows]
         names = [row["document"].split(":")[0] for row in rows]  # f7 lives in m07.py

@@ -1,9 +1,9 @@
 """The preference tuning demo's dataset, built offline: which summary line answers the question.
 
-The instruction-tuning demo (`builtin:instructions`, data/docstrings.py) asks about each
-documented object and answers with its docstring's summary line. This dataset asks the same
-question, in the same words and the same splits, so the model that demo ships is a sensible
-place for DPO to start, and pairs two answers to it:
+The instruction-tuning demo (`builtin:instructions`, tasks/instruction_tuning/demo_data.py)
+asks about each documented object and answers with its docstring's summary line. This
+dataset asks the same question, in the same words and the same splits, so the model that
+demo ships is a sensible place for DPO to start, and pairs two answers to it:
 
 - `prompt`: ``What does `json.decoder.JSONDecoder.raw_decode` do?`` (as in
   `builtin:instructions`);
@@ -32,6 +32,7 @@ from llm_pipeline.data.docstrings import (
     instruction,
     unit_hash,
 )
+from llm_pipeline.tasks.base import BuiltinDataset
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:preferences"
@@ -75,3 +76,10 @@ def build_preference_splits(
         ]
         for name, rows in splits.items()
     }
+
+
+DATASET = BuiltinDataset(
+    description="the same prompts, each with its own summary line chosen and another object's "
+    "of the same module rejected",
+    build=build_preference_splits,
+)

@@ -1,7 +1,7 @@
 """The text classification demo's dataset, built offline: which package a docstring is from.
 
-The docstrings of `builtin:docstrings` (data/docstrings.py: parsed, never imported; prose
-only; deduplicated), labelled by where they live:
+The docstrings of `builtin:docstrings` (data/docstrings.py parses them, never imported;
+prose only; deduplicated), labelled by where they live:
 
 - `text`: the docstring's summary line and the prose after it; never the documented
   object's name or module, which would give the answer away, and every label's name in
@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_pipeline.data.docstrings import DocstringPair, build_pair_splits
+from llm_pipeline.tasks.base import BuiltinDataset
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:docstring_packages"
@@ -91,3 +92,9 @@ def build_package_splits(
         ]
         for name, rows in splits.items()
     }
+
+
+DATASET = BuiltinDataset(
+    description="the same docstrings, text labelled with the package it comes from",
+    build=build_package_splits,
+)

@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import docstring_preferences, docstrings
+from llm_pipeline.data import docstrings
 from llm_pipeline.data.fingerprint import content_digest
 from llm_pipeline.data.sources import load_builtin, load_source
 from llm_pipeline.errors import DataError
+from llm_pipeline.tasks import builtin_datasets
+from llm_pipeline.tasks.instruction_tuning.demo_data import build_instruction_splits
+from llm_pipeline.tasks.preference_tuning import demo_data
 
 PROSE = (
     "The value is shared by every caller of the {thing}, and a call that fails is tried "
@@ -56,8 +59,8 @@ def test_rows_ask_the_instruction_demos_questions_and_reject_a_sibling_objects_a
     tmp_path: Path,
 ) -> None:
     root = _tree(tmp_path)
-    splits = docstring_preferences.build_preference_splits([root], seed=0, workers=1)
-    instructions = docstrings.build_instruction_splits([root], seed=0, workers=1)
+    splits = demo_data.build_preference_splits([root], seed=0, workers=1)
+    instructions = build_instruction_splits([root], seed=0, workers=1)
     assert list(splits) == ["train", "validation", "test"]
     for split, rows in splits.items():
         # The same prompts and answers as the SFT demo's rows, in its splits and order, but
@@ -86,16 +89,16 @@ def test_the_pairs_are_the_same_on_every_build_and_new_modules_leave_them_alone(
     tmp_path: Path,
 ) -> None:
     root = _tree(tmp_path / "tree")
-    splits = docstring_preferences.build_preference_splits([root], seed=3, workers=1)
-    assert splits == docstring_preferences.build_preference_splits([root], seed=3, workers=2)
-    reseeded = docstring_preferences.build_preference_splits([root], seed=4, workers=1)
+    splits = demo_data.build_preference_splits([root], seed=3, workers=1)
+    assert splits == demo_data.build_preference_splits([root], seed=3, workers=2)
+    reseeded = demo_data.build_preference_splits([root], seed=4, workers=1)
     rejected = {row["prompt"]: row["rejected"] for rows in splits.values() for row in rows}
     assert rejected != {
         row["prompt"]: row["rejected"] for rows in reseeded.values() for row in rows
     }
 
     _write_module(root, "gamma.more", 6)
-    grown = docstring_preferences.build_preference_splits([root], seed=3, workers=1)
+    grown = demo_data.build_preference_splits([root], seed=3, workers=1)
     kept = {row["prompt"]: row for rows in grown.values() for row in rows}
     assert len(kept) == len(rejected) + 6
     assert all(kept[row["prompt"]] == row for rows in splits.values() for row in rows)
@@ -103,9 +106,9 @@ def test_the_pairs_are_the_same_on_every_build_and_new_modules_leave_them_alone(
 
 def test_an_object_added_to_a_module_changes_only_the_pairs_it_now_wins(tmp_path: Path) -> None:
     root = _tree(tmp_path)
-    before = docstring_preferences.build_preference_splits([root], seed=0, workers=1)
+    before = demo_data.build_preference_splits([root], seed=0, workers=1)
     _write_module(root, "beta.util", 1, first=100)
-    after = docstring_preferences.build_preference_splits([root], seed=0, workers=1)
+    after = demo_data.build_preference_splits([root], seed=0, workers=1)
     new = "Handle case number 100 of the beta.util set."
     rows = {row["prompt"]: row for rows in after.values() for row in rows}
     for row in (row for rows in before.values() for row in rows):
@@ -115,11 +118,15 @@ def test_an_object_added_to_a_module_changes_only_the_pairs_it_now_wins(tmp_path
 def test_data_dataset_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _tree(tmp_path)
     monkeypatch.setattr(docstrings, "default_roots", lambda: [root])
-    source = load_source(DataConfig(dataset=docstring_preferences.NAME), tmp_path / "scratch")
+    source = load_source(
+        DataConfig(dataset=demo_data.NAME),
+        tmp_path / "scratch",
+        builtins=builtin_datasets(),
+    )
     assert source.splits["train"].column_names == ["prompt", "chosen", "rejected"]
     # A function of the installed packages, like the other built-in datasets.
-    assert content_digest(docstring_preferences.NAME) == (
+    assert content_digest(demo_data.NAME) == (
         f"builtin:preferences:{docstrings.environment_fingerprint()}"
     )
     with pytest.raises(DataError, match="'builtin:preferences' \\(the same prompts"):
-        load_builtin("builtin:pairs", seed=0)
+        load_builtin("builtin:pairs", seed=0, builtins=builtin_datasets())
