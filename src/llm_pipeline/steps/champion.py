@@ -13,7 +13,7 @@ from pathlib import Path
 
 from llm_pipeline.config import DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.processes import evaluate_in_processes
+from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes
 from llm_pipeline.models.sources import tokenization_difference
 from llm_pipeline.progress import status
 from llm_pipeline.registry import Champion, ModelVersion, open_registry

@@ -4,8 +4,8 @@ import shutil
 from pathlib import Path
 
 from llm_pipeline.config import DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes
 from llm_pipeline.evaluation.fingerprint import evaluation_fingerprint
-from llm_pipeline.evaluation.processes import evaluate_in_processes
 from llm_pipeline.output_files import Step
 from llm_pipeline.steps.artifacts import (
     Arguments,
