@@ -21,7 +21,10 @@ afterwards, Ctrl-C included), so the figures come from the code itself, not from
    name outside `tasks/`, and every pick by name, found by tests/task_names.py, the detector
    tests/test_task_seam.py holds the tree to; and the modules whose functions run under
    `steps/evaluate.py::run_evaluate` in the same traced run (a profile hook in the evaluate
-   step's process while run_evaluate is on its stack, and in every process it starts).
+   step's process while run_evaluate is on its stack, and in every process it starts; a
+   class body run by an import counts as a function), and of them those under
+   `evaluate_in_processes` alone (the evaluation flow, without the champion's registry and
+   the step's outputs).
    The task and kind names are those of this repository's registry (the same three tasks
    on both revisions).
 
@@ -171,12 +174,19 @@ class _Finder(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _Finder())
 
 
-# The modules whose code runs under steps/evaluate.py::run_evaluate: in the evaluate step's
-# process, every Python function called while run_evaluate is on the stack; in the
-# processes it starts (evaluation ranks, which inherit _VISITS), every function called.
+# The modules whose code runs under each root function: steps/evaluate.py::run_evaluate (the
+# whole step) and evaluate_in_processes (the evaluation flow alone, under evaluation/). In the
+# evaluate step's process, every Python function called while the root is on the stack; in
+# the processes started meanwhile (evaluation ranks, which inherit _VISITS, the roots then
+# active), every function called.
 _VISITS = "CODEBASE_SHAPE_VISITS"
-_visited = set()
-_active = []
+_ROOTS = (
+    ("run_evaluate", "/llm_pipeline/steps/evaluate.py"),
+    ("evaluate_in_processes", "/llm_pipeline/evaluation/"),
+)
+_visited = {name: set() for name, _ in _ROOTS}
+_active = {name: [] for name, _ in _ROOTS}
+_inherited = [name for name in os.environ.get(_VISITS, "").split(",") if name in _visited]
 
 
 def _evaluate_step():
@@ -186,40 +196,58 @@ def _evaluate_step():
     return "--function_to_execute=evaluate" in argv
 
 
-def _in_run_evaluate(frame, event, arg):
+def _export_active():
+    names = [name for name, frames in _active.items() if frames]
+    if names:
+        os.environ[_VISITS] = ",".join(names)
+    else:
+        os.environ.pop(_VISITS, None)
+
+
+def _under_roots(frame, event, arg):
     code = frame.f_code
     if event == "call":
-        if code.co_name == "run_evaluate" and code.co_filename.endswith("steps/evaluate.py"):
-            _active.append(frame)
-            os.environ[_VISITS] = "1"
-        if _active and code.co_name != "<module>":
-            _visited.add(code.co_filename)
-    elif event == "return" and _active and frame is _active[-1]:
-        _active.pop()
-        if not _active:
-            os.environ.pop(_VISITS, None)
+        for name, where in _ROOTS:
+            if code.co_name == name and where in code.co_filename:
+                _active[name].append(frame)
+                _export_active()
+        if code.co_name != "<module>":
+            for name, frames in _active.items():
+                if frames:
+                    _visited[name].add(code.co_filename)
+    elif event == "return":
+        for frames in _active.values():
+            if frames and frame is frames[-1]:
+                frames.pop()
+                _export_active()
 
 
 def _anywhere(frame, event, arg):
     if event == "call" and frame.f_code.co_name != "<module>":
-        _visited.add(frame.f_code.co_filename)
+        for name in _inherited:
+            _visited[name].add(frame.f_code.co_filename)
 
 
 def _write_visits():
-    if _visited and _TRACE:
+    if any(_visited.values()) and _TRACE:
         try:
-            line = {"event": "visits", "pid": os.getpid(), "files": sorted(_visited)}
+            line = {
+                "event": "visits",
+                "pid": os.getpid(),
+                "files": sorted(_visited["run_evaluate"]),
+                "flow_files": sorted(_visited["evaluate_in_processes"]),
+            }
             with open(_TRACE, "a", encoding="utf-8") as f:
                 f.write(json.dumps(line) + "\n")
         except Exception:
             pass
 
 
-if _TRACE and (os.environ.get(_VISITS) or _evaluate_step()):
+if _TRACE and (_inherited or _evaluate_step()):
     import atexit
     import threading
 
-    _profile = _anywhere if os.environ.get(_VISITS) else _in_run_evaluate
+    _profile = _anywhere if _inherited else _under_roots
     sys.setprofile(_profile)
     threading.setprofile(_profile)
     atexit.register(_write_visits)
@@ -628,12 +656,18 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def evaluate_visits(records: Sequence[Mapping[str, Any]], checkout: Path) -> list[str]:
-    """The checkout's llm_pipeline modules whose functions ran for `run_evaluate` (the
-    `visits` records of the evaluate step's process and the processes it started)."""
+def evaluate_visits(
+    records: Sequence[Mapping[str, Any]], checkout: Path, *, key: str = "files"
+) -> list[str]:
+    """The checkout's llm_pipeline modules whose functions ran for `run_evaluate` (`key`
+    "files"), or for `evaluate_in_processes`, the evaluation flow alone ("flow_files"): the
+    `visits` records of the evaluate step's process and the processes it started."""
     source = checkout / "src"
     files = {
-        Path(name) for record in records if record["event"] == "visits" for name in record["files"]
+        Path(name)
+        for record in records
+        if record["event"] == "visits"
+        for name in record.get(key, [])
     }
     return sorted(
         module_name(path, source) for path in files if path.is_relative_to(source / PACKAGE)
@@ -647,6 +681,7 @@ class Trace:
     chain: list[str]
     note: str
     visits: list[str]
+    flow_visits: list[str]
 
 
 def trace_pipeline(checkout: Path, python: str, timeout_s: float) -> Trace:
@@ -703,7 +738,12 @@ def trace_pipeline(checkout: Path, python: str, timeout_s: float) -> Trace:
         loaded = sorted({str(r["llm_pipeline"]) for r in records if r.get("llm_pipeline")})
         processes = len({r["pid"] for r in records})
         note = f"{processes} traced processes imported llm_pipeline from {loaded}"
-        return Trace(chain, note, evaluate_visits(records, checkout))
+        return Trace(
+            chain,
+            note,
+            evaluate_visits(records, checkout),
+            evaluate_visits(records, checkout, key="flow_files"),
+        )
 
 
 # --- duplicates ------------------------------------------------------------------------
@@ -747,6 +787,7 @@ class Shape:
     name_picks: int = 0
     task_modules: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     visits: list[str] | str = "n/a (not run)"
+    flow_visits: list[str] | str = "n/a (not run)"
     duplicates_tree: str = "n/a"
     duplicates_package: str = "n/a"
 
@@ -796,10 +837,11 @@ def measure(
         try:
             trace = trace_pipeline(checkout, python, timeout_s)
         except ChainError as exc:
-            shape.chain = shape.visits = f"n/a ({exc})"
+            shape.chain = shape.visits = shape.flow_visits = f"n/a ({exc})"
         else:
             shape.chain, shape.chain_note = trace.chain, trace.note
             shape.visits = trace.visits or "n/a (no evaluate process recorded its calls)"
+            shape.flow_visits = trace.flow_visits or "n/a (evaluate_in_processes not recorded)"
     if duplicates is None:
         shape.duplicates_tree = shape.duplicates_package = (
             "n/a (the duplicates tool is not installed)"
@@ -867,6 +909,11 @@ def table(before: Shape, after: Shape) -> str:
             count(before.visits),
             count(after.visits),
         ),
+        (
+            "… of them, modules evaluate_in_processes runs code of (the evaluation flow alone)",
+            count(before.flow_visits),
+            count(after.flow_visits),
+        ),
         ("`duplicates` pairs, whole tree", before.duplicates_tree, after.duplicates_tree),
         (
             "`duplicates` pairs, src/llm_pipeline",
@@ -903,6 +950,13 @@ def table(before: Shape, after: Shape) -> str:
             out.extend(f"  {module}" for module in shape.visits)
         else:
             out.append(f"{which}: run_evaluate's modules {shape.visits}")
+        if isinstance(shape.flow_visits, list):
+            out.append(
+                f"{which}: evaluate_in_processes ran code of {len(shape.flow_visits)} modules:"
+            )
+            out.extend(f"  {module}" for module in shape.flow_visits)
+        else:
+            out.append(f"{which}: evaluate_in_processes's modules {shape.flow_visits}")
         if shape.duplicates_tree.startswith("n/a"):
             out.append(f"{which}: duplicates {shape.duplicates_tree}")
     return "\n".join(out)

@@ -5,7 +5,7 @@ built offline; `--data dialogsum` reads DialogSum's validation dialogues from th
 folder beside the checkout, see benchmarks/corpus.py), same model, same inputs, greedy, same
 max_new_tokens and batch size, in the same run:
 
-* project: `llm_pipeline.evaluation.generate.generate_summaries` (length-sorted batches,
+* project: `llm_pipeline.models.generation.generate_summaries` (length-sorted batches,
   inference_mode, right padding with attention masks, KV cache), text decoded;
 * baseline: `Seq2SeqTrainer.predict(predict_with_generate=True)` as HF's
   run_summarization.py uses it (DataCollatorForSeq2Seq, labels in the batch), text decoded.
@@ -49,7 +49,7 @@ from transformers import (
 )
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.generate import generate_summaries, load_seq2seq
+from llm_pipeline.models.generation import generate_summaries, load_seq2seq
 
 MAX_SOURCE_TOKENS = 512
 MAX_TARGET_TOKENS = 64

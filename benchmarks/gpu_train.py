@@ -323,12 +323,8 @@ def tokenized(
 def generation_row(shape: Shape, folder: Path, prompts: list[str], repeats: int) -> Row:
     """New tokens/s of the evaluate step's generation code on the model in `folder`."""
     from llm_pipeline.config.evaluate import EvaluateConfig
-    from llm_pipeline.evaluation.generate import (
-        generate_summaries,
-        load_causal_lm,
-        load_seq2seq,
-    )
-    from llm_pipeline.models.completion import CompletionSettings, complete
+    from llm_pipeline.models.completion import CompletionSettings, complete, load_causal_lm
+    from llm_pipeline.models.generation import generate_summaries, load_seq2seq
 
     n = shape.new_tokens
     if shape.task == "summarization":

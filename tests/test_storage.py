@@ -284,7 +284,7 @@ def test_a_step_output_killed_before_its_marker_is_refused(gcs_mount):
 def test_evaluate_refuses_a_model_folder_its_finetune_step_did_not_finish(gcs_mount, tmp_path):
     from llm_pipeline.config.evaluate import EvaluateConfig
     from llm_pipeline.errors import EvaluationError
-    from llm_pipeline.evaluation.processes import evaluate_in_processes
+    from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes
 
     model = gcs_mount / "bucket" / "finetune" / "trained_model"
     model.mkdir(parents=True)

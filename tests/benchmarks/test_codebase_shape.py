@@ -3,6 +3,8 @@ Trainer.train, rebuilt from recorded events, on small planted cases."""
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from textwrap import dedent
@@ -211,4 +213,68 @@ def test_evaluate_visits_are_the_checkouts_modules() -> None:
     assert shape.evaluate_visits(records, CHECKOUT) == [
         "llm_pipeline.evaluation",
         "llm_pipeline.steps.evaluate",
+    ]
+
+
+def test_the_recorder_sees_run_evaluate_and_the_evaluation_flow_in_it(tmp_path: Path) -> None:
+    """The sitecustomize.py the traced run uses, on a planted step: what runs under
+    run_evaluate, in its process and in a process started from it, and of that what runs
+    under evaluate_in_processes; not what runs before or after."""
+    src = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "steps/__init__.py": "",
+            "steps/evaluate.py": """
+                import subprocess, sys
+                from llm_pipeline.evaluation.flow import evaluate_in_processes
+                from llm_pipeline.steps.outputs import write
+
+                def run_evaluate():
+                    evaluate_in_processes()
+                    write()
+                """,
+            "steps/outputs.py": "def write():\n    pass\n",
+            "steps/before.py": "def prepare():\n    pass\n",
+            "evaluation/__init__.py": "",
+            "evaluation/flow.py": """
+                import subprocess, sys
+                from llm_pipeline.evaluation.score import score
+
+                def evaluate_in_processes():
+                    score()
+                    code = "from llm_pipeline.evaluation.rank import work; work()"
+                    subprocess.run([sys.executable, "-c", code], check=True)
+                """,
+            "evaluation/score.py": "def score():\n    pass\n",
+            "evaluation/rank.py": "def work():\n    pass\n",
+        },
+    )
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(shape.SITECUSTOMIZE)
+    trace = tmp_path / "trace.jsonl"
+    main = (
+        "import sys; from llm_pipeline.steps.before import prepare; prepare(); "
+        "from llm_pipeline.steps.evaluate import run_evaluate; run_evaluate()"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(site), str(src)]),
+        shape.TRACE_VAR: str(trace),
+    }
+    argv = [sys.executable, "-c", main, "--function_to_execute", "evaluate"]
+    subprocess.run(argv, env=env, check=True, timeout=60)
+    records = shape.read_records(trace.read_text().splitlines())
+    assert shape.evaluate_visits(records, tmp_path) == [
+        "llm_pipeline.evaluation.flow",
+        "llm_pipeline.evaluation.rank",
+        "llm_pipeline.evaluation.score",
+        "llm_pipeline.steps.evaluate",
+        "llm_pipeline.steps.outputs",
+    ]
+    assert shape.evaluate_visits(records, tmp_path, key="flow_files") == [
+        "llm_pipeline.evaluation.flow",
+        "llm_pipeline.evaluation.rank",
+        "llm_pipeline.evaluation.score",
     ]

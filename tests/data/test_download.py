@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import DataError, download_dataset
+from llm_pipeline.data import DataError
+from llm_pipeline.data.download import download_dataset
 from llm_pipeline.tasks import get_task
 
 TASK = get_task("summarization")
@@ -434,7 +435,8 @@ def test_paths_that_do_not_hold_data(tmp_path, source_config):
 HUB_DOWNLOAD = """
 import sys
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import DataError, download_dataset
+from llm_pipeline.data import DataError
+from llm_pipeline.data.download import download_dataset
 from llm_pipeline.tasks import get_task
 
 config = DataConfig(dataset=sys.argv[2], subset="default")

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from llm_pipeline.config import DataConfig
-from llm_pipeline.data import DataError, download_dataset
+from llm_pipeline.data import DataError
+from llm_pipeline.data.download import download_dataset
 from llm_pipeline.tasks import get_task
 
 TASK = get_task("text_classification")

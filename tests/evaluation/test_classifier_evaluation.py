@@ -23,8 +23,7 @@ from llm_pipeline import components
 from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.evaluate_model import evaluate_model
-from llm_pipeline.evaluation.processes import evaluate_in_processes
+from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes, evaluate_model
 from llm_pipeline.evaluation.scoring import score_and_write
 from llm_pipeline.output_files import (
     CONFUSION_MATRIX_FILE,

@@ -22,7 +22,7 @@ from llm_pipeline.evaluation.evaluate_model import (
     evaluate_model,
     main,
 )
-from llm_pipeline.evaluation.generate import generate_summaries, load_seq2seq
+from llm_pipeline.models.generation import generate_summaries, load_seq2seq
 
 from . import generate_fixtures as fixtures
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from llm_pipeline.config.evaluate import EvaluateConfig
-from llm_pipeline.evaluation.generate import (
+from llm_pipeline.models.generation import (
     build_generation_config,
     generate_summaries,
     load_seq2seq,

@@ -18,9 +18,8 @@ from transformers import set_seed
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation import compute_rouge
-from llm_pipeline.evaluation.evaluate_model import evaluate_model
+from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes, evaluate_model
 from llm_pipeline.evaluation.examples import EvaluationExamples
-from llm_pipeline.evaluation.processes import evaluate_in_processes
 from llm_pipeline.evaluation.scoring import ModelOutputs, score_and_write
 from llm_pipeline.models.generation import Generated
 from llm_pipeline.models.loading import load_model

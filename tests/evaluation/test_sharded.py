@@ -19,7 +19,7 @@ from llm_pipeline.config import DeployConfig, VertexConfig
 from llm_pipeline.config.errors import ConfigError
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.processes import (
+from llm_pipeline.evaluation.evaluate_model import (
     _failure_reason,
     evaluate_in_processes,
     evaluation_processes,
@@ -126,16 +126,17 @@ def test_one_process_logs_progress_and_generates_as_one_call(
 ) -> None:
     import datasets
 
-    from llm_pipeline.evaluation import generate
+    from llm_pipeline.evaluation import sharded
+    from llm_pipeline.models import generation
 
     ids = datasets.load_from_disk(str(docstring_dataset))["test"]["input_ids"][:10]
-    model, tokenizer = generate.load_seq2seq(tiny_model_dir)
+    model, tokenizer = generation.load_seq2seq(tiny_model_dir)
     config = EvaluateConfig(batch_size=4)
-    monkeypatch.setattr(generate, "PROGRESS_EVERY_S", 0.0)
-    with caplog.at_level(logging.INFO, logger=generate.__name__):
-        sharded = generate.generate_sharded(model, tokenizer, ids, config=config)
-    assert sharded == generate.generate_summaries(model, tokenizer, ids, config=config)
-    progress = [r.getMessage() for r in caplog.records if r.name == generate.__name__]
+    monkeypatch.setattr(sharded, "PROGRESS_EVERY_S", 0.0)
+    with caplog.at_level(logging.INFO, logger=sharded.__name__):
+        outputs = sharded.generate_sharded(model, tokenizer, ids, config=config)
+    assert outputs == generation.generate_summaries(model, tokenizer, ids, config=config)
+    progress = [r.getMessage() for r in caplog.records if r.name == sharded.__name__]
     assert [line.split(" in ")[0] for line in progress] == [
         f"generated {n} of 10 summaries" for n in (4, 8, 10)
     ]

@@ -14,7 +14,7 @@ from llm_pipeline.evaluation.evaluate_model import evaluate_model
 from llm_pipeline.registry import Champion
 from llm_pipeline.registry.local import LocalRegistry
 from llm_pipeline.serve.settings import env_name
-from llm_pipeline.steps.champion import score_champion
+from llm_pipeline.steps.evaluate import score_champion
 
 from ..evaluation import classifier_fixtures
 from ..evaluation import generate_fixtures as fixtures

@@ -1,6 +1,10 @@
-"""Data steps: download a dataset source into the task's shape."""
+"""Data steps: download a dataset source into the task's shape (`data.download`), and read
+the preprocess step's saved dataset back (`data.saved`).
 
-from llm_pipeline.data.download import download_dataset
+This face imports neither: the steps that only read a saved dataset (evaluate, finetune)
+do not load the downloader and its sources.
+"""
+
 from llm_pipeline.errors import DataError
 
-__all__ = ["DataError", "download_dataset"]
+__all__ = ["DataError"]

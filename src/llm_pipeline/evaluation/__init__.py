@@ -1,7 +1,8 @@
 """Scoring for the evaluate step: ROUGE as rouge-score defines it, sentences, baselines.
 
-Also the step itself (`evaluate_model`), generation and the HTML report; the names that need
-torch load on first use, so importing the ROUGE functions stays light.
+Also the step itself (`evaluate_model`), generation sharded across ranks and the HTML report
+(loading a model and generating are `llm_pipeline.models`'); the names that need torch load
+on first use, so importing the ROUGE functions stays light.
 """
 
 from typing import TYPE_CHECKING
@@ -20,12 +21,7 @@ from llm_pipeline.evaluation.sentences import iter_sentences, lead_k, split_sent
 
 if TYPE_CHECKING:
     from llm_pipeline.evaluation.evaluate_model import EvaluationResult, evaluate_model
-    from llm_pipeline.evaluation.generate import (
-        Generated,
-        generate_sharded,
-        generate_summaries,
-        load_seq2seq,
-    )
+    from llm_pipeline.evaluation.sharded import generate_sharded
 
 # Names whose modules import torch: loaded on first access.
 __getattr__ = lazy_exports(
@@ -33,10 +29,7 @@ __getattr__ = lazy_exports(
     {
         "EvaluationResult": "llm_pipeline.evaluation.evaluate_model",
         "evaluate_model": "llm_pipeline.evaluation.evaluate_model",
-        "Generated": "llm_pipeline.evaluation.generate",
-        "generate_sharded": "llm_pipeline.evaluation.generate",
-        "generate_summaries": "llm_pipeline.evaluation.generate",
-        "load_seq2seq": "llm_pipeline.evaluation.generate",
+        "generate_sharded": "llm_pipeline.evaluation.sharded",
     },
 )
 
@@ -44,16 +37,13 @@ __all__ = [
     "ROUGE_TYPES",
     "EvaluationError",
     "EvaluationResult",
-    "Generated",
     "RougeResult",
     "bootstrap_interval",
     "compute_rouge",
     "evaluate_model",
     "generate_sharded",
-    "generate_summaries",
     "iter_sentences",
     "lead_k",
-    "load_seq2seq",
     "render_report",
     "rougelsum_text",
     "split_sentences",

@@ -1,13 +1,19 @@
 """The evaluate step: the model's outputs on the evaluation split, scored beside baselines.
 
+`evaluate_in_processes` is the step's entry: it evaluates in its own process, or, with
+several GPUs, in one torchrun process per GPU (`python -m
+llm_pipeline.evaluation.evaluate_model`, see `main`), run and reported as training runs and
+reports it, and reads back what rank 0 wrote. Generation is nearly all of an evaluation's
+time, and it parallelises perfectly: T5-XXL on CNN/DailyMail's 11,490 test articles on one
+GPU of a 16-GPU node would leave fifteen idle. Such a rank dies with the launcher that
+started it (`launch.lifetime`), armed before the imports below.
+
 `evaluate_model` reads as the step's table of contents, one path for every task: read the
 evaluation rows, load the model, run it (summaries, completions of prompts, a classifier's
 label probabilities), run the model before fine-tuning alike, then score them all and write
 the outputs (`evaluation.scoring`). What differs by task is its scorer (`Task.scorer()`,
-in the task's package), which each of those steps calls.
-It also runs under torchrun (`python -m llm_pipeline.evaluation.evaluate_model`, see `main`):
-generation is sharded across the processes and rank 0 scores and writes; such a process dies
-with the launcher that started it (`launch.lifetime`), armed before the imports below.
+in the task's package), which each of those steps calls. Under torchrun, generation is
+sharded across the ranks and rank 0 scores and writes.
 """
 
 from __future__ import annotations
@@ -22,19 +28,21 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.errors import EvaluationError, UserError
-from llm_pipeline.evaluation.generate import default_device, inference_dtype, init_distributed
+from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.evaluation.scoring import (
     BASE_MODEL,
     Scorer,
@@ -42,14 +50,21 @@ from llm_pipeline.evaluation.scoring import (
     score_and_write,
     with_task_defaults,
 )
+from llm_pipeline.evaluation.sharded import init_distributed
+from llm_pipeline.launch.cluster import detect_cluster
+from llm_pipeline.launch.commands import torchrun_command
+from llm_pipeline.launch.failures import first_failure, is_out_of_memory, tail_lines
+from llm_pipeline.launch.supervisor import run_launcher
+from llm_pipeline.models.generation import default_device, inference_dtype
 from llm_pipeline.output_files import (
     EVALUATION_REPORT_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
     RESOLVED_CONFIG_FILE,
+    Step,
 )
 from llm_pipeline.progress import status
-from llm_pipeline.storage import to_uri
+from llm_pipeline.storage import check_output_complete, to_uri
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS, Task, get_task
 
 __all__ = [
@@ -59,10 +74,18 @@ __all__ = [
     "PREDICTIONS_FILE",
     "EvaluationResult",
     "distinct_share",
+    "evaluate_in_processes",
     "evaluate_model",
+    "evaluation_processes",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: What torchrun runs in each rank: this module's `main`.
+EVALUATE_MODULE = "llm_pipeline.evaluation.evaluate_model"
+#: How `main` reports a user's mistake, and how `evaluate_in_processes` finds it in a rank's
+#: output.
+_ERROR_MARK = "ERROR: evaluate failed:"
 
 
 @dataclass(frozen=True)
@@ -76,12 +99,13 @@ class EvaluationResult:
     ran (`generation_seconds`, a classifier's `scoring_seconds`), what the task adds
     (`gen_len`: mean generated tokens; `distinct_predictions`), and the baselines' scores
     prefixed `lead{k}_` (summarization), `majority_` (classification) and `base_` (the
-    model before fine-tuning).
+    model before fine-tuning). `processes`: how many processes evaluated.
     """
 
     split: str
     metrics: dict[str, float]
     output_dir: Path
+    processes: int = 1
 
     @property
     def predictions_path(self) -> Path:
@@ -90,6 +114,88 @@ class EvaluationResult:
     @property
     def report_path(self) -> Path:
         return self.output_dir / EVALUATION_REPORT_FILE
+
+
+def evaluation_processes(config: EvaluateConfig, *, gpus: int | None = None) -> int:
+    """`evaluate.processes`, else one per GPU (`gpus`, default: those this machine sees), else
+    1 on a CPU-only machine.
+
+    Raises EvaluationError for more processes than GPUs: each rank takes the GPU its local
+    rank names, so an extra one would find none.
+    """
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if config.processes is None:
+        return max(gpus, 1)
+    if gpus and config.processes > gpus:
+        raise EvaluationError(
+            f"evaluate.processes: {config.processes}, but this machine has {gpus} GPU(s); "
+            f"one process per GPU at most: set it to {gpus} or less, or null for all of them"
+        )
+    return config.processes
+
+
+def evaluate_in_processes(
+    *,
+    model_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    config: EvaluateConfig,
+    output_dir: str | os.PathLike[str],
+    env: Mapping[str, str] = os.environ,
+    task: str = DEFAULT_TASK,
+) -> EvaluationResult:
+    """Evaluate with `evaluation_processes(config)` processes; the same outputs either way.
+
+    `task` (a `tasks.TASKS` name) says what the model does and how it is scored. Several
+    processes run under torchrun with `env` (default: this process's environment).
+    Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
+    rank that failed and its last output.
+    """
+    check_output_complete(model_dir, made_by=Step.FINETUNE, error=EvaluationError)
+    processes = evaluation_processes(config)
+    if processes == 1:
+        result = evaluate_model(
+            model_dir=model_dir,
+            dataset_dir=dataset_dir,
+            config=config,
+            output_dir=output_dir,
+            task=task,
+        )
+        return replace(result, processes=processes)
+    from llm_pipeline.data.saved import load_saved_dataset
+
+    splits = list(load_saved_dataset(dataset_dir, made_by=Step.PREPROCESS, error=EvaluationError))
+    # One machine, whatever the environment says about a training cluster: evaluation runs
+    # on a single node (`--standalone`, a free port).
+    command = torchrun_command(
+        detect_cluster({}, procs_per_node=processes),
+        module=EVALUATE_MODULE,
+        script_args=[
+            "--model",
+            str(model_dir),
+            "--dataset",
+            str(dataset_dir),
+            "--output",
+            str(output_dir),
+            "--config",
+            config.model_dump_json(),
+            "--task",
+            task,
+        ],
+    )
+    status(f"generating in {processes} processes (torchrun)")
+    with tempfile.TemporaryDirectory(prefix="llm-evaluate-") as work:
+        log_dir = Path(work) / "logs"
+        ended = run_launcher(command, env=env, log_dir=log_dir)
+        if ended.code != 0:
+            reason = _failure_reason(ended.output_tail, log_dir)
+            raise EvaluationError(
+                f"evaluation in {processes} processes failed (launcher exit code {ended.code}): "
+                + reason
+            )
+    check_output_complete(output_dir, made_by=Step.EVALUATE, error=EvaluationError)
+    folder = Path(to_uri(str(output_dir)))
+    metrics = json.loads((folder / METRICS_FILE).read_text())
+    return EvaluationResult(evaluation_split(splits, None), metrics, folder, processes)
 
 
 def evaluate_model(
@@ -218,10 +324,28 @@ def _result_from_rank0() -> EvaluationResult:
     return outcome
 
 
+def _failure_reason(output: str, log_dir: Path) -> str:
+    """What a rank said of a user's mistake (as one process would say it), else the rank that
+    failed first and why, as training names it."""
+    for line in output.splitlines():
+        if _ERROR_MARK in line:
+            return line.split(_ERROR_MARK, 1)[1].strip()
+    failure = first_failure(log_dir=log_dir, launcher_output=output)
+    if failure is None:
+        return "no rank reported an error; the launcher's last lines:\n" + tail_lines(output)
+    if is_out_of_memory(failure.detail):
+        return (
+            f"rank {failure.local_rank} ran out of GPU memory: {failure.detail}\nTo fit: "
+            "lower evaluate.batch_size (documents per process), evaluate.num_beams or "
+            "evaluate.max_new_tokens."
+        )
+    return f"rank {failure.local_rank} {failure.how}:\n{failure.detail}"
+
+
 def main(argv: list[str] | None = None) -> None:
     """`[torchrun ...] python -m llm_pipeline.evaluation.evaluate_model --model M --dataset D ...`
 
-    A user's mistake is printed as one `ERROR: evaluate failed:` line and exit code 1 (the
+    A user's mistake is printed as one `_ERROR_MARK` line and exit code 1 (the
     step repeats it); run as a module, any other exception is recorded for torchrun
     (`record`), which the step's failure message quotes.
     """
@@ -255,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
             task=args.task,
         )
     except UserError as exc:
-        print(f"ERROR: evaluate failed: {exc}", file=sys.stderr, flush=True)
+        print(f"{_ERROR_MARK} {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     finally:
         if dist.is_initialized():

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.evaluation.examples import EvaluationExamples, load_examples
-from llm_pipeline.evaluation.generate import Generated
 from llm_pipeline.evaluation.report import (
     OtherScore,
     ReportWords,
@@ -35,6 +34,7 @@ from llm_pipeline.evaluation.report import (
     warn_if_few_rows,
 )
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult, compute_rouge
+from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, PREDICTIONS_FILE
 from llm_pipeline.progress import status
 from llm_pipeline.storage import atomic_output_dir

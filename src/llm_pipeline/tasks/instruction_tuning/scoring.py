@@ -10,16 +10,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.examples import EvaluationExamples
-from llm_pipeline.evaluation.generate import (
-    CompletionSettings,
-    complete_sharded,
-    completion_config,
-    load_causal_lm,
-    log_generation,
-    sharded,
-)
 from llm_pipeline.evaluation.scoring import ExtraScore, ModelOutputs, TextScorer
+from llm_pipeline.evaluation.sharded import complete_sharded, log_generation, sharded
+from llm_pipeline.models.completion import CompletionSettings, completion_config, load_causal_lm
 from llm_pipeline.tasks.instruction_tuning.exact_match import exact_match
 from llm_pipeline.tasks.instruction_tuning.perplexity import (
     ResponseLoss,
@@ -60,7 +55,7 @@ class InstructionScorer(TextScorer):
     def load_model(
         self, model_dir: str | os.PathLike[str]
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        return load_causal_lm(model_dir)
+        return load_causal_lm(model_dir, error=EvaluationError)
 
     def base_model(
         self, model: ModelConfig, tokenizer: Any, examples: EvaluationExamples

@@ -26,17 +26,12 @@ import torch
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.examples import PREPROCESS_FIRST, read_split
-from llm_pipeline.evaluation.generate import (
-    Generated,
-    complete_sharded,
-    completion_config,
-    load_causal_lm,
-    log_generation,
-    sharded,
-)
 from llm_pipeline.evaluation.report import ReportWords
 from llm_pipeline.evaluation.rouge import RougeResult, compute_rouge
 from llm_pipeline.evaluation.scoring import BASE_MODEL, Scored, distinct_share
+from llm_pipeline.evaluation.sharded import complete_sharded, log_generation, sharded
+from llm_pipeline.models.completion import completion_config, load_causal_lm
+from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.instruction_tuning.scoring import completion_settings
@@ -131,7 +126,7 @@ class PreferenceScorer:
     def load_model(
         self, model_dir: str | os.PathLike[str]
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        loaded = load_causal_lm(model_dir)
+        loaded = load_causal_lm(model_dir, error=EvaluationError)
         self.beta, self.beta_source = _recorded_beta(Path(model_dir))
         return loaded
 
@@ -164,7 +159,7 @@ class PreferenceScorer:
         self, model: Any, tokenizer: Any, examples: PreferenceExamples, config: EvaluateConfig
     ) -> PreferenceOutputs | None:
         """Each pair's answers' log-probabilities, then the completions (rank 0; None on
-        the other ranks), both split across the ranks (`evaluation.generate.sharded`)."""
+        the other ranks), both split across the ranks (`evaluation.sharded.sharded`)."""
         logps = _pair_logps_sharded(
             model, examples.pairs, batch_size=config.batch_size, pad_id=int(tokenizer.pad_token_id)
         )

@@ -8,15 +8,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from llm_pipeline.config.evaluate import EvaluateConfig
+from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.examples import EvaluationExamples
-from llm_pipeline.evaluation.generate import (
-    build_generation_config,
-    generate_sharded,
-    load_seq2seq,
-    log_generation,
-)
 from llm_pipeline.evaluation.scoring import ModelOutputs, TextScorer
 from llm_pipeline.evaluation.sentences import lead_k
+from llm_pipeline.evaluation.sharded import generate_sharded, log_generation
+from llm_pipeline.models.generation import build_generation_config, load_seq2seq
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -31,7 +28,7 @@ class SummarizationScorer(TextScorer):
     def load_model(
         self, model_dir: str | os.PathLike[str]
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        return load_seq2seq(model_dir)
+        return load_seq2seq(model_dir, error=EvaluationError)
 
     def run(
         self, model: Any, tokenizer: Any, examples: EvaluationExamples, config: EvaluateConfig

@@ -18,9 +18,9 @@ import numpy as np
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
-from llm_pipeline.evaluation.generate import sharded
 from llm_pipeline.evaluation.report import ReportWords
 from llm_pipeline.evaluation.scoring import BASE_MODEL, Scored
+from llm_pipeline.evaluation.sharded import sharded
 from llm_pipeline.output_files import CONFUSION_MATRIX_FILE
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.text_classification import model as classifier

@@ -3,11 +3,10 @@ task's own pass over the rows (`sharded`: a classifier's label scores, a causal 
 response losses).
 
 Loading and batched generation live in `llm_pipeline.models.generation` (seq2seq) and
-`llm_pipeline.models.completion` (causal LMs); the prediction server uses them too. The
-seq2seq names are re-exported here, so evaluation reaches generation through this one
-module. What is evaluation's own:
+`llm_pipeline.models.completion` (causal LMs), which the prediction server uses too; a
+task's scorer loads its model there, with `error=EvaluationError` so the step reports a
+folder's problem. What is evaluation's own is here:
 
-* Model folder problems are reported as EvaluationError, so the step prints them.
 * Under torchrun with several processes, rank r takes every world_size-th input of the
   length-sorted order, so the ranks get equally heavy shares; rank 0 gathers and reorders.
 * Rank 0 alone logs progress (every PROGRESS_EVERY_S), so the log stays readable.
@@ -25,22 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from llm_pipeline.errors import EvaluationError
-from llm_pipeline.models import completion, generation
-from llm_pipeline.models.completion import (
-    CompletionSettings,
-    complete,
-    completion_config,
-    encode_prompts,
-)
-from llm_pipeline.models.generation import (
-    GENERATION_FIELDS,
-    Generated,
-    build_generation_config,
-    default_device,
-    generate_summaries,
-    inference_dtype,
-)
+from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
+from llm_pipeline.models.generation import Generated, default_device, generate_summaries
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -48,19 +33,9 @@ if TYPE_CHECKING:
     from llm_pipeline.config.evaluate import EvaluateConfig
 
 __all__ = [
-    "GENERATION_FIELDS",
-    "CompletionSettings",
-    "Generated",
-    "build_generation_config",
     "complete_sharded",
-    "completion_config",
-    "default_device",
     "generate_sharded",
-    "generate_summaries",
-    "inference_dtype",
     "init_distributed",
-    "load_causal_lm",
-    "load_seq2seq",
     "log_generation",
     "sharded",
 ]
@@ -94,26 +69,6 @@ def init_distributed() -> tuple[int, int]:
             "nccl" if torch.cuda.is_available() else "gloo", timeout=COLLECTIVE_TIMEOUT
         )
     return dist.get_rank(), dist.get_world_size()
-
-
-def load_seq2seq(
-    model_dir: str | os.PathLike[str], *, device: torch.device | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model (eval mode, on `device`) and tokenizer saved in `model_dir`.
-
-    Raises EvaluationError for a folder that is not a consolidated seq2seq checkpoint.
-    """
-    return generation.load_seq2seq(model_dir, device=device, error=EvaluationError)
-
-
-def load_causal_lm(
-    model_dir: str | os.PathLike[str], *, device: torch.device | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The causal LM (eval mode, on `device`) and tokenizer saved in `model_dir`.
-
-    Raises EvaluationError for a folder that is not a consolidated causal-LM checkpoint.
-    """
-    return completion.load_causal_lm(model_dir, device=device, error=EvaluationError)
 
 
 def generate_sharded(
