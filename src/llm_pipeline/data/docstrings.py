@@ -135,12 +135,6 @@ def environment_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def instruction(pair: DocstringPair) -> dict[str, str]:
-    """The question about the documented object, and its summary line: the instruction
-    demo's row, whose prompts the preference demo asks too."""
-    return {"prompt": f"What does `{pair.qualified_name}` do?", "response": pair.summary}
-
-
 def build_pair_splits(
     roots: Sequence[Path] | None = None,
     *,

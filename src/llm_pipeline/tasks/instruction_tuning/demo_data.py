@@ -8,7 +8,8 @@ round, as a user asks an assistant, in the same splits and order:
 - `response`: the docstring's summary line, which PEP 257 makes exactly that answer. The
   summary lines vary in length (3 to 30 words), which is what packing is for.
 
-The wording is `data.docstrings.instruction`, which the preference demo's prompts share.
+The wording is `instruction`, which the preference demo's prompts share
+(tasks/preference_tuning/demo_data.py: its pairs continue this demo's model).
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_pipeline.data.docstrings import build_pair_splits, instruction
+from llm_pipeline.data.docstrings import DocstringPair, build_pair_splits
 from llm_pipeline.tasks.base import BuiltinDataset
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:instructions"
+
+
+def instruction(pair: DocstringPair) -> dict[str, str]:
+    """The question about the documented object, and its summary line: the instruction
+    demo's row, whose prompts the preference demo asks too."""
+    return {"prompt": f"What does `{pair.qualified_name}` do?", "response": pair.summary}
 
 
 def build_instruction_splits(

@@ -29,10 +29,10 @@ from pathlib import Path
 from llm_pipeline.data.docstrings import (
     DocstringPair,
     build_pair_splits,
-    instruction,
     unit_hash,
 )
 from llm_pipeline.tasks.base import BuiltinDataset
+from llm_pipeline.tasks.instruction_tuning.demo_data import instruction
 
 #: How `data.dataset` names this dataset.
 NAME = "builtin:preferences"
