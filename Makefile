@@ -14,7 +14,8 @@ MODEL ?= $(if $(DATA),$(basename $(notdir $(patsubst %/,%,$(DATA)))))
 VERBOSE ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`: two, one per core of the 2-core machine CI runs on;
-# each test file runs whole on one worker, so a module's fixtures are built once.
+# each test file runs whole on one worker, so a module's fixtures are built once, in the
+# order tests/conftest.py gives (the heaviest first; xdist's own reorder is by test count).
 TEST_WORKERS ?= 2
 
 LOCK := requirements.lock
@@ -63,7 +64,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src/llm_pipeline
 
 test: lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Resolve setup.py's ranges, every extra, into requirements.lock with every file's hash, for
 # any platform and Python >= 3.11; the versions already locked are kept unless UPGRADE=1.

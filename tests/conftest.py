@@ -183,12 +183,36 @@ def _tiny_model() -> Any:
     return module
 
 
+#: The files that take longest (a whole pipeline, killed and resumed ranks, the offline
+#: bundle), longest first, as `--durations` measured them: they start first.
+HEAVIEST_FILES = (
+    "pipelines/test_local_run.py",
+    "pipelines/test_sft_local_run.py",
+    "train/test_preemption.py",
+    "bundle/test_bundle_runs.py",
+    "pipelines/test_classify_local_run.py",
+    "train/test_errors.py",
+    "train/test_deepspeed_config.py",
+    "test_registry_cli.py",
+    "train/test_lora.py",
+    "containers/test_train_entrypoint.py",
+    "train/test_classifier_training.py",
+    "local/test_stop_a_run.py",
+    "benchmarks/test_run_anywhere.py",
+    "train/test_preference_training.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with slow tests (processes, whole pipelines) run first, each file's tests still
-    in their order: under pytest-xdist a file runs whole on one worker, and a long one
-    taken last would leave the other worker idle while it finishes."""
+    """The heaviest files first, then the other files with slow tests (processes, whole
+    pipelines), each file's tests still in their order: under pytest-xdist a file runs whole
+    on one worker, and a long one taken last would leave the other worker idle while it
+    finishes. (`make test` passes `--no-loadscope-reorder`, or xdist would reorder files by
+    their number of tests, which puts a one-test pipeline run last.)"""
+    tests = Path(__file__).parent
+    rank = {tests / name: place for place, name in enumerate(HEAVIEST_FILES)}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    items.sort(key=lambda item: (rank.get(item.path, len(rank)), item.path not in slow_files))
 
 
 @pytest.fixture(scope="session", autouse=True)
