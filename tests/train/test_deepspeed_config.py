@@ -316,6 +316,9 @@ def test_deepspeed_accepts_a_zero3_config_on_the_cpu(loopback_port: int):
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",
         "LOCAL_WORLD_SIZE": "1",
+        # As DeepSpeed's launcher (and run_finetune) sets it: without it the CPU accelerator
+        # forks `numactl --hardware` at every device_count().
+        "LOCAL_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(loopback_port),
         "CUDA_VISIBLE_DEVICES": "",
