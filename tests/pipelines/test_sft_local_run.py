@@ -19,29 +19,27 @@ CONFIG = REPO / "configs" / "sft_local.json"
 DPO_CONFIG = REPO / "configs" / "dpo_local.json"
 SMALL = [
     # 20 steps: fewer leave a model that ends every answer at once, which the deploy
-    # step's probe (a non-empty answer) rightly refuses; so do 20 steps of 4 rows.
+    # step's probe (a non-empty answer) rightly refuses.
     'data.max_samples={"train": 160, "validation": 8, "test": 8}',
     "data.max_length=48",
     "evaluate.max_new_tokens=8",
     "evaluate.bootstrap_samples=50",
     "train.logging_steps=5",
-    # One evaluation and one checkpoint, at the last step: the final eval loss reuses it.
-    "train.eval_steps=20",
-    "train.save_steps=20",
+    "train.eval_steps=10",
+    "train.save_steps=10",
 ]
 
 
-#: The DPO run: 2 steps of 4 pairs (evaluated and saved once, at the end), a few held-out
-#: pairs.
+#: The DPO run: 6 steps of 4 pairs, a few held-out pairs.
 DPO_SMALL = [
-    'data.max_samples={"train": 8, "validation": 8, "test": 8}',
+    'data.max_samples={"train": 24, "validation": 8, "test": 8}',
     "data.max_length=48",
     "train.per_device_batch_size=4",
     "evaluate.max_new_tokens=8",
     "evaluate.bootstrap_samples=50",
-    "train.logging_steps=1",
-    "train.eval_steps=2",
-    "train.save_steps=2",
+    "train.logging_steps=2",
+    "train.eval_steps=3",
+    "train.save_steps=3",
 ]
 #: What the preference tuning evaluation scores, each for the starting model too.
 DPO_METRICS = ("preference_accuracy", "reward_margin", "rougeL")
