@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,17 @@ def test_a_marker_limits_an_entry_to_its_platform() -> None:
         "six: locked at 1.17.0, installed 1.16.0",
         "extra-pkg: installed (1) but not in the lock",
     ]
+
+
+def test_vendored_copies_are_not_installed_packages_once_setuptools_is_imported() -> None:
+    """Importing setuptools (torch's extension builder does, for DeepSpeed's ops) puts its
+    `_vendor` folder on sys.path; the environment check must still see only what pip
+    installed, whichever test ran first in the process."""
+    import setuptools
+
+    vendor = Path(setuptools.__file__).parent / "_vendor"
+    vendored = installed_versions([str(vendor)])
+    assert vendored, f"setuptools vendors no distributions in {vendor}"
+    assert str(vendor) in sys.path
+    installed = installed_versions()
+    assert not (set(vendored) - set(read_lock(LOCK))) & set(installed)

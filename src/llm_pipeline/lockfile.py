@@ -11,6 +11,7 @@ the CPU build on laptops and CI, the CUDA build in the GPU images' base.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -90,11 +91,14 @@ def read_lock(path: str | Path) -> dict[str, Pin]:
 
 def installed_versions(paths: Sequence[str] | None = None) -> dict[str, str]:
     """Version of each distribution this interpreter sees (or found in `paths`), by canonical
-    name; the first on sys.path wins, as for imports: a venv's own over its base's."""
+    name; the first on sys.path wins, as for imports: a venv's own over its base's.
+
+    Folders of vendored copies are not installs: importing setuptools puts its `_vendor`
+    folder on sys.path, whose dist-infos (zipp, jaraco.*, wheel) would otherwise read as
+    installed packages once anything in the process has imported it."""
     found: dict[str, str] = {}
-    found_in = (
-        metadata.distributions() if paths is None else metadata.distributions(path=list(paths))
-    )
+    searched = [path for path in sys.path if Path(path).name != "_vendor"]
+    found_in = metadata.distributions(path=searched if paths is None else list(paths))
     for dist in found_in:
         name = dist.metadata["Name"]
         if name:
