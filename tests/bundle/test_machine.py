@@ -76,6 +76,20 @@ def test_a_config_the_bundle_lacks_is_skipped_in_one_line(
     )
 
 
+def test_a_bundle_named_by_a_relative_path_runs_its_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    bundle, _ = _bundle(tmp_path, "builtin:docstrings")
+    # A pipeline.py that shows the config it was given and that it can read it.
+    (bundle / "project" / "pipeline.py").write_text(
+        "import sys; from pathlib import Path; i = sys.argv.index('--config'); "
+        "print('read', Path(sys.argv[i + 1]).read_text())"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["pipeline", "bundle", "configs/gpu.json"]) == 0
+    assert '"builtin:docstrings"' in capfd.readouterr().out
+
+
 def test_a_folder_that_is_no_bundle_is_one_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

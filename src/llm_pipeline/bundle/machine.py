@@ -104,7 +104,7 @@ def pipeline_command(
 def run_pipeline(bundle: Path, config: Path, extra: Sequence[str]) -> int:
     """Run `config` (relative to the bundle's project/) end to end; 0 with one line when the
     bundle has no such config."""
-    project = bundle / "project"
+    project = bundle.resolve() / "project"  # the command runs there: a relative path would not
     if not (project / config).is_file():
         print(f"skipped: {config} is not in this bundle (build it from a checkout that has it)")
         return 0
