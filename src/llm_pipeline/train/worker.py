@@ -36,6 +36,7 @@ from transformers.trainer_utils import TrainOutput
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.launch.failures import out_of_memory_message
+from llm_pipeline.models.attention import training_attention
 from llm_pipeline.models.loading import freeze_encoder, hidden_size
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import Task, get_task
@@ -95,7 +96,12 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         keep_columns=task.training_columns is not None,
     )
     model = _build_model(
-        spec, task, tokenizer, label_set, frozen_dtype=_frozen_dtype(spec, train_precision, args)
+        spec,
+        task,
+        tokenizer,
+        label_set,
+        frozen_dtype=_frozen_dtype(spec, train_precision, args),
+        cuda=not args.use_cpu,
     )
     if spec.train.kernels == "liger":  # the arguments checked the GPU and the package
         device_defaults.check_liger_model(str(model.config.model_type))
@@ -270,13 +276,16 @@ def _build_model(
     label_set: Any,
     *,
     frozen_dtype: torch.dtype | None = None,
+    cuda: bool = False,
 ) -> PreTrainedModel | PeftModel:
     """The task's model, seeded, with LoRA adapters and the encoder frozen if the config says
     so (both: adapters on the decoder alone train); a head scores `label_set`.
-    `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`)."""
+    `frozen_dtype`: what the frozen weights of a LoRA run are kept in (`_frozen_dtype`).
+    `cuda`: it trains on a GPU, with the attention `models.attention` picks there."""
     set_seed(spec.train.seed)
     labels = task.model_labels(spec, label_set) if label_set is not None else None
     model = task.build_model(spec.model, tokenizer, labels=labels)
+    training_attention(model, cuda=cuda, architecture=spec.model.architecture)
     lora = spec.train.lora
     options = task.lora_options(model) if lora is not None else None
     wrapped = apply_lora(model, lora, options=options) if lora is not None else model
