@@ -16,11 +16,13 @@ script says so in one line and stops.
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 from llm_pipeline.tasks.summarization.demo_data import build_docstring_splits
 
@@ -64,8 +66,15 @@ def docstring_pairs(count: int | None = None) -> Rows:
 def dialogsum(split: str, count: int | None = None) -> Rows:
     """The first `count` (default: all) dialogues of a DialogSum split, as document/summary
     rows; exits with one line when the shared data folder has no DialogSum."""
-    path = published(DIALOGSUM / f"{split}.jsonl")
-    with path.open(encoding="utf-8") as f:
+    return dialogue_rows(published(DIALOGSUM / f"{split}.jsonl"), count)
+
+
+def dialogue_rows(path: Path, count: int | None = None) -> Rows:
+    """The first `count` records of a DialogSum-style JSON-lines file (`dialogue`, `summary`;
+    gzipped when its name ends in .gz), as document/summary rows: a copy carried to a
+    machine that has no shared folder beside the checkout."""
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         records = [json.loads(line) for line in itertools.islice(f, count)]
     return [{"document": r["dialogue"], "summary": r["summary"]} for r in records]
 

@@ -136,6 +136,7 @@ def test_every_benchmark_loads_and_parses_its_arguments(clone: Path) -> None:
             ["--samples", "4", "--batch-size", "2", "--max-new-tokens", "2", "--repeats", "1"],
             "project / Seq2SeqTrainer.predict:",
         ),
+        ("t5_bf16_steps.py", ["--tiny", "--steps", "2"], "2 steps, skipped 0, non-finite 0"),
     ],
 )
 def test_a_benchmark_runs_on_the_projects_own_text(
