@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -217,3 +219,46 @@ def test_peak_gpu_memory_is_none_off_cuda() -> None:
     from llm_pipeline.train.counts import peak_memory_reserved
 
     assert peak_memory_reserved(torch.device("cpu")) is None
+
+
+def test_steady_throughput_leaves_the_first_steps_warm_up_out() -> None:
+    """4 steps of 100 tokens in 10 s, 7 of them after the first step: 300 tokens in 7 s."""
+    counts = RunCounts(
+        samples=8,
+        source_tokens=400,
+        target_tokens=0,
+        seconds=10.0,
+        total_parameters=10,
+        trainable_parameters=10,
+        flop_parameters=FlopParameters(per_source_token=10, per_target_token=0),
+        world_size=1,
+        device_name=None,
+        decoder_only=True,
+        steady_seconds=7.0,
+        steps=4,
+    )
+    figures = throughput(counts)
+    assert figures["train_tokens_per_second"] == 40.0
+    assert figures["train_steady_tokens_per_second"] == pytest.approx(300 / 7)
+    assert figures["train_steady_tflops_per_second"] == pytest.approx(6 * 10 * 300 / 7 / 1e12)
+    # One step has no window after it: no steady figure rather than a wrong one.
+    one_step = throughput(replace(counts, steps=1, steady_seconds=None))
+    assert "train_steady_tokens_per_second" not in one_step
+
+
+def test_the_clock_starts_its_steady_window_after_the_first_step() -> None:
+    from types import SimpleNamespace
+
+    from llm_pipeline.train.counts import Clock
+
+    clock = Clock()
+    args = SimpleNamespace(device=torch.device("cpu"))
+    clock.on_train_begin(args, None, None)
+    clock.on_step_end(args, None, None)
+    assert clock.steady_seconds is None  # one step: nothing after it yet
+    first = clock.first_step_ended
+    clock.on_step_end(args, None, None)
+    clock.on_train_end(args, None, None)
+    assert clock.steps == 2 and clock.first_step_ended == first
+    assert clock.steady_seconds == pytest.approx(clock.ended - first)  # type: ignore[operator]
+    assert 0 <= clock.steady_seconds <= clock.seconds  # type: ignore[operator]

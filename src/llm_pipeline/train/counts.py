@@ -19,14 +19,30 @@ from llm_pipeline.train.trainer import FinetuneTrainer
 
 
 class Clock(TrainerCallback):
-    """Wall time of the training loop itself: after engine setup, before the final save."""
+    """Wall time of the training loop itself: after engine setup, before the final save.
+
+    Also the time from the end of this run's first optimizer step, which pays for warm-up
+    (kernels chosen, the allocator grown, loader workers started): a short run's average
+    understates what a long one gets. The GPU is waited for at that one point (the steps
+    are queued, not waited for), so the window holds whole steps; the loop's end is already
+    waited for, by the final loss's read-back.
+    """
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.ended: float | None = None
+        self.first_step_ended: float | None = None
+        self.steps = 0  # optimizer steps of this run (a resumed run counts its own)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps += 1
+        if self.steps == 1:
+            if torch.cuda.is_available() and args.device.type == "cuda":
+                torch.cuda.synchronize(args.device)
+            self.first_step_ended = time.perf_counter()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.ended = time.perf_counter()
@@ -36,6 +52,14 @@ class Clock(TrainerCallback):
         if self.started is None or self.ended is None:
             return 0.0
         return self.ended - self.started
+
+    @property
+    def steady_seconds(self) -> float | None:
+        """Seconds from the end of the first step to the end of the last; None with fewer
+        than two steps."""
+        if self.steps < 2 or self.first_step_ended is None or self.ended is None:
+            return None
+        return self.ended - self.first_step_ended
 
 
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
@@ -101,7 +125,10 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
     device = trainer.args.device
     totals = torch.tensor([samples, source_tokens, target_tokens], dtype=torch.long, device=device)
     dist.all_reduce(totals)
-    slowest = torch.tensor([clock.seconds], dtype=torch.float64, device=device)
+    steady = clock.steady_seconds
+    slowest = torch.tensor(
+        [clock.seconds, -1.0 if steady is None else steady], dtype=torch.float64, device=device
+    )
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     model = trainer.model  # the bare model; the DeepSpeed engine is `model_wrapped`
     assert isinstance(model, torch.nn.Module)
@@ -110,6 +137,8 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         source_tokens=int(totals[1]),
         target_tokens=int(totals[2]),
         seconds=float(slowest[0]),
+        steady_seconds=float(slowest[1]) if slowest[1] > 0 else None,
+        steps=clock.steps,
         total_parameters=count_parameters(model),
         trainable_parameters=count_parameters(model, trainable_only=True),
         flop_parameters=flop_parameters(model),

@@ -102,6 +102,10 @@ class RunCounts:
     decoder_only: bool = False
     # the most GPU memory any rank's caching allocator held (bytes), None on the CPU
     peak_memory_reserved: int | None = None
+    # wall time from the end of the first optimizer step to the last (`counts.Clock`), and
+    # this run's optimizer steps; None and 0 where unknown or fewer than two steps
+    steady_seconds: float | None = None
+    steps: int = 0
 
     @property
     def tokens(self) -> int:
@@ -122,12 +126,19 @@ def throughput(counts: RunCounts) -> dict[str, float | None]:
     flops_per_s = flops / seconds
     peak = bf16_peak_tflops(counts.device_name) if counts.device_name else None
     mfu = flops_per_s / (peak * 1e12 * counts.world_size) if peak else None
-    return {
+    figures: dict[str, float | None] = {
         "train_samples_per_second": counts.samples / seconds,
         "train_tokens_per_second": counts.tokens / seconds,
         "train_tflops_per_second": flops_per_s / 1e12,
         "mfu": mfu,
     }
+    if counts.steady_seconds and counts.steps >= 2:
+        # After the first step's warm-up: that step's share of the work taken off, as if
+        # every step were the same size (packed rows are; padded ones are on average).
+        share = (counts.steps - 1) / counts.steps / counts.steady_seconds
+        figures["train_steady_tokens_per_second"] = counts.tokens * share
+        figures["train_steady_tflops_per_second"] = flops * share / 1e12
+    return figures
 
 
 def final_metrics(
