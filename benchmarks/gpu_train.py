@@ -9,7 +9,11 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
 - training settings one at a time, each in fresh processes and a fresh output folder: the
   plain Trainer, ZeRO-2, ZeRO-3 and `zero_stage: "auto"` (the fit check picks the stage),
   full fine-tuning and LoRA (r 16 on all linear layers), and for the Llama shape packed and
-  unpacked rows;
+  unpacked rows. `auto` runs once, in place of the fixed stage it resolves to: before
+  training, each `auto` setting is resolved on this machine by the finetune step's own
+  `train.zero_stage.resolve_zero_stage`, and the fixed-stage setting of the same shape,
+  LoRA and packing is not run separately; the `auto` row reads "auto (= plain)" (or the
+  stage it took) and stands for that stage beside the others;
 - per setting: tokens/s (the finetune metrics' `train_tokens_per_second`: non-pad tokens
   read, from the first step to the last, warm-up included), model TFLOP/s and its share of
   the measured matmul rate, the peak GPU memory the ranks' allocator reserved
@@ -33,16 +37,40 @@ joined until they fill the 512 source tokens; for Llama, document as prompt and 
 response. The data cycles when a setting needs more steps than it has.
 
 `--tiny`: the same settings at tiny shapes, fp32, 3 steps, one process, on whatever device
-there is (the test suite runs a subset on the CPU; there the memory column is empty).
-Settings the installed project cannot run yet (a `zero_stage` it does not accept) are
-reported as such, and a metric it does not report prints "-".
+there is (the test suite runs a subset on the CPU; there the memory column is empty, and
+`auto` resolves against this machine's RAM). Settings the installed project cannot run yet
+(a `zero_stage` it does not accept) are reported as such, and a metric it does not report
+prints "-".
+
+Expected time of the default run, from figures measured on one H100 80GB on 2026-11-26
+(`--steps 15`): each setting spends about 35 s outside its steps (starting the ranks,
+building the model, saving it); seconds per step, averaged over 15 steps with the warm-up:
+T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed plain full 0.29,
+ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about 50 s. Unmeasured,
+assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6 (T5) and 0.4 (Llama),
+Llama unpacked at most the packed 0.29. There `auto` resolved to the plain Trainer for all
+four `auto` settings, so the default run trains 10 settings at 25 steps:
+
+    setting                      s      setting                        s
+    t5-large auto full (= plain) 46     llama packed zero3 full        49
+    t5-large auto lora           54     llama packed zero3 lora        70
+    llama packed auto full       42     t5-large zero2 full            50
+    llama packed auto lora       48     llama packed zero2 full        45
+    t5-large zero3 full         105     llama unpacked auto full       42
+
+551 s of settings, 50 s of generation, 5 s of baseline and data: about 605 s. That is an
+upper bound twice over: the DeepSpeed rows' fixed cost measured 26-28 s, not 35; and the
+per-step figures carry the warm-up (T5 ZeRO-3's first 5 steps took 28 s of its 42), so
+steps 16 to 25, at the rates the same runs showed from step 5 on, cost about 48 s in all
+rather than 80. With both: about 535 s. Either way over 480 s: 10 settings' fixed costs
+alone are 310-350 s. `--budget-s` (default 480) starts a setting only when the run so far
+plus the mean time of the settings before it (each with its generation row) still fits,
+so the default run ends inside 8 minutes and leaves out the last settings of the order
+above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
+upper ones T5 ZeRO-2 too. `--budget-s 620` runs them all.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
-
-The default run is sized for 8 minutes on one H100-class GPU (about 25 s of each setting is
-starting the ranks, building the model and saving it); `--budget-s` (default 480) stops
-starting settings past it and says which were left out.
 """
 
 from __future__ import annotations
