@@ -1,4 +1,4 @@
-"""The rows the bundle carries: the first rows of every task's built-in dataset, which a
+"""The rows the bundle carries: every task's built-in dataset (or its first rows), which a
 config naming that dataset reads there in its place."""
 
 import json
@@ -60,3 +60,14 @@ def test_every_builtin_dataset_is_carried_and_read_back_as_its_first_rows(tmp_pa
         for split, rows in splits.items():
             assert rows.to_list() == whole[split][: written[name][split]]
         assert written[name]["train"] == 16
+
+
+def test_by_default_every_builtin_dataset_is_carried_whole(tmp_path: Path) -> None:
+    """Without --rows each split goes as built, so a demo config trains and scores there on
+    the rows `make demo` builds here."""
+    roots = [_tree(tmp_path / "code")]
+    _, written = write_rows(tmp_path / "bundle", None, roots)
+    for name, builtin in builtin_datasets().items():
+        whole = builtin.build(roots)
+        assert written[name] == {split: len(whole.get(split, [])) for split in written[name]}
+        assert written[name]["train"] == len(whole["train"]) > 16

