@@ -16,4 +16,5 @@ T5_SMALL = ModelShape(
     vocab=32128,
     default_max_length=20,
     default_num_beams=1,
+    learned_attention_bias=True,  # T5's relative position bias: eager attention on CUDA
 )

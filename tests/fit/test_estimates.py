@@ -16,6 +16,7 @@ from llm_pipeline.fit.estimates import (
     runtime_bytes,
 )
 from llm_pipeline.fit.known_models import KNOWN_MODELS
+from llm_pipeline.fit.memory import DTYPE_BYTES, eager_score_bytes
 from llm_pipeline.fit.shapes import shape_of
 
 from .t5_small import T5_SMALL
@@ -62,10 +63,15 @@ def test_t5_small_decoder_layer_on_a_gpu_in_bf16_by_hand():
     # q, k, v, out and cross q, out x 512 in bf16; ReLU out + mask + dropout out x 2048.
     per_target = 3 * 8 * 512 + 3 * 1 * 512 + 6 * 2 * 512 + (2 + 1 + 2) * 2048
     per_source = 2 * 2 * 512  # cross-attention keys and values
-    # Per score, the bias SDPA is given (bf16): self 5 x 5, cross 5 x 10, 8 heads.
-    scores = 2 * 8 * (5 * 5 + 5 * 10) * 2
+    # Per score (self 5 x 5, cross 5 x 10, 8 heads), what eager attention keeps on CUDA
+    # with dropout: the fp32 softmax output, the 1-byte mask, the bf16 copy the product with
+    # the values keeps (models/attention.py: a T5 trains with eager attention there).
+    scores = 2 * 8 * (5 * 5 + 5 * 10) * (4 + 1 + 2)
     expected = 2 * (5 * per_target + 10 * per_source) + scores
-    assert decoder_layer_bytes(T5_SMALL, lengths, "bf16", "cuda") == expected == 345_440
+    assert decoder_layer_bytes(T5_SMALL, lengths, "bf16", "cuda") == expected == 351_440
+    # A model without a learned bias keeps SDPA's: the bias it is given, in bf16.
+    sdpa = replace(T5_SMALL, learned_attention_bias=False)
+    assert decoder_layer_bytes(sdpa, lengths, "bf16", "cuda") == expected - 2 * 8 * 75 * 5
 
 
 def test_checkpointing_keeps_each_layer_input_and_recomputes_one_layer():
@@ -127,6 +133,43 @@ def test_the_cpu_formulas_count_what_autograd_keeps(dtype: str, ffn: str):
     logits_grad = lengths.batch * lengths.target * config.vocab_size * (4 if dtype == "fp32" else 2)
     estimate = everything - largest - logits_grad
     assert estimate == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_eager_attention_keeps_what_the_cuda_formula_counts_per_score(dtype: str) -> None:
+    """A T5 trains with eager attention on CUDA; without dropout what it keeps per score
+    is the same on the CPU, where autograd's saved tensors are counted here (weights fp32,
+    bf16 under autocast, as the Trainer runs mixed precision)."""
+    config = T5Config(
+        d_model=64,
+        d_kv=16,
+        num_heads=4,
+        d_ff=128,
+        num_layers=1,
+        vocab_size=500,
+        dropout_rate=0.0,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        attn_implementation="eager",
+    )
+    batch, heads, source = 2, 4, 96
+    model = T5ForConditionalGeneration(config).train()
+    kept: dict[tuple[int, torch.dtype], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        # The encoder's scores, 4-D or as the 3-D views its matmuls keep.
+        if tensor.shape[-2:] == (source, source) and tensor.numel() == batch * heads * source**2:
+            kept[(tensor.untyped_storage().data_ptr(), tensor.dtype)] = tensor.nbytes
+        return tensor
+
+    ids = torch.randint(2, 500, (batch, source))
+    labels = torch.randint(2, 500, (batch, 8))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast:
+        model(input_ids=ids, labels=labels)
+    per_score = sum(kept.values()) / (batch * heads * source**2)
+    assert per_score == eager_score_bytes(DTYPE_BYTES[dtype], dropout=False)
+    assert per_score == {"fp32": 4, "bf16": 6}[dtype]
 
 
 def test_the_hand_written_shape_is_what_the_check_reads_from_t5_smalls_config():

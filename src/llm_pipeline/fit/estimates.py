@@ -20,6 +20,7 @@ from llm_pipeline.fit.memory import (
     Breakdown,
     DeviceKind,
     Lengths,
+    eager_score_bytes,
     kernel_bytes,
     runtime_bytes,
 )
@@ -45,6 +46,16 @@ def ffn_bytes(stack: Stack, dtype_bytes: int, mask: float) -> float:
     return stack.ffn * kept
 
 
+def score_bytes(shape: ModelShape, dropout: bool, dtype: str, device: DeviceKind) -> float:
+    """Bytes one attention score keeps for backward: eager attention's on CUDA for a model
+    with a learned attention bias (`models.attention` trains it so), else the device's
+    SDPA kernel's."""
+    s, k = DTYPE_BYTES[dtype], DEVICES[device]
+    if device == "cuda" and shape.learned_attention_bias:
+        return eager_score_bytes(s, dropout)
+    return kernel_bytes(k.scores_dropout if dropout else k.scores, s)
+
+
 def encoder_layer_bytes(
     shape: ModelShape, lengths: Lengths, dtype: str, device: DeviceKind
 ) -> float:
@@ -58,7 +69,7 @@ def encoder_layer_bytes(
         + 4 * kernel_bytes(k.attention, s) * e.inner
         + ffn_bytes(e, s, mask)
     )
-    scores = kernel_bytes(k.scores_dropout if e.dropout else k.scores, s)
+    scores = score_bytes(shape, e.dropout, dtype, device)
     tokens = lengths.sequences * lengths.source
     return tokens * per_token + lengths.sequences * e.heads * lengths.source**2 * scores
 
@@ -78,7 +89,7 @@ def decoder_layer_bytes(
         + ffn_bytes(d, s, mask)
     )
     per_source = 2 * attention * d.inner  # cross-attention keys and values
-    scores = kernel_bytes(k.scores_dropout if d.dropout else k.scores, s)
+    scores = score_bytes(shape, d.dropout, dtype, device)
     b, src, tgt = lengths.sequences, lengths.source, lengths.target
     return b * (tgt * per_target + src * per_source) + b * d.heads * (tgt**2 + tgt * src) * scores
 

@@ -11,8 +11,13 @@ Two things differ between a CPU and a CUDA process, and the `Kernels` below say 
   runs a flash kernel on both, which keeps q, k, v, the output and one fp32 log-sum-exp per
   head and token.
 
+A T5-style model (a learned position bias) trains on CUDA with eager attention instead
+(`models.attention`: SDPA's backward gave non-finite bf16 gradients there), which keeps more
+per score: `eager_score_bytes`.
+
 The CUDA side cannot be measured on this machine; its constants follow from the kernels'
-documented saved tensors and stay unverified until a GPU run.
+documented saved tensors. One H100 run (2026-11-26, before the eager switch) measured peaks of
+0.84-0.99 of the finetune estimates they give.
 """
 
 from __future__ import annotations
@@ -86,6 +91,21 @@ DEVICES: dict[DeviceKind, Kernels] = {
         causal_scores_dropout=0,
     ),
 }
+
+
+def eager_score_bytes(dtype_bytes: int, dropout: bool) -> float:
+    """Bytes a T5 attention trained with eager attention on CUDA keeps per score.
+
+    Adding the fp32 position bias makes the scores fp32, so the softmax keeps its fp32
+    output (4 B). The product with the values keeps its 16-bit copy under autocast (the
+    dtype's size; in fp32 it is the softmax's output itself). Dropout adds its 1-byte mask
+    on CUDA, and the product then keeps the dropout's output in place of the softmax's.
+    Measured on the CPU with saved_tensors_hooks, where only the mask's size differs:
+    6 B in bf16 and 4 B in fp32 without dropout, against the 2 B the memory-efficient
+    kernel keeps for the bias alone (tests/fit/test_estimates.py).
+    """
+    copy = 0 if dtype_bytes == 4 and not dropout else dtype_bytes
+    return 4 + copy + (1 if dropout else 0)
 
 
 def kernel_bytes(value: float | None, dtype_bytes: int) -> float:

@@ -38,6 +38,7 @@ from llm_pipeline.errors import first_line
 from llm_pipeline.fit.adapters import Adapters, count_adapters
 from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.memory import Breakdown, DeviceKind, Lengths
+from llm_pipeline.models.attention import has_learned_attention_bias
 from llm_pipeline.models.sources import is_hub_id, resolve_model_path
 from llm_pipeline.storage import is_remote, local_copy
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
@@ -104,6 +105,8 @@ class ModelShape:
     # The task's own terms that read this shape and estimate its memory; None: this layer's
     # (seq2seq, causal LM).
     terms: FitTerms | None = None
+    # Its attention adds a learned bias (T5's): it trains with eager attention on CUDA.
+    learned_attention_bias: bool = False
 
 
 class FitTerms(Protocol):
@@ -224,6 +227,7 @@ def shape_of(
         source_note=note,
         kind=kind,
         adapters=count_adapters(model, lora) if lora is not None else None,
+        learned_attention_bias=has_learned_attention_bias(model),
     )
 
 
