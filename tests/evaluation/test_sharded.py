@@ -209,6 +209,28 @@ def test_a_mistake_in_the_processes_reads_as_in_one(
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
+@pytest.mark.slow
+def test_a_rank_that_raises_reports_its_error(
+    tiny_model_dir: Path, docstring_dataset: Path, tmp_path: Path
+) -> None:
+    """Rank 0 evaluates, then cannot write (its output folder lies under a file): the rank
+    fails and its exception is recorded for the launcher (`record`'s error file), which the
+    step quotes; only a rank whose `main` returned takes `exit_without_teardown`."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(EvaluationError) as caught:
+        evaluate_in_processes(
+            model_dir=tiny_model_dir,
+            dataset_dir=docstring_dataset,
+            config=EvaluateConfig(max_samples=3, processes=2),
+            output_dir=blocker / "out",
+        )
+    message = str(caught.value)
+    assert message.startswith("evaluation in 2 processes failed (launcher exit code 1): rank ")
+    # Rank 0's FileExistsError, or rank 1's RuntimeError that quotes it.
+    assert "raised:\n" in message and "FileExistsError" in message and "a-file" in message
+
+
 def test_evaluation_processes_die_with_a_killed_launcher(
     tiny_model_dir: Path, docstring_dataset: Path, tmp_path: Path
 ) -> None:

@@ -6,7 +6,8 @@ llm_pipeline.evaluation.evaluate_model`, see `main`), run and reported as traini
 reports it, and reads back what rank 0 wrote. Generation is nearly all of an evaluation's
 time, and it parallelises perfectly: T5-XXL on CNN/DailyMail's 11,490 test articles on one
 GPU of a 16-GPU node would leave fifteen idle. Such a rank dies with the launcher that
-started it (`launch.lifetime`), armed before the imports below.
+started it (`launch.lifetime`), armed before the imports below, and, its outputs written,
+ends without the interpreter's teardown (`lifetime.exit_without_teardown`).
 
 `evaluate_model` reads as the step's table of contents, one path for every task: read the
 evaluation rows, load the model, run it (summaries, completions of prompts, a classifier's
@@ -18,7 +19,7 @@ sharded across the ranks and rank 0 scores and writes.
 
 from __future__ import annotations
 
-from llm_pipeline.launch.lifetime import die_with_parent
+from llm_pipeline.launch.lifetime import die_with_parent, exit_without_teardown
 
 if __name__ == "__main__":
     die_with_parent()
@@ -391,3 +392,6 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     # Here, not as a decorator: in-process callers (tests) keep their own fault handler.
     record(main)()
+    # Written and out of the process group (`main`): end without the interpreter's teardown.
+    # An exception does not get here: `record` has written it and it propagates.
+    exit_without_teardown(0)

@@ -27,10 +27,14 @@ dies of SIGTERM without stopping it). Limits:
   no step to watch: they end through the runner's own cleanup, which it runs on SIGTERM (it
   pkills every node's launcher over pdsh); a runner killed with SIGKILL leaves them running.
 Not Linux: nothing is armed.
+
+A rank whose work is saved ends with `exit_without_teardown`: its exit handlers run, the
+interpreter's teardown does not.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
@@ -39,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 _PR_SET_PDEATHSIG = 1
 #: The pid of the process that ran the launcher, for the processes the launcher starts.
@@ -121,3 +126,16 @@ def _start_time(pid: int) -> str | None:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
     return fields[19] if fields and fields[0] != "Z" else None
+
+
+def exit_without_teardown(code: int = 0) -> NoReturn:
+    """End a rank whose work is saved: Python's exit handlers run (logging flushes), then
+    the process ends without the interpreter's teardown. That teardown destroys C++
+    objects whose threads may still run (a finished DPO rank under ZeRO-3 aborted there with
+    'terminate called without an active exception' after the process group was gone, and
+    the step failed), and it takes about 2 s per rank for nothing once the work is on disk.
+    Leave the process group first (`torch.distributed.destroy_process_group`)."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

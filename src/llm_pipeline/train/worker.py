@@ -10,7 +10,7 @@ imports below, which take seconds.
 
 from __future__ import annotations
 
-from llm_pipeline.launch.lifetime import die_with_parent
+from llm_pipeline.launch.lifetime import die_with_parent, exit_without_teardown
 from llm_pipeline.launch.node_files import load_node_secrets
 
 if __name__ == "__main__":
@@ -18,13 +18,11 @@ if __name__ == "__main__":
     load_node_secrets()  # under DeepSpeed's multi-node launcher: HF_TOKEN and the like
 
 import argparse
-import atexit
 import contextlib
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -372,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         release_folder()
         _leave_the_group()
-    _exit_without_teardown(code)
+    exit_without_teardown(code)
 
 
 def _leave_the_group() -> None:
@@ -382,18 +380,6 @@ def _leave_the_group() -> None:
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
-
-
-def _exit_without_teardown(code: int) -> NoReturn:
-    """End a rank whose work is saved: Python's exit handlers run (logging flushes), then
-    the process ends without the interpreter's teardown. That teardown destroys C++
-    objects whose threads may still run (a finished DPO rank under ZeRO-3 aborted there with
-    'terminate called without an active exception' after the process group was gone, and
-    the step failed), and it takes about 2 s per rank for nothing once the work is on disk."""
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":
