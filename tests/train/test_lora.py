@@ -192,6 +192,58 @@ def test_without_deepspeed_a_bf16_lora_model_keeps_its_frozen_base_in_bf16(famil
     assert grads and all(g is not None and g.dtype == torch.float32 for g in grads)
 
 
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_under_autocast_adapters_take_their_input_uncast_and_compute_the_same(
+    family: str,
+) -> None:
+    """PEFT's cast of each adapter's input to fp32 is undone by autocast at the adapter's
+    matmul: without it the loss and the adapters' gradients are the same, and the step
+    makes one fp32 copy fewer per adapted layer."""
+    from peft.helpers import disable_input_dtype_casting
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+
+    model = apply_lora(_tiny(family), LoraSettings(r=4, dropout=0.0))
+    keep_frozen_in(model, torch.bfloat16)
+    adapted = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    assert adapted and not any(m.cast_input_dtype_enabled for m in adapted)
+    inputs = {"input_ids": torch.randint(0, 100, (2, 7)), "labels": torch.randint(0, 100, (2, 7))}
+    if family == "t5":
+        inputs["decoder_input_ids"] = torch.randint(0, 100, (2, 7))
+
+    def step() -> tuple[torch.Tensor, list[torch.Tensor], int]:
+        model.zero_grad()
+        torch.manual_seed(0)  # T5's dropout draws the same masks each time
+        fp32_copies = 0
+        original = torch.Tensor.to
+
+        def to(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+            nonlocal fp32_copies
+            result = original(tensor, *args, **kwargs)  # type: ignore[arg-type]
+            fp32_copies += result.dtype == torch.float32 and tensor.dtype != torch.float32
+            return result
+
+        torch.Tensor.to = to  # type: ignore[method-assign]
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(**inputs).loss
+        finally:
+            torch.Tensor.to = original  # type: ignore[method-assign]
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]  # type: ignore[union-attr]
+        return loss.detach(), grads, fp32_copies
+
+    uncast_loss, uncast_grads, uncast_copies = step()
+    with disable_input_dtype_casting(model, active=False):
+        for module in adapted:
+            module.cast_input_dtype_enabled = True  # PEFT's default, for comparison
+        cast_loss, cast_grads, cast_copies = step()
+    assert torch.equal(uncast_loss, cast_loss)
+    assert all(torch.equal(a, b) for a, b in zip(uncast_grads, cast_grads, strict=True))
+    assert cast_copies - uncast_copies >= len(adapted)
+
+
 def test_under_fp16_the_modules_transformers_keeps_in_fp32_stay_fp32() -> None:
     """T5's `wo` (`_keep_in_fp32_modules`), as `from_pretrained(dtype=float16)` leaves it."""
     from llm_pipeline.train.lora import apply_lora, keep_frozen_in
