@@ -23,7 +23,9 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
   (`peak_gpu_memory_reserved_bytes`: torch.cuda.max_memory_reserved, fresh ranks per
   setting) beside the fit check's estimate for the same shape on an H100 80GB
   (`fit.check.check_fit`, as `--check-fit` prints it), steps skipped on non-finite gradients
-  (`skipped_steps`, where the finetune metrics have it), and the setting's wall time;
+  (`skipped_steps`, where the finetune metrics have it), the share of one steady step the
+  host spent issuing it ("host", `step_host_share`: near 1, the GPU waited on the host),
+  and the setting's wall time;
 - evaluation's generation for both shapes: new tokens/s of the evaluate step's own code
   (`generate_summaries`, `complete`) on the model the first setting of the shape saved,
   greedy, every answer forced to the same length.
@@ -457,6 +459,7 @@ COLUMNS = (
     ("fit GiB", 8),
     ("peak/fit", 8),
     ("skipped", 7),
+    ("host", 5),
     ("elapsed s", 9),
 )
 
@@ -475,6 +478,7 @@ def table_line(row: Row) -> str:
         _number(fit, "{:.1f}"),
         _number(peak / fit if peak and fit else None, "{:.2f}"),
         _number(f.get("skipped_steps"), "{:.0f}"),
+        _number(f.get("host_share"), "{:.2f}"),
         _number(f.get("elapsed_s"), "{:.0f}"),
     ]
     text = "  ".join(
@@ -763,6 +767,7 @@ def train_row(
         "peak_gib": peak / GIB if peak else None,
         "fit_gib": fit / GIB if fit else None,
         "skipped_steps": metrics.get("skipped_steps"),
+        "host_share": metrics.get("step_host_share"),
         "elapsed_s": elapsed,
         "global_step": metrics.get("global_step"),
         "train_runtime_s": metrics.get("train_runtime_s"),

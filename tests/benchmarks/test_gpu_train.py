@@ -65,7 +65,7 @@ def test_a_metric_the_project_does_not_report_prints_a_dash() -> None:
     row = gpu_train.Row("llama-1.1b packed plain full", {"tokens_per_second": 1234.5})
     cells = gpu_train.table_line(row).split()
     assert cells[4:6] == ["1,234", "-"]  # tokens/s, then model TFLOP/s unknown
-    assert cells.count("-") == 7  # everything but the name and tokens/s
+    assert cells.count("-") == 8  # everything but the name and tokens/s
 
 
 def test_a_stage_the_config_refuses_is_not_run() -> None:
@@ -177,7 +177,7 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     table = done.stdout[done.stdout.rindex("setting ") :]
     assert table.split("\n")[0].split() == [
         "setting", "tokens/s", "TFLOP/s", "of", "matmul", "peak", "GiB", "fit", "GiB",
-        "peak/fit", "skipped", "elapsed", "s",
+        "peak/fit", "skipped", "host", "elapsed", "s",
     ]  # fmt: skip
     figures = json.loads(out.read_text())
     assert figures["matmul"]["tflops"] > 0
@@ -189,6 +189,7 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     for value in (trained["tokens_per_second"], generated["new_tokens_per_second"]):
         assert math.isfinite(value) and value > 0
     assert trained["global_step"] == 3 and trained["peak_gib"] is None  # no GPU here
+    assert trained["host_share"] is None  # a GPU's figure
     assert trained["zero_stage"] == 0 and trained["note"] == ""  # ran as resolved
     assert trained["of_matmul"] > 0 and trained["fit_gib"] > 0
     assert trained["trainable_parameters"] < trained["total_parameters"]  # LoRA
@@ -201,4 +202,4 @@ def test_skipped_steps_print_when_the_metrics_have_them() -> None:
         row = gpu_train.Row(
             "t5-large zero3 full", {"tokens_per_second": 10.0, "skipped_steps": skipped}
         )
-        assert gpu_train.table_line(row).split()[-2] == "2"
+        assert gpu_train.table_line(row).split()[-3] == "2"

@@ -90,6 +90,7 @@ def test_no_mfu_on_the_cpu_and_the_last_logged_loss_is_the_final_one() -> None:
     assert metrics["train_source_tokens"] == 800 and metrics["train_target_tokens"] == 200
     assert metrics["total_parameters"] == 100 and metrics["trainable_parameters"] == 40
     assert metrics["peak_gpu_memory_reserved_bytes"] is None
+    assert metrics["step_host_share"] is None  # a GPU's figure
     assert last_logged([{"eval_loss": 1.0}], "loss") is None
 
 
@@ -262,3 +263,32 @@ def test_the_clock_starts_its_steady_window_after_the_first_step() -> None:
     assert clock.steps == 2 and clock.first_step_ended == first
     assert clock.steady_seconds == pytest.approx(clock.ended - first)  # type: ignore[operator]
     assert 0 <= clock.steady_seconds <= clock.seconds  # type: ignore[operator]
+
+
+def test_on_a_gpu_the_clock_times_the_second_step_as_issued_and_as_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host issues step 2 in 3 s and the GPU has run it 4 s after it began: 0.75. The
+    waits (one per step, the first two steps only) are stood in for: no GPU here."""
+    from types import SimpleNamespace
+
+    from llm_pipeline.train import counts
+
+    now = iter([0.0, 10.0, 11.0, 14.0, 15.0, 20.0, 30.0])
+    waits: list[object] = []
+    monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
+    monkeypatch.setattr(counts.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
+    clock = counts.Clock()
+    args = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    clock.on_train_begin(args, None, None)  # 0
+    clock.on_step_begin(args, None, None)  # step 1: not timed alone
+    clock.on_step_end(args, None, None)  # waited for; 10
+    clock.on_step_begin(args, None, None)  # 11
+    clock.on_step_end(args, None, None)  # issued at 14, run by 15
+    clock.on_step_begin(args, None, None)
+    clock.on_step_end(args, None, None)  # step 3: no wait
+    clock.on_train_end(args, None, None)  # 20
+    assert clock.host_share == pytest.approx(3 / 4)
+    assert len(waits) == 2
+    assert clock.steady_seconds == pytest.approx(20 - 10)

@@ -26,6 +26,15 @@ class Clock(TrainerCallback):
     understates what a long one gets. The GPU is waited for at that one point (the steps
     are queued, not waited for), so the window holds whole steps; the loop's end is already
     waited for, by the final loss's read-back.
+
+    On a GPU it also times the second step alone (`host_share`): the host's time to issue it
+    (its operations are queued, not waited for) against the time until the GPU has run it,
+    both from an empty queue (the first step's end is waited for). Near 1, the GPU waited on
+    the host: the step runs at the pace the host issues operations, and fewer, larger ones
+    (compiled or fused kernels, larger micro-batches) are what makes it faster. Well below
+    1, the GPU's own work sets the pace. One more wait, at that step's end. A step that
+    waits on the GPU within itself (DeepSpeed's overflow check reads the gradient norm back)
+    reads near 1 whatever sets its pace.
     """
 
     def __init__(self) -> None:
@@ -33,16 +42,27 @@ class Clock(TrainerCallback):
         self.ended: float | None = None
         self.first_step_ended: float | None = None
         self.steps = 0  # optimizer steps of this run (a resumed run counts its own)
+        self._second_step_began: float | None = None
+        self.host_share: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
 
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.steps == 1 and _on_cuda(args):
+            self._second_step_began = time.perf_counter()
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
         if self.steps == 1:
-            if torch.cuda.is_available() and args.device.type == "cuda":
+            if _on_cuda(args):
                 torch.cuda.synchronize(args.device)
             self.first_step_ended = time.perf_counter()
+        elif self.steps == 2 and self._second_step_began is not None:
+            issued = time.perf_counter() - self._second_step_began
+            torch.cuda.synchronize(args.device)
+            ran = time.perf_counter() - self._second_step_began
+            self.host_share = issued / ran if ran > 0 else None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.ended = time.perf_counter()
@@ -60,6 +80,10 @@ class Clock(TrainerCallback):
         if self.steps < 2 or self.first_step_ended is None or self.ended is None:
             return None
         return self.ended - self.first_step_ended
+
+
+def _on_cuda(args: Any) -> bool:
+    return torch.cuda.is_available() and args.device.type == "cuda"
 
 
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
@@ -125,9 +149,11 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
     device = trainer.args.device
     totals = torch.tensor([samples, source_tokens, target_tokens], dtype=torch.long, device=device)
     dist.all_reduce(totals)
-    steady = clock.steady_seconds
+    steady, share = clock.steady_seconds, clock.host_share
     slowest = torch.tensor(
-        [clock.seconds, -1.0 if steady is None else steady], dtype=torch.float64, device=device
+        [clock.seconds, -1.0 if steady is None else steady, -1.0 if share is None else share],
+        dtype=torch.float64,
+        device=device,
     )
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     model = trainer.model  # the bare model; the DeepSpeed engine is `model_wrapped`
@@ -138,6 +164,7 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         target_tokens=int(totals[2]),
         seconds=float(slowest[0]),
         steady_seconds=float(slowest[1]) if slowest[1] > 0 else None,
+        host_share=float(slowest[2]) if slowest[2] >= 0 else None,
         steps=clock.steps,
         total_parameters=count_parameters(model),
         trainable_parameters=count_parameters(model, trainable_only=True),

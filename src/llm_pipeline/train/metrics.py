@@ -106,6 +106,9 @@ class RunCounts:
     # this run's optimizer steps; None and 0 where unknown or fewer than two steps
     steady_seconds: float | None = None
     steps: int = 0
+    # on a GPU, the share of the second step the host spent issuing it (`counts.Clock`), the
+    # largest of any rank's; None off a GPU
+    host_share: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -179,6 +182,7 @@ def final_metrics(
         "parameters_per_target_token": counts.flop_parameters.per_target_token,
         "world_size": counts.world_size,
         "peak_gpu_memory_reserved_bytes": counts.peak_memory_reserved,
+        "step_host_share": counts.host_share,
         **throughput(counts),
         **{f"train_{name}": value for name, value in (figures or {}).items()},
     }
