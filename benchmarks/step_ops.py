@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+from gpu_train import Shape, shapes  # benchmarks/gpu_train.py, beside this file
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from llm_pipeline.config import LoraSettings
@@ -50,27 +51,29 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def t5_large_layers() -> torch.nn.Module:
-    """T5-large's 24 + 24 layers at a tiny width."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+#: Tiny widths for each shape's model type: the operation count depends on the layers alone.
+NARROW = {
+    "t5": {"d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16},
+    "llama": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+}
 
-    config = AutoConfig.for_model(
-        "t5", d_model=64, d_ff=128, num_layers=24, num_decoder_layers=24, num_heads=4, d_kv=16,
-        dropout_rate=0.0, vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0,
-        eos_token_id=1,
-    )  # fmt: skip
-    return AutoModelForSeq2SeqLM.from_config(config)
 
+def narrow_model(shape: Shape) -> torch.nn.Module:
+    """`shape`'s model (its layer count and layout) at a tiny width, random weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-def llama_layers() -> torch.nn.Module:
-    """TinyLlama's 22 layers at a tiny width."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(
-        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=22,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-    )  # fmt: skip
-    return AutoModelForCausalLM.from_config(config)
+    settings = dict(shape.architecture)
+    model_type = settings.pop("model_type")
+    settings |= NARROW[model_type] | {"vocab_size": VOCAB}
+    if model_type == "t5":
+        settings |= {"decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}
+        return AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model(model_type, **settings))
+    return AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
 
 
 def batch(seq2seq: bool) -> dict[str, torch.Tensor]:
@@ -82,10 +85,11 @@ def batch(seq2seq: bool) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": ids}
 
 
-def step_ops(build: Callable[[], torch.nn.Module], setting: str, seq2seq: bool) -> int:
-    """Operations of one forward and backward of the model `build` makes, in `setting`."""
+def step_ops(shape: Shape, setting: str) -> int:
+    """Operations of one forward and backward of `shape`'s narrowed model, in `setting`."""
     torch.manual_seed(0)
-    model = build()
+    model = narrow_model(shape)
+    seq2seq = shape.task == "summarization"
     if setting != "full":
         model = apply_lora(model, LORA)
         keep_frozen_in(model, torch.bfloat16)
@@ -110,15 +114,13 @@ def step_ops(build: Callable[[], torch.nn.Module], setting: str, seq2seq: bool) 
 def main(argv: Sequence[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     print(f"{'shape':22} {'setting':22} {'ops per step':>12} {'vs full':>8}")
-    for shape, build, seq2seq in (
-        ("t5-large layers", t5_large_layers, True),
-        ("llama-1.1b layers", llama_layers, False),
-    ):
+    for shape in shapes(tiny=False):
         full = 0
         for setting in ("full", "lora", "lora, peft casts"):
-            ops = step_ops(build, setting, seq2seq)
+            ops = step_ops(shape, setting)
             full = full or ops
-            print(f"{shape:22} {setting:22} {ops:12,} {ops / full:7.2f}x", flush=True)
+            name = f"{shape.name} layers"
+            print(f"{name:22} {setting:22} {ops:12,} {ops / full:7.2f}x", flush=True)
     return 0
 
 

