@@ -277,7 +277,6 @@ def test_on_a_gpu_the_clock_times_the_second_step_as_issued_and_as_run(
     now = iter([0.0, 10.0, 11.0, 14.0, 15.0, 20.0, 30.0])
     waits: list[object] = []
     monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
-    monkeypatch.setattr(counts.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
     clock = counts.Clock()
     args = SimpleNamespace(device=SimpleNamespace(type="cuda"))

@@ -49,13 +49,13 @@ class Clock(TrainerCallback):
         self.started = time.perf_counter()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.steps == 1 and _on_cuda(args):
+        if self.steps == 1 and args.device.type == "cuda":
             self._second_step_began = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
         if self.steps == 1:
-            if _on_cuda(args):
+            if args.device.type == "cuda":
                 torch.cuda.synchronize(args.device)
             self.first_step_ended = time.perf_counter()
         elif self.steps == 2 and self._second_step_began is not None:
@@ -80,10 +80,6 @@ class Clock(TrainerCallback):
         if self.steps < 2 or self.first_step_ended is None or self.ended is None:
             return None
         return self.ended - self.first_step_ended
-
-
-def _on_cuda(args: Any) -> bool:
-    return torch.cuda.is_available() and args.device.type == "cuda"
 
 
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
