@@ -18,6 +18,7 @@ from llm_pipeline.fit.memory import Lengths
 from llm_pipeline.fit.shapes import shape_of
 from llm_pipeline.tasks.kinds import CAUSAL_LM
 
+from .kept import bytes_kept_for_backward
 from .tiny_causal import TINY_LLAMA, TINY_OPT, config_of
 
 LORA = LoraSettings(r=8, alpha=16, dropout=0.05, target_modules="all-linear")
@@ -86,19 +87,12 @@ def _kept_by_autograd(settings: dict, dtype: torch.dtype, lora: bool) -> int:
 
         adapters = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules="all-linear")
         model = get_peft_model(model, adapters, autocast_adapter_dtype=False)
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
     ids = torch.randint(3, config.vocab_size, (3, 40))
     mask = torch.ones_like(ids)
     mask[0, -10:] = 0  # padded, as batches of different lengths are
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(input_ids=ids, attention_mask=mask, labels=ids)
-    return sum(size for storage, size in kept.items() if storage not in weights)
+    return bytes_kept_for_backward(
+        model, lambda: model(input_ids=ids, attention_mask=mask, labels=ids)
+    )
 
 
 LAYOUTS = {"llama": TINY_LLAMA, "opt": TINY_OPT}

@@ -19,6 +19,7 @@ from llm_pipeline.fit.known_models import KNOWN_MODELS
 from llm_pipeline.fit.memory import DTYPE_BYTES, eager_score_bytes
 from llm_pipeline.fit.shapes import shape_of
 
+from .kept import bytes_kept_for_backward
 from .t5_small import T5_SMALL
 
 
@@ -90,18 +91,9 @@ def _kept_by_autograd(config: T5Config, dtype: torch.dtype, lengths: Lengths) ->
     """Bytes of every tensor autograd keeps for backward (weights excluded), by storage."""
     torch.manual_seed(0)
     model = T5ForConditionalGeneration(config).to(dtype).train()
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
     ids = torch.randint(0, config.vocab_size, (lengths.batch, lengths.source))
     labels = torch.randint(0, config.vocab_size, (lengths.batch, lengths.target))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(input_ids=ids, labels=labels)
-    return sum(size for storage, size in kept.items() if storage not in weights)
+    return bytes_kept_for_backward(model, lambda: model(input_ids=ids, labels=labels))
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

@@ -20,6 +20,7 @@ from llm_pipeline.tasks.text_classification.fit_terms import (
     layer_bytes,
 )
 
+from ...fit.kept import bytes_kept_for_backward
 from ...fit.tiny_causal import config_of
 from ...fit.tiny_classifiers import TINY_BERT, TINY_DISTILBERT, TINY_LLAMA_CLASSIFIER
 
@@ -79,20 +80,14 @@ def _kept_by_autograd(settings: dict, dtype: torch.dtype, lora: bool) -> int:
             modules_to_save=head_modules(model),
         )
         model = get_peft_model(model, adapters, autocast_adapter_dtype=False)
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
     ids = torch.randint(3, config.vocab_size, (3, 40))
     mask = torch.ones_like(ids)
     mask[0, -10:] = 0  # padded, as batches of different lengths are
     ids[0, -10:] = 0  # with the pad id, which a decoder's head looks for
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2]))
-    return sum(size for storage, size in kept.items() if storage not in weights)
+    labels = torch.tensor([0, 1, 2])
+    return bytes_kept_for_backward(
+        model, lambda: model(input_ids=ids, attention_mask=mask, labels=labels)
+    )
 
 
 @pytest.mark.parametrize(
