@@ -169,6 +169,9 @@ def test_cli_names_the_failing_step_and_its_reason(tmp_path: Path) -> None:
         f"data.dataset={data}",
         "--set",
         'data.columns={"document": "no_such_column", "summary": "summary"}',
+        "--set",
+        # Its own registry, not the checkout's runs/registry, which `make demo` leaves there.
+        f"deploy.registry_dir={tmp_path / 'registry'}",
         "--pipeline-root",
         str(tmp_path),
         timeout=300,
