@@ -75,6 +75,39 @@ def test_t5_small_decoder_layer_on_a_gpu_in_bf16_by_hand():
     assert decoder_layer_bytes(sdpa, lengths, "bf16", "cuda") == expected - 2 * 8 * 75 * 5
 
 
+@pytest.mark.parametrize(
+    ("named", "device", "eager"),
+    [
+        (None, "cuda", True),  # T5's bias on CUDA: the worker switches it to eager
+        (None, "cpu", False),
+        ("sdpa", "cuda", False),  # named in model.architecture: the worker keeps it
+        ("eager", "cpu", True),
+    ],
+)
+def test_the_fit_check_counts_the_attention_the_worker_trains_with(named, device, eager):
+    """One rule (`models.attention.trains_with_eager`) for the worker and the estimate: an
+    `attn_implementation` named in model.architecture wins over the learned-bias switch."""
+    from llm_pipeline.config import ModelConfig
+    from llm_pipeline.fit.shapes import model_shape
+
+    from ..offline_models import MINILM, TINY_T5
+
+    architecture = {**TINY_T5, **({"attn_implementation": named} if named else {})}
+    shape = model_shape(ModelConfig(architecture=architecture, tokenizer=MINILM))
+    assert shape.learned_attention_bias and shape.named_attention == named
+    lengths = Lengths(batch=2, source=10, target=5)
+    bias = replace(shape, named_attention="eager")
+    plain = replace(shape, learned_attention_bias=False, named_attention=None)
+    expected = bias if eager else plain
+    for layer_bytes in (encoder_layer_bytes, decoder_layer_bytes):
+        assert layer_bytes(shape, lengths, "bf16", device) == layer_bytes(
+            expected, lengths, "bf16", device
+        )
+    assert encoder_layer_bytes(bias, lengths, "bf16", device) > encoder_layer_bytes(
+        plain, lengths, "bf16", device
+    )
+
+
 def test_checkpointing_keeps_each_layer_input_and_recomputes_one_layer():
     lengths = Lengths(batch=2, source=10, target=5)
     without = activation_bytes(T5_SMALL, lengths, dtype="fp32", device="cpu", checkpointing=False)

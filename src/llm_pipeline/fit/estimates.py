@@ -25,6 +25,7 @@ from llm_pipeline.fit.memory import (
     runtime_bytes,
 )
 from llm_pipeline.fit.shapes import ModelShape, Stack
+from llm_pipeline.models.attention import trains_with_eager
 
 
 def norm_bytes(dtype_bytes: int) -> float:
@@ -47,11 +48,16 @@ def ffn_bytes(stack: Stack, dtype_bytes: int, mask: float) -> float:
 
 
 def score_bytes(shape: ModelShape, dropout: bool, dtype: str, device: DeviceKind) -> float:
-    """Bytes one attention score keeps for backward: eager attention's on CUDA for a model
-    with a learned attention bias (`models.attention` trains it so), else the device's
-    SDPA kernel's."""
+    """Bytes one attention score keeps for backward: eager attention's where the model trains
+    with it (`models.attention.trains_with_eager`: a learned attention bias on CUDA, or eager
+    named in `model.architecture`), else the device's SDPA kernel's."""
     s, k = DTYPE_BYTES[dtype], DEVICES[device]
-    if device == "cuda" and shape.learned_attention_bias:
+    eager = trains_with_eager(
+        cuda=device == "cuda",
+        learned_bias=shape.learned_attention_bias,
+        named=shape.named_attention,
+    )
+    if eager:
         return eager_score_bytes(s, dropout)
     return kernel_bytes(k.scores_dropout if dropout else k.scores, s)
 

@@ -105,8 +105,11 @@ class ModelShape:
     # The task's own terms that read this shape and estimate its memory; None: this layer's
     # (seq2seq, causal LM).
     terms: FitTerms | None = None
-    # Its attention adds a learned bias (T5's): it trains with eager attention on CUDA.
+    # Its attention adds a learned bias (T5's): it trains with eager attention on CUDA
+    # unless `named_attention` says otherwise (`models.attention.trains_with_eager`).
     learned_attention_bias: bool = False
+    # The attention implementation `model.architecture` names, if it names one.
+    named_attention: str | None = None
 
 
 class FitTerms(Protocol):
@@ -172,6 +175,9 @@ def model_shape(
         if model.trust_remote_code:
             raise ShapeUnavailable(f"{exc}; {_NO_REMOTE_CODE}") from exc
         raise
+    named = (model.architecture or {}).get("attn_implementation")
+    if named is not None:
+        shape = replace(shape, named_attention=str(named))
     if model.trust_remote_code:
         own = config.model_type
         stand_in = f"estimated with transformers' own {own!r} classes: {_NO_REMOTE_CODE}"

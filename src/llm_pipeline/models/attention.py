@@ -19,7 +19,8 @@ uses another kernel for the same call, and two CPU tries did not reproduce the f
 
 So a model whose attention has a learned bias trains with eager attention on a GPU, unless
 `model.architecture` names an `attn_implementation` (a user's explicit choice, and the
-benchmark's way to run both). Evaluation and serving load the saved model afresh, with
+benchmark's way to run both). `trains_with_eager` is that rule, the one the worker applies and
+the fit check counts memory by. Evaluation and serving load the saved model afresh, with
 transformers' default: generation takes no gradient, so the failing backward never runs.
 """
 
@@ -46,6 +47,14 @@ def has_learned_attention_bias(model: torch.nn.Module) -> bool:
     return any(name.rsplit(".", 1)[-1] == LEARNED_BIAS for name, _ in model.named_modules())
 
 
+def trains_with_eager(*, cuda: bool, learned_bias: bool, named: str | None) -> bool:
+    """Whether a model trains with eager attention: the implementation `model.architecture`
+    names (`named`) when it names one, else eager on CUDA for a learned attention bias."""
+    if named is not None:
+        return named == TRAINING_ATTENTION
+    return cuda and learned_bias
+
+
 def training_attention(
     model: torch.nn.Module, *, cuda: bool, architecture: Mapping[str, Any] | None
 ) -> str | None:
@@ -53,11 +62,12 @@ def training_attention(
     (on CUDA, a learned attention bias, sdpa, no explicit choice); the implementation it now
     uses when switched, else None."""
     config = getattr(model, "config", None)
-    if not cuda or config is None or "attn_implementation" in (architecture or {}):
-        return None
+    named = (architecture or {}).get("attn_implementation")
+    if config is None or named is not None:
+        return None  # transformers built it with the named implementation
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return None
-    if not has_learned_attention_bias(model):
+    if not trains_with_eager(cuda=cuda, learned_bias=has_learned_attention_bias(model), named=None):
         return None
     model.set_attn_implementation(TRAINING_ATTENTION)  # type: ignore[operator]
     logger.info(
