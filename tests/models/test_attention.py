@@ -12,26 +12,14 @@ from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.models.attention import has_learned_attention_bias
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.tasks import get_task
-from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.worker import _build_model
 
 from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
+from ..train.specs import unrun_spec
 
 
 def _built(task: str, architecture: dict[str, Any], *, cuda: bool) -> torch.nn.Module:
-    spec = WorkerSpec(
-        dataset_dir="unused",
-        output_dir="unused",
-        model=ModelConfig(architecture=architecture, tokenizer=MINILM),
-        train=TrainConfig(),
-        checkpoint_root="unused",
-        tensorboard_dir=None,
-        tensorboard_mirror=None,
-        work_dir="unused",
-        node_count=1,
-        procs_per_node=1,
-        task=task,
-    )
+    spec = unrun_spec(ModelConfig(architecture=architecture, tokenizer=MINILM), TrainConfig(), task)
     kind = get_task(task)
     tokenizer = load_tokenizer(spec.model, kind=kind.model_kind)
     return _build_model(spec, kind, tokenizer, None, cuda=cuda)

@@ -23,6 +23,7 @@ from llm_pipeline.train.worker import largest_adapter
 
 from ..fit.tiny_classifiers import TINY_BERT
 from ..offline_models import MINILM, TINY_LLAMA
+from .specs import unrun_spec
 
 
 def test_no_deepspeed_config_when_deepspeed_is_off() -> None:
@@ -60,17 +61,9 @@ def test_lora_runs_keep_their_largest_adapter_whole_under_zero3() -> None:
 def test_the_workers_adapter_size_is_the_fit_checks_count() -> None:
     """What the finetune step's worker passes (from the config alone, before any weight
     loads): TINY_LLAMA, r 16 on every linear layer, largest A or B is 16 x 64."""
-    spec = WorkerSpec(
-        dataset_dir="unused",
-        output_dir="unused",
-        model=ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
-        train=TrainConfig(lora=LoraSettings(r=16)),
-        checkpoint_root="unused",
-        tensorboard_dir=None,
-        tensorboard_mirror=None,
-        work_dir="unused",
-        node_count=1,
-        procs_per_node=1,
+    spec = unrun_spec(
+        ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
+        TrainConfig(lora=LoraSettings(r=16)),
     )
     llm = get_task("instruction_tuning")
     assert largest_adapter(spec, llm) == 16 * TINY_LLAMA["intermediate_size"]
