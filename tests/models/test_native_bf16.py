@@ -19,6 +19,8 @@ from llm_pipeline.models.generation import inference_dtype, native_bf16
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import training_precision
 
+from ..train.specs import unrun_spec
+
 GPUS = {"T4": (7, 5), "V100": (7, 0), "P100": (6, 0), "A100": (8, 0), "L4": (8, 9), "H100": (9, 0)}
 NATIVE = {"A100", "L4", "H100"}
 
@@ -43,18 +45,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch):
 
 
 def _spec(precision: str) -> WorkerSpec:
-    return WorkerSpec(
-        dataset_dir="d",
-        output_dir="o",
-        model=ModelConfig(source="google-t5/t5-small"),
-        train=TrainConfig(precision=precision),
-        checkpoint_root="c",
-        tensorboard_dir=None,
-        tensorboard_mirror=None,
-        work_dir="w",
-        node_count=1,
-        procs_per_node=1,
-    )
+    return unrun_spec(ModelConfig(source="google-t5/t5-small"), TrainConfig(precision=precision))
 
 
 @pytest.mark.parametrize("name", sorted(GPUS))
