@@ -491,7 +491,9 @@ def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None
     benchmarks/lora_gathers.py (which wraps DeepSpeed's gather entry points in its ranks):
     after the step that records ZeRO-3's trace, forward and backward gather the base weights
     alone, so LoRA needs no more gathers per step than full fine-tuning. With Hugging Face's
-    threshold (10 x hidden size) every adapter above it was gathered again at every step."""
+    threshold (10 x hidden size) every adapter above it was gathered again at every step.
+    With each LoRA layer a ZeRO-3 leaf (the finetune step's way) the module fetches are full
+    fine-tuning's too, and the training is that without leaves."""
     import os
     import subprocess
     import sys
@@ -501,22 +503,25 @@ def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None
     command = [sys.executable, str(repo / "benchmarks" / "lora_gathers.py")]
     # Two steps: the first records ZeRO-3's trace, the second is counted (the benchmark
     # counts every later step alike: a third adds a launch's worth of seconds, no check).
-    command += ["--settings", "full,lora", "--steps", "2", "--seq-len", "16"]
+    command += ["--settings", "full,lora,lora-leaf", "--steps", "2", "--seq-len", "16"]
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
     done = subprocess.run(
         [*command, "--json", str(output)], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    full, lora = json.loads(output.read_text())
-    assert [r["setting"] for r in (full, lora)] == ["full", "lora"]
-    for step in lora["steps"]:
+    full, lora, leaf = json.loads(output.read_text())
+    assert [r["setting"] for r in (full, lora, leaf)] == ["full", "lora", "lora-leaf"]
+    for step in (*lora["steps"], *leaf["steps"]):
         assert step.get("fetch_params", 0) > 0  # the base weights are still partitioned
         assert step.get("fetch_adapters", 0) == 0, step
     per_step = [
         {s.get("fetch_gathers", 0) + s.get("other_gathers", 0) for s in r["steps"]}
-        for r in (full, lora)
+        for r in (full, lora, leaf)
     ]
-    assert max(per_step[1]) <= min(per_step[0]), per_step
+    assert max(per_step[1]) <= min(per_step[0]) and per_step[2] == per_step[1], per_step
+    fetches = [{s["module_fetches"] for s in r["steps"]} for r in (full, lora, leaf)]
+    assert fetches[2] == fetches[0] and min(fetches[1]) > 2 * max(fetches[0]), fetches
+    assert leaf["compared_with"] == "lora" and leaf["alike"], leaf
 
 
 @pytest.mark.slow
