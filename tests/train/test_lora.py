@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -490,7 +491,9 @@ def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None
     benchmarks/lora_gathers.py (which wraps DeepSpeed's gather entry points in its ranks):
     after the step that records ZeRO-3's trace, forward and backward gather the base weights
     alone, so LoRA needs no more gathers per step than full fine-tuning. With Hugging Face's
-    threshold (10 x hidden size) every adapter above it was gathered again at every step."""
+    threshold (10 x hidden size) every adapter above it was gathered again at every step.
+    With each LoRA layer a ZeRO-3 leaf (the finetune step's way) the module fetches are full
+    fine-tuning's too, and the training is that without leaves."""
     import os
     import subprocess
     import sys
@@ -500,19 +503,133 @@ def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None
     command = [sys.executable, str(repo / "benchmarks" / "lora_gathers.py")]
     # Two steps: the first records ZeRO-3's trace, the second is counted (the benchmark
     # counts every later step alike: a third adds a launch's worth of seconds, no check).
-    command += ["--settings", "full,lora", "--steps", "2", "--seq-len", "16"]
+    command += ["--settings", "full,lora,lora-leaf", "--steps", "2", "--seq-len", "16"]
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
     done = subprocess.run(
         [*command, "--json", str(output)], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    full, lora = json.loads(output.read_text())
-    assert [r["setting"] for r in (full, lora)] == ["full", "lora"]
-    for step in lora["steps"]:
+    full, lora, leaf = json.loads(output.read_text())
+    assert [r["setting"] for r in (full, lora, leaf)] == ["full", "lora", "lora-leaf"]
+    for step in (*lora["steps"], *leaf["steps"]):
         assert step.get("fetch_params", 0) > 0  # the base weights are still partitioned
         assert step.get("fetch_adapters", 0) == 0, step
     per_step = [
         {s.get("fetch_gathers", 0) + s.get("other_gathers", 0) for s in r["steps"]}
-        for r in (full, lora)
+        for r in (full, lora, leaf)
     ]
-    assert max(per_step[1]) <= min(per_step[0]), per_step
+    assert max(per_step[1]) <= min(per_step[0]) and per_step[2] == per_step[1], per_step
+    fetches = [{s["module_fetches"] for s in r["steps"]} for r in (full, lora, leaf)]
+    assert fetches[2] == fetches[0] and min(fetches[1]) > 2 * max(fetches[0]), fetches
+    assert leaf["compared_with"] == "lora" and leaf["alike"], leaf
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_process_group")
+def test_under_zero3_each_adapted_layer_is_one_zero3_module_and_trains_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's model under ZeRO-3 (a tiny Llama, LoRA on every linear layer, one gloo
+    rank): each LoRA layer is a ZeRO-3 leaf (`lora.zero3_leaf_adapters`), so a step makes
+    full fine-tuning's module fetches, not one per PEFT sub-module; and two steps give the
+    losses and adapters of the same model without leaves."""
+    from deepspeed.runtime.zero.partitioned_param_coordinator import (
+        PartitionedParameterCoordinator as Coordinator,
+    )
+    from deepspeed.utils import unset_z3_leaf_modules, z3_leaf_module
+    from peft.tuners.lora import Linear as LoraLinear
+
+    fetches = []
+    fetch = Coordinator.fetch_sub_module
+
+    def counted(coordinator: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
+        fetches.append(module)
+        return fetch(coordinator, module, *args, **kwargs)
+
+    monkeypatch.setattr(Coordinator, "fetch_sub_module", counted)
+
+    def trained(lora: LoraSettings | None, *, leaves: bool = True) -> dict[str, Any]:
+        model, engine = _zero3_worker_model(lora)
+        if lora is not None:
+            layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+            assert layers and all(z3_leaf_module(m) for m in layers), "not ZeRO-3 leaves"
+            if not leaves:
+                unset_z3_leaf_modules(model, [LoraLinear])
+        engine = engine(model)
+        ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+        losses, counts = [], []
+        for _ in range(2):  # the first records ZeRO-3's trace, the second is counted
+            fetches.clear()
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+            counts.append(len(fetches))
+        engine.eval()
+        with torch.no_grad():  # evaluation: no gradient, so the leaves' input is left alone
+            assert torch.isfinite(engine(input_ids=ids, labels=ids).loss)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([p for _, p in named]):
+            weights = {n: p.detach().clone() for n, p in named}
+        return {"losses": losses, "fetches": counts[-1], "weights": weights}
+
+    lora = LoraSettings(r=4, alpha=8, dropout=0.0)
+    full = trained(None)
+    leaf = trained(lora)
+    bare = trained(lora, leaves=False)
+    assert leaf["fetches"] == full["fetches"] < bare["fetches"], (full, leaf, bare)
+    assert torch.allclose(torch.tensor(leaf["losses"]), torch.tensor(bare["losses"]))
+    assert leaf["weights"].keys() == bare["weights"].keys()
+    for name, value in leaf["weights"].items():
+        assert torch.allclose(value, bare["weights"][name]), name
+
+
+def _zero3_worker_model(lora: LoraSettings | None) -> tuple[torch.nn.Module, Callable[..., Any]]:
+    """The tiny Llama as the worker builds it under a ZeRO-3 config (`_build_model`), and
+    a maker of its DeepSpeed engine (torch's AdamW, as the Trainer passes it)."""
+    import deepspeed
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from llm_pipeline.models.sources import load_tokenizer
+    from llm_pipeline.train.spec import WorkerSpec
+    from llm_pipeline.train.trainer import deepspeed_settings
+    from llm_pipeline.train.worker import _build_model, largest_adapter
+
+    from ..offline_models import MINILM, TINY_LLAMA
+
+    spec = WorkerSpec(
+        dataset_dir="unused",
+        output_dir="unused",
+        model=ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
+        train=TrainConfig(per_device_batch_size=2, zero_stage=3, lora=lora),
+        checkpoint_root="unused",
+        tensorboard_dir=None,
+        tensorboard_mirror=None,
+        work_dir="unused",
+        node_count=1,
+        procs_per_node=1,
+        task="instruction_tuning",
+    )
+    task = get_task(spec.task)
+    config = deepspeed_settings(
+        spec.train,
+        precision="fp32",
+        world_size=1,
+        hidden_size=TINY_LLAMA["hidden_size"],
+        largest_adapter=largest_adapter(spec, task),
+    )
+    assert config is not None
+    config["zero_allow_untested_optimizer"] = True
+    # While it lives, models build partitioned (zero.Init) and the worker sees ZeRO-3.
+    keep = [HfDeepSpeedConfig(config)]
+    model = _build_model(spec, task, load_tokenizer(spec.model, kind=task.model_kind), None)
+
+    def engine(model: torch.nn.Module) -> Any:
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        built, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        keep.clear()
+        return built
+
+    return model, engine

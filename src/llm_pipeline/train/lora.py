@@ -106,6 +106,59 @@ def keep_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
             module.cast_input_dtype_enabled = False  # type: ignore[assignment]
 
 
+def zero3_leaf_adapters(model: torch.nn.Module) -> int:
+    """Make each LoRA linear layer one ZeRO-3 module, its base weight and adapters fetched
+    together; returns how many layers it marked. Under ZeRO-3 alone, after `apply_lora` and
+    any freezing, before the DeepSpeed engine is built (the Trainer builds it in `train`).
+
+    Why: ZeRO-3 hooks every module it meets, and PEFT turns each adapted linear into five
+    called modules (the LoRA layer, its base layer, A, B, and the dropout or Identity), so
+    a LoRA step made 2.7x the module fetches of full fine-tuning, each with its hooks'
+    host-side bookkeeping, though it gathers no more weights (`deepspeed_config.
+    persistence_threshold`). Where a GPU step runs at the host's pace that host work is what
+    made LoRA slower per token than full fine-tuning (0.42x on one H100, a 1.1B Llama). As a
+    ZeRO-3 leaf (`deepspeed.utils.set_z3_leaf_modules`) the layer is fetched and released
+    once, its children unhooked, and its trained parameters are reduced together when its
+    backward ends. Measured by `benchmarks/lora_gathers.py` (2 CPU ranks, a Llama of hidden
+    64 and 2 layers): module fetches per step 169 -> 63, full fine-tuning's 63; gathers 13,
+    as before and as full fine-tuning; losses and adapters after 6 steps the same.
+
+    DeepSpeed 0.19.8 reduces a leaf's gradients in a full backward hook on the leaf
+    (`stage3.py::create_reduce_and_remove_grad_hooks`, `reduce_leaf_module_grads`), which
+    PyTorch fires once the gradients for the module's inputs are computed, after its
+    weights' gradients, but, where no input requires a gradient, as soon as those for its
+    outputs are: before the adapters have theirs. The first decoder layer's query, key and
+    value projections are such layers (their input comes from the frozen embedding and
+    norm), as are cross-attention's key and value over a frozen encoder. There the hook
+    gave each adapter a zero gradient from `zeros_like` of the parameter, released to an
+    empty tensor while ZeRO-3 records its trace in the first step, reduced that, and the
+    real gradient then met it: "The size of tensor a (0) must match the size of tensor b
+    (16)" (`lora_gathers.py --settings lora-leaf-bare`). So each marked layer that trains
+    also gets a first forward pre-hook that, while autograd records, hands it a copy of its
+    input that requires a gradient: the hook then fires after the adapters' gradients, at
+    the cost of those layers' input gradients, which nothing uses.
+    """
+    from deepspeed.utils import set_z3_leaf_modules
+    from peft.tuners.lora import Linear as LoraLinear
+
+    leaves = set_z3_leaf_modules(model, [LoraLinear], raise_if_not_found=False)
+    for leaf in leaves:
+        if any(p.requires_grad for p in leaf.parameters()):
+            leaf.register_forward_pre_hook(_input_requires_grad, prepend=True)
+    return len(leaves)
+
+
+def _input_requires_grad(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """`args` with a floating-point first input that requires no gradient replaced by a copy
+    that does, while autograd records (`zero3_leaf_adapters`)."""
+    if not args or not torch.is_grad_enabled():
+        return None
+    first = args[0]
+    if not isinstance(first, torch.Tensor) or first.requires_grad or not first.is_floating_point():
+        return None
+    return (first.detach().requires_grad_(), *args[1:])
+
+
 def _fp32_modules(model: torch.nn.Module, dtype: torch.dtype) -> list[str]:
     """The module names `model`'s Hugging Face class keeps in fp32 when loaded in `dtype`."""
     base = model.get_base_model() if is_lora(model) else model  # type: ignore[operator]

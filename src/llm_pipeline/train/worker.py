@@ -29,6 +29,7 @@ import torch.distributed as dist
 from peft import PeftModel
 from torch.distributed.elastic.multiprocessing.errors import record
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments, set_seed
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer_utils import TrainOutput
 
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
@@ -54,7 +55,7 @@ from llm_pipeline.train.checkpoint_sync import (
     prepare_resume,
     release_folder,
 )
-from llm_pipeline.train.lora import apply_lora, keep_frozen_in
+from llm_pipeline.train.lora import apply_lora, keep_frozen_in, zero3_leaf_adapters
 from llm_pipeline.train.metrics import final_metrics, last_logged
 from llm_pipeline.train.outputs import save_final_model, tensorboard_callbacks, write_result
 from llm_pipeline.train.preemption import Preempted, SaveOnSignal
@@ -290,6 +291,10 @@ def _build_model(
     if spec.train.freeze_encoder:
         # `model` holds the adapters too (PEFT inserts them in place): the encoder's freeze.
         freeze_encoder(model)
+    if lora is not None and is_deepspeed_zero3_enabled():
+        # The Trainer's arguments, made before, hold the ZeRO-3 config: one module per
+        # adapted layer for ZeRO-3's hooks, not five (the function says why).
+        zero3_leaf_adapters(wrapped)
     if frozen_dtype is not None:
         keep_frozen_in(wrapped, frozen_dtype)
     return wrapped
