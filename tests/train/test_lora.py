@@ -547,6 +547,10 @@ def test_under_zero3_each_adapted_layer_is_one_zero3_module_and_trains_alike(
         return fetch(coordinator, module, *args, **kwargs)
 
     monkeypatch.setattr(Coordinator, "fetch_sub_module", counted)
+    # zero.Init swaps torch's F.linear for its own for the rest of the process ("This will
+    # persist unless manually reset"); put back after this test, as later tests count what
+    # torch's linear keeps for backward.
+    monkeypatch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)
 
     def trained(lora: LoraSettings | None, *, leaves: bool = True) -> dict[str, Any]:
         model, engine = _zero3_worker_model(lora)
@@ -593,24 +597,16 @@ def _zero3_worker_model(lora: LoraSettings | None) -> tuple[torch.nn.Module, Cal
     from transformers.integrations import HfDeepSpeedConfig
 
     from llm_pipeline.models.sources import load_tokenizer
-    from llm_pipeline.train.spec import WorkerSpec
     from llm_pipeline.train.trainer import deepspeed_settings
     from llm_pipeline.train.worker import _build_model, largest_adapter
 
     from ..offline_models import MINILM, TINY_LLAMA
+    from .specs import unrun_spec
 
-    spec = WorkerSpec(
-        dataset_dir="unused",
-        output_dir="unused",
-        model=ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
-        train=TrainConfig(per_device_batch_size=2, zero_stage=3, lora=lora),
-        checkpoint_root="unused",
-        tensorboard_dir=None,
-        tensorboard_mirror=None,
-        work_dir="unused",
-        node_count=1,
-        procs_per_node=1,
-        task="instruction_tuning",
+    spec = unrun_spec(
+        ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=MINILM),
+        TrainConfig(per_device_batch_size=2, zero_stage=3, lora=lora),
+        "instruction_tuning",
     )
     task = get_task(spec.task)
     config = deepspeed_settings(
