@@ -97,7 +97,7 @@ unpacked: measured on 2026-11-26 or assumed above) as rows that say so. `--only
 llama-1.1b-packed-auto` runs the Llama's two `auto` settings and the four new ones, about
 420 s by the same figures, all six inside the budget. The budget starts a setting on the
 mean so far and cannot stop one: a compilation much longer than guessed ends the run late,
-so give the command its 600 s. All 14 settings: about 900 s, `--budget-s 1000`.
+so leave the command room past its budget. All 14 settings: about 900 s, `--budget-s 1000`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
