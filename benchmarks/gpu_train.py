@@ -14,6 +14,17 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
   `train.zero_stage.resolve_zero_stage`, and the fixed-stage setting of the same shape,
   LoRA and packing is not run separately; the `auto` row reads "auto (= plain)" (or the
   stage it took) and stands for that stage beside the others;
+- right after the four `auto` settings, the packed Llama under `auto` with the two opt-in
+  options issue 29 wants measured before either becomes a default: `train.kernels: "liger"`
+  (Liger's fused Triton kernels, `use_liger_kernel`) and `train.compile` (torch.compile,
+  `torch_compile`), full fine-tuning and LoRA each (`llama-1.1b packed auto full liger`,
+  `... full compile`, `... lora compile`, `... lora liger`; `--only compile`, `--only liger`).
+  Their rows and JSON say which (`compile`, `kernels`). A Liger setting without a CUDA GPU,
+  or where liger-kernel does not import, and a compile setting in a `--tiny` run on the CPU
+  (its first step took 31 s there against 1 s eager: more than the rest of the run), are
+  rows that say why they were not run, not errors. Their fit estimate is computed as for
+  every row, and is their `auto` row's: the fit check counts neither option (so peak/fit
+  shows what one saves);
 - per setting: tokens/s after the first optimizer step (the finetune metrics'
   `train_steady_tokens_per_second`: non-pad tokens read from the end of the first step,
   waited for on the GPU, to the end of the last; that step's warm-up, kernels chosen and
@@ -47,14 +58,15 @@ there is (the test suite runs a subset on the CPU; there the memory column is em
 (a `zero_stage` it does not accept) are reported as such, and a metric it does not report
 prints "-".
 
-Expected time of the default run, from figures measured on one H100 80GB on 2026-11-26
-(`--steps 15`): each setting spends about 35 s outside its steps (starting the ranks,
-building the model, saving it); seconds per step, averaged over 15 steps with the warm-up:
-T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed plain full 0.29,
-ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about 50 s. Unmeasured,
-assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6 (T5) and 0.4 (Llama),
-Llama unpacked at most the packed 0.29. There `auto` resolved to the plain Trainer for all
-four `auto` settings, so the default run trains 10 settings at 25 steps:
+Expected time, from figures measured on one H100 80GB on 2026-11-26 (`--steps 15`), before
+the compile and Liger settings existed: each setting spends about 35 s outside its steps
+(starting the ranks, building the model, saving it); seconds per step, averaged over 15
+steps with the warm-up: T5-large plain full 0.43, LoRA 0.76, ZeRO-3 full 2.8; Llama packed
+plain full 0.29, ZeRO-3 full 0.57, ZeRO-3 LoRA 1.4; the two generation rows together about
+50 s. Unmeasured, assumed: Llama plain LoRA 0.5 (T5's LoRA/full ratio), ZeRO-2 full 0.6
+(T5) and 0.4 (Llama), Llama unpacked at most the packed 0.29. There `auto` resolved to the
+plain Trainer for all four `auto` settings, so the run without the four new settings trained
+10 settings at 25 steps:
 
     setting                      s      setting                        s
     t5-large auto full (= plain) 46     llama packed zero3 full        49
@@ -70,9 +82,22 @@ steps 16 to 25, at the rates the same runs showed from step 5 on, cost about 48 
 rather than 80. With both: about 535 s. Either way over 480 s: 10 settings' fixed costs
 alone are 310-350 s. `--budget-s` (default 480) starts a setting only when the run so far
 plus the mean time of the settings before it (each with its generation row) still fits,
-so the default run ends inside 8 minutes and leaves out the last settings of the order
+so that run would end inside 8 minutes and leave out the last settings of the order
 above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
-upper ones T5 ZeRO-2 too. `--budget-s 620` runs them all.
+upper ones T5 ZeRO-2 too.
+
+The four compile and Liger settings come after the `auto` ones and have not run on a GPU.
+Assumed: a Liger row costs what its `auto` row costs (42 s full, 48 s LoRA); a compile row
+that plus its compilations (forward and backward in the first step, the evaluation's again
+at the end), guessed at 60 s: 100 s full, 110 s LoRA. By these the default run spends about
+245 s on the four `auto` settings with generation and data, then runs full Liger (287 s),
+full compile (387 s) and LoRA compile (about 500 s: it starts at 387 + the mean of 64 <=
+480), and leaves out LoRA with Liger and every setting after it (ZeRO-3, plain, ZeRO-2,
+unpacked: measured on 2026-11-26 or assumed above) as rows that say so. `--only
+llama-1.1b-packed-auto` runs the Llama's two `auto` settings and the four new ones, about
+420 s by the same figures, all six inside the budget. The budget starts a setting on the
+mean so far and cannot stop one: a compilation much longer than guessed ends the run late,
+so leave the command room past its budget. All 14 settings: about 900 s, `--budget-s 1000`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
@@ -81,6 +106,7 @@ upper ones T5 ZeRO-2 too. `--budget-s 620` runs them all.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import shutil
@@ -177,20 +203,27 @@ def shapes(tiny: bool) -> tuple[Shape, Shape]:
 
 @dataclass(frozen=True)
 class Setting:
-    """One training run: a shape, a ZeRO stage (0: the plain Trainer), LoRA, packing."""
+    """One training run: a shape, a ZeRO stage (0: the plain Trainer), LoRA, packing, and
+    for a causal LM `train.compile` and `train.kernels`."""
 
     shape: Shape
     stage: int | str
     lora: bool = False
     packed: bool | None = None  # None: not a causal LM
+    #: `train.compile`: the model through torch.compile.
+    compile: bool = False
+    #: `train.kernels`: "liger" for Liger's fused Triton kernels, None for the model's own.
+    kernels: str | None = None
     #: For an `auto` setting, what it resolved to on this machine ("plain", "zero3", ...).
     resolved: str = ""
 
     @property
     def name(self) -> str:
         packing = {None: "", True: " packed", False: " unpacked"}[self.packed]
+        extras = (" compile" if self.compile else "") + (f" {self.kernels}" if self.kernels else "")
         return (
-            f"{self.shape.name}{packing} {stage_word(self.stage)} {'lora' if self.lora else 'full'}"
+            f"{self.shape.name}{packing} {stage_word(self.stage)} "
+            f"{'lora' if self.lora else 'full'}{extras}"
         )
 
     @property
@@ -209,14 +242,16 @@ def stage_word(stage: int | str) -> str:
 
 def settings(t5: Shape, llama: Shape) -> list[Setting]:
     """Every setting of the default run, in the order they run: the most telling first, so
-    that a budget cut leaves out the least. `auto` (full, then LoRA) for each shape; ZeRO-3
-    (full, and LoRA for Llama); the plain Trainer (run only where `auto` did not resolve to
-    it, see `fold`); ZeRO-2; Llama unpacked."""
+    that a budget cut leaves out the least. `auto` (full, then LoRA) for each shape; the
+    packed Llama under `auto` with `train.compile` and with `train.kernels: "liger"` (full,
+    then LoRA, each: `variants`); ZeRO-3 (full, and LoRA for Llama); the plain Trainer (run
+    only where `auto` did not resolve to it, see `fold`); ZeRO-2; Llama unpacked."""
     return [
         Setting(t5, "auto"),
         Setting(t5, "auto", lora=True),
         Setting(llama, "auto", packed=True),
         Setting(llama, "auto", lora=True, packed=True),
+        *variants(llama),
         Setting(t5, 3),
         Setting(llama, 3, packed=True),
         Setting(llama, 3, lora=True, packed=True),
@@ -227,6 +262,53 @@ def settings(t5: Shape, llama: Shape) -> list[Setting]:
         Setting(llama, 2, packed=True),
         Setting(llama, "auto", packed=False),
     ]
+
+
+def variants(llama: Shape) -> list[Setting]:
+    """The packed Llama under `auto` with compile or Liger's kernels (issue 29: each measured
+    before it becomes a default), in the order they run: full fine-tuning with Liger, with
+    compile, then LoRA with compile, with Liger. Liger's full row first: it costs what its
+    `auto` row costs, while a compilation's length on the GPU is unknown and the budget
+    (`budget_allows`) cannot stop a setting once started; LoRA with Liger last, the first a
+    budget cut leaves out."""
+    return [
+        Setting(llama, "auto", packed=True, kernels="liger"),
+        Setting(llama, "auto", packed=True, compile=True),
+        Setting(llama, "auto", lora=True, packed=True, compile=True),
+        Setting(llama, "auto", lora=True, packed=True, kernels="liger"),
+    ]
+
+
+#: torch.compile's cost on this project's 2-core CPU for the tiny Llama (fp32, batch 2 x 128
+#: tokens, forward, backward and AdamW): its first step took 31 s against 1.1 s eager, so a
+#: compile setting would add half a minute or more (an evaluation compiles again) to a 3-step
+#: `--tiny` run of a few seconds.
+TINY_CPU_COMPILE = "torch.compile on the CPU is left out of --tiny: ~30 s for its first step"
+
+
+def left_out(setting: Setting, *, cuda: bool, tiny: bool, liger_problem: str = "") -> str:
+    """Why this machine does not run the setting ("" when it does): Liger's kernels without
+    a CUDA GPU, or where liger-kernel does not import (`liger_problem`, from
+    `liger_import_problem`); torch.compile in a `--tiny` run on the CPU (`TINY_CPU_COMPILE`).
+    A row, not an error: the rest still runs."""
+    if setting.kernels == "liger":
+        if not cuda:
+            return "liger runs Triton kernels on a CUDA GPU, and there is none here"
+        if liger_problem:
+            return f"liger-kernel is not importable here ({liger_problem})"
+    if setting.compile and tiny and not cuda:
+        return TINY_CPU_COMPILE
+    return ""
+
+
+def liger_import_problem() -> str:
+    """ "" when liger-kernel's transformers patches import here, else the error (the package
+    absent, or Triton missing or too old for it)."""
+    try:
+        importlib.import_module("liger_kernel.transformers")
+    except Exception as exc:  # any failure to import is a reason to skip, not to stop
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return ""
 
 
 def fold(chosen: list[Setting], resolved: dict[str, StageChoice]) -> list[Setting]:
@@ -451,7 +533,7 @@ def synchronize() -> None:
 # ------------------------------------------------------------------------------- table
 
 COLUMNS = (
-    ("setting", 40),
+    ("setting", 46),
     ("tokens/s", 10),
     ("TFLOP/s", 8),
     ("of matmul", 9),
@@ -542,11 +624,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     t5, llama = shapes(args.tiny)
     chosen = [s for s in settings(t5, llama) if not args.only or any(map(s.matches, args.only))]
-    if args.list:
-        print("\n".join(s.name for s in chosen))  # auto's fold needs the data: at run time
+    cuda = torch.cuda.is_available()
+    liger = liger_import_problem() if cuda and any(s.kernels for s in chosen) else ""
+    skipped = {s.name: left_out(s, cuda=cuda, tiny=args.tiny, liger_problem=liger) for s in chosen}
+    if args.list:  # auto's fold needs the data: at run time
+        for s in chosen:
+            print(s.name + (f"  (not run here: {skipped[s.name]})" if skipped[s.name] else ""))
         return 0
     steps = args.steps or (3 if args.tiny else 25)
-    cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     precision = "fp32" if args.tiny or not cuda else "bf16"
     started = time.perf_counter()
@@ -564,12 +649,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "matmul": {"size": size, "dtype": str(dtype).removeprefix("torch."), "tflops": baseline},
         "rows": [],
     }
+    result["left_out"] = {name: why for name, why in skipped.items() if why}
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gpu-train-") as scratch:
         work = Path(scratch)
         data = prepare_data(work, t5, llama, chosen, args.tiny)
         print(f"data ready in {time.perf_counter() - started:.0f} s")
-        resolved = resolve_auto(chosen, data, steps, precision)
+        runnable = [s for s in chosen if not skipped[s.name]]
+        resolved = resolve_auto(runnable, data, steps, precision)
         to_run = fold(chosen, resolved)
         for setting in to_run:
             if setting.name in resolved:
@@ -584,9 +671,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         durations: list[float] = []
         for setting in to_run:
             spent = time.perf_counter() - started
+            if skipped.get(setting.name):  # not on this machine: a row, no time spent
+                rows.append(
+                    Row(setting.label, options(setting), note=f"not run: {skipped[setting.name]}")
+                )
+                print(table_line(rows[-1]), flush=True)
+                continue
             if not budget_allows(spent, durations, args.budget_s):
                 rows.append(
-                    Row(setting.label, note=f"not run: past the {args.budget_s:.0f} s budget")
+                    Row(
+                        setting.label,
+                        options(setting),
+                        note=f"not run: past the {args.budget_s:.0f} s budget",
+                    )
                 )
                 print(table_line(rows[-1]), flush=True)
                 continue
@@ -678,8 +775,15 @@ def train_config(setting: Setting, steps: int, precision: str) -> TrainConfig | 
         save_steps=100 * steps,
         precision=precision,
         lora=LORA if setting.lora else None,
+        compile=setting.compile,
+        kernels=setting.kernels,
         **stage,
     )
+
+
+def options(setting: Setting) -> dict[str, Any]:
+    """The setting's `train.compile` and `train.kernels`, as its JSON row carries them."""
+    return {"compile": setting.compile, "kernels": setting.kernels}
 
 
 def data_key(setting: Setting) -> str:
@@ -728,6 +832,7 @@ def train_row(
     if train is None:
         return Row(
             setting.label,
+            options(setting),
             note=f"not run: this project's train.zero_stage has no {setting.stage!r} yet",
         )
     shape = setting.shape
@@ -747,7 +852,7 @@ def train_row(
         shutil.rmtree(folder, ignore_errors=True)
         return Row(
             setting.label,
-            {"elapsed_s": time.perf_counter() - started},
+            {"elapsed_s": time.perf_counter() - started, **options(setting)},
             note=f"failed: {type(exc).__name__}: {str(exc)[-300:]}",
         )
     elapsed = time.perf_counter() - started
@@ -775,6 +880,7 @@ def train_row(
         "trainable_parameters": metrics.get("trainable_parameters"),
         "train_loss": metrics.get("train_loss"),
         "zero_stage": metrics.get("zero_stage"),
+        **options(setting),
         "metrics": metrics,
     }
     note = ""

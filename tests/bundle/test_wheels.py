@@ -1,18 +1,21 @@
 """Which wheels the bundle carries: the closure for the GPU machine's Python, not this one's,
 without torch and what the machine has; and which wheel files that machine installs."""
 
+import hashlib
 import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from llm_pipeline.bundle import wheels
+from llm_pipeline.bundle import build, wheels
 from llm_pipeline.bundle.wheels import Target, download, extra_requirements, select
 from llm_pipeline.errors import BundleError
 from llm_pipeline.lockfile import Pin, read_lock
 
 TARGET = Target(python="3.12", machine="x86_64")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pins(*names: str) -> dict[str, Pin]:
@@ -140,8 +143,58 @@ def test_an_unreachable_index_is_said_so(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_requirements_are_read_only_from_the_locks_own_version() -> None:
-    pins = read_lock(Path(__file__).resolve().parents[2] / "requirements.lock")
+    pins = read_lock(REPO / "requirements.lock")
     here = select(["tokenizers"], [], pins, TARGET)
     assert "huggingface-hub" in here.pins and not here.unexpanded  # installed as locked
     drifted = {**pins, "tokenizers": Pin("tokenizers", "0.0.1", None, ("x",))}
     assert select(["tokenizers"], [], drifted, TARGET).unexpanded == {"tokenizers"}
+
+
+def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
+    """A wheel file with just its METADATA."""
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    lines = [f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)]
+    with zipfile.ZipFile(path, "w") as archive:
+        info = f"{name.replace('-', '_')}-{version}.dist-info/METADATA"
+        archive.writestr(info, "Metadata-Version: 2.1\n" + "\n".join(lines) + "\n")
+    return path
+
+
+LIGER_REQUIRES = [
+    "torch>=2.1.2",
+    "triton>=2.3.1",
+    "transformers>=5.0.0; extra == 'dev'",
+    "windows-only; sys_platform == 'win32'",
+]
+
+
+def _optional(folder: Path, requires: list[str], **extra: Any) -> list[Path]:
+    """`wheels.optional` for liger-kernel, its wheel already in the cache `folder` (no pip)."""
+    wheel = _wheel(folder, "liger-kernel", "0.8.5", requires)
+    digest = "sha256:" + hashlib.sha256(wheel.read_bytes()).hexdigest()
+    pin = Pin("liger-kernel", "0.8.5", None, extra.pop("hashes", (digest,)))
+    return wheels.optional([pin], TARGET, folder, carried=["transformers"], **extra)
+
+
+def test_an_optional_wheel_that_needs_only_torch_and_triton_is_carried(tmp_path: Path) -> None:
+    found = _optional(tmp_path, LIGER_REQUIRES)
+    assert [p.name for p in found] == ["liger_kernel-0.8.5-py3-none-any.whl"]
+    # A requirement the bundle carries or leaves to the machine is met too.
+    assert _optional(tmp_path, [*LIGER_REQUIRES, "transformers", "NumPy"], machine_has=["numpy"])
+
+
+def test_an_optional_wheel_with_another_hash_or_an_unmet_requirement_is_refused(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(BundleError, match=r"not the hash the bundle pins for liger-kernel==0.8.5"):
+        _optional(tmp_path, LIGER_REQUIRES, hashes=("sha256:0",))
+    with pytest.raises(BundleError, match=r"requires einops>=0.7, which the bundle neither"):
+        _optional(tmp_path, [*LIGER_REQUIRES, "einops>=0.7"])
+
+
+def test_the_bundle_carries_liger_kernel_pinned_and_hashed() -> None:
+    (pin,) = build.OPTIONAL_WHEELS
+    assert (pin.name, pin.version) == ("liger-kernel", "0.8.5")
+    assert pin.hashes[0].startswith("sha256:") and len(pin.hashes[0]) == 7 + 64
+    assert "liger-kernel" not in read_lock(REPO / "requirements.lock")  # on purpose: README
+    assert build.BuildOptions(checkout=REPO).optional == build.OPTIONAL_WHEELS

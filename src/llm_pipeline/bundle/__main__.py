@@ -1,6 +1,7 @@
 """`python -m llm_pipeline.bundle`: build the offline GPU bundle here, check and run it there.
 
     python -m llm_pipeline.bundle build OUT [--python 3.12] [--machine-has NAME] [--carry NAME]
+        [--no-optional]
     python -m llm_pipeline.bundle check BUNDLE            (on the GPU machine, run.sh calls it)
     python -m llm_pipeline.bundle pipeline BUNDLE CONFIG [pipeline.py options]
 
@@ -37,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     make.add_argument(
         "--carry", action="append", default=[], metavar="NAME", help="carry one of those"
+    )
+    make.add_argument(
+        "--no-optional",
+        action="store_true",
+        help="carry none of the optional wheels ("
+        + ", ".join(pin.name for pin in build.OPTIONAL_WHEELS)
+        + ")",
     )
     make.add_argument(
         "--rows",
@@ -78,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows=args.rows,
                 docstring_roots=tuple(args.docstring_roots) if args.docstring_roots else None,
                 max_mib=args.max_mib,
+                optional=() if args.no_optional else build.OPTIONAL_WHEELS,
                 **({"wheel_cache": args.wheel_cache} if args.wheel_cache else {}),
             )
             parts = build.build(args.out, options)

@@ -4,7 +4,9 @@ installs and runs (its `run.sh`).
 What goes in, and why each part:
 
 - `whl/`: the project's own wheel, built from the checkout, and the wheels it needs that the
-  machine lacks, at the lock's versions, for the machine's Python (`wheels.py` says which).
+  machine lacks, at the lock's versions, for the machine's Python (`wheels.py` says which);
+  and the optional wheels (`OPTIONAL_WHEELS`: liger-kernel, which `train.kernels: "liger"`
+  needs and the lock leaves out), so that a GPU run there can measure those settings.
   Left out: torch with its CUDA libraries (the machine's own build must stay), and the
   scientific stack a machine with torch has (`MACHINE_HAS`, changeable with `machine_has`):
   pyarrow, scipy and numpy alone are 100 MiB of wheels, more than the whole limit. The
@@ -44,7 +46,7 @@ from packaging.utils import canonicalize_name
 from llm_pipeline.bundle import wheels
 from llm_pipeline.config.data import BUILTIN_PREFIX
 from llm_pipeline.errors import BundleError
-from llm_pipeline.lockfile import read_lock
+from llm_pipeline.lockfile import Pin, read_lock
 from llm_pipeline.tasks import builtin_datasets
 
 #: The most a bundle may weigh.
@@ -58,6 +60,19 @@ EXTRAS = ("cuda",)
 #: Vertex's gs:// model folders, and with its gRPC clients it would weigh 9 MiB.
 SERVING = "serving"
 SERVING_LEAVES_OUT = ("gcsfs",)
+#: Wheels carried beside the lock's closure, pinned with their hash: packages an opt-in
+#: setting needs that the lock leaves out on purpose. liger-kernel (`train.kernels:
+#: "liger"`): pure Python, 0.9 MiB; it needs torch and Triton only, which the GPU machine's
+#: CUDA build of torch brings (README, the `train.kernels` row). `wheels.optional` checks
+#: both the hash and that it needs nothing else.
+OPTIONAL_WHEELS = (
+    Pin(
+        "liger-kernel",
+        "0.8.5",
+        None,
+        ("sha256:60789cd576af073ab9b192b570d2597fd0cdad489cd62fb44fb16256d43754c9",),
+    ),
+)
 #: The checkout's files a run needs beside the package.
 PROJECT_FILES = ("pipeline.py", "configs", "benchmarks")
 #: The MiniLM package's files that are not weights.
@@ -89,6 +104,8 @@ class BuildOptions:
     #: datasets' own, this Python's standard library and site-packages).
     docstring_roots: tuple[Path, ...] | None = None
     max_mib: float = MAX_MIB
+    #: Wheels carried beside the lock's closure (`OPTIONAL_WHEELS`; empty: none).
+    optional: tuple[Pin, ...] = OPTIONAL_WHEELS
     #: Where downloaded and built wheels are kept between builds.
     wheel_cache: Path = field(
         default_factory=lambda: Path.home() / ".cache" / "llm-pipeline" / "bundle-wheels"
@@ -147,6 +164,16 @@ def _assemble(folder: Path, checkout: Path, options: BuildOptions) -> dict[str, 
     )
     for path in wheels.download(selection.pins.values(), target, options.wheel_cache):
         shutil.copy2(path, whl / path.name)
+    extra = wheels.optional(
+        options.optional,
+        target,
+        options.wheel_cache,
+        carried=selection.pins,
+        machine_has=options.machine_has,
+    )
+    for path in extra:
+        shutil.copy2(path, whl / path.name)
+    optional = {str(canonicalize_name(pin.name)): pin.version for pin in options.optional}
     _copy_project(checkout, folder / "project")
     _copy_tokenizer(folder / "pkgs" / MINILM_PACKAGE)
     carried, rows = write_rows(folder, options.rows, options.docstring_roots)
@@ -158,7 +185,10 @@ def _assemble(folder: Path, checkout: Path, options: BuildOptions) -> dict[str, 
         "project_wheel": own.name,
         "extras": list(EXTRAS),
         "requirements": serving,
-        "carried": {name: pin.version for name, pin in sorted(selection.pins.items())},
+        "carried": dict(
+            sorted({**{n: p.version for n, p in selection.pins.items()}, **optional}.items())
+        ),
+        "optional": optional,
         "machine_own": sorted(selection.machine_own),
         "unexpanded": sorted(selection.unexpanded),
         "datasets": carried,

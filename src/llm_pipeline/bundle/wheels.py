@@ -18,10 +18,16 @@ network), repeated without each package pip finds no wheel for. Those are source
 PyPI (DeepSpeed, kfp-server-api, rouge-score at the lock's versions): `pip wheel --no-deps`
 builds them here, and a built wheel that would not install there (a compiled one for this
 Python) is refused.
+
+Optional wheels (`optional`): packages outside the lock that an opt-in setting needs on the
+GPU machine (liger-kernel for `train.kernels: "liger"`), each pinned with its wheel's hash.
+They come the same way, and are refused unless the file has that hash and every requirement
+it has there is the machine's own (torch, Triton) or carried.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -281,3 +287,43 @@ def _pip(command: list[str]) -> subprocess.CompletedProcess[str]:
 def _tail(stderr: str) -> str:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return " / ".join(lines[-3:]) or "(no message)"
+
+
+def optional(
+    pins: Sequence[Pin],
+    target: Target,
+    cache: Path,
+    *,
+    carried: Iterable[str],
+    machine_has: Iterable[str] = (),
+) -> list[Path]:
+    """The wheel file of each optional pin (`download`), checked: its sha256 is one of the
+    pin's hashes, and each of its requirements for `target` (no extras) is torch's or its
+    CUDA build's (`is_platform_package`), in `machine_has`, or among `carried` (canonical
+    names). Raises BundleError naming the first problem of each kind found."""
+    found = download(pins, target, cache)
+    have = {canonicalize_name(name) for name in (*carried, *machine_has)}
+    environment = {**target.marker_environment, "extra": ""}
+    for path in found:
+        name = canonicalize_name(parse_wheel_filename(path.name)[0])
+        pin = next(p for p in pins if canonicalize_name(p.name) == name)
+        digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest not in pin.hashes:
+            raise BundleError(
+                f"{path.name} has {digest}, not the hash the bundle pins for {pin.name}=="
+                f"{pin.version}: delete it from {cache} and build again"
+            )
+        unmet = []
+        for line in project_requirements(path):
+            requirement = Requirement(line)
+            if requirement.marker is not None and not requirement.marker.evaluate(environment):
+                continue
+            needed = canonicalize_name(requirement.name)
+            if not is_platform_package(needed) and needed not in have:
+                unmet.append(str(requirement))
+        if unmet:
+            raise BundleError(
+                f"the optional {pin.name}=={pin.version} requires {', '.join(unmet)}, which "
+                "the bundle neither carries nor leaves to the machine"
+            )
+    return found
