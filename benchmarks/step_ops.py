@@ -18,13 +18,26 @@ with a `TorchDispatchMode`. `lora, peft casts` turns PEFT's cast of each adapter
 the adapter's dtype back on: autocast undoes it at the adapter's matmul, so `keep_frozen_in`
 turns it off, and `lora` is what the finetune step runs.
 
-    python benchmarks/step_ops.py
+`--time STEPS` also times whole optimizer steps (forward, backward, clipping, AdamW) of the
+same narrow models on one CPU thread. Each kernel is then a few microseconds, so a step's
+time is close to the host's own work: an upper bound on what the host adds to a step of the
+full-width model on a GPU. On this project's 2-core machine (2026-11-26): T5-large's layers
+134 ms full, 223 ms LoRA; the Llama's 52 and 86 ms. On the H100 a T5-large step took 502 ms
+full and 884 ms LoRA (batch 32 x 576 tokens at 36,690 and 20,848 tokens/s, 15-step windows
+with the first step's warm-up in them). LoRA's extra 382 ms there is over four times the
+89 ms of extra host work measured here, so the host explains at most a quarter of it,
+unless that machine's host is much slower than this one. The rest is the GPU's or the
+warm-up's; `gpu_train.py`'s steady-state and `host` columns are what tells them apart.
+
+    python benchmarks/step_ops.py [--time STEPS]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +49,8 @@ from llm_pipeline.config import LoraSettings
 from llm_pipeline.train.lora import apply_lora, keep_frozen_in
 
 LORA = LoraSettings(r=16, alpha=32, dropout=0.0, target_modules="all-linear")
+#: What is counted: full fine-tuning, the finetune step's LoRA, and LoRA with PEFT's casts.
+SETTINGS = ("full", "lora", "lora, peft casts")
 VOCAB = 512
 
 
@@ -85,11 +100,10 @@ def batch(seq2seq: bool) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": ids}
 
 
-def step_ops(shape: Shape, setting: str) -> int:
-    """Operations of one forward and backward of `shape`'s narrowed model, in `setting`."""
+def built(shape: Shape, setting: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """`shape`'s narrowed model in `setting`, as the finetune step builds it, and a batch."""
     torch.manual_seed(0)
     model = narrow_model(shape)
-    seq2seq = shape.task == "summarization"
     if setting != "full":
         model = apply_lora(model, LORA)
         keep_frozen_in(model, torch.bfloat16)
@@ -97,30 +111,80 @@ def step_ops(shape: Shape, setting: str) -> int:
             for module in model.modules():
                 if hasattr(module, "cast_input_dtype_enabled"):
                     module.cast_input_dtype_enabled = True
-    inputs = batch(seq2seq)
+    return model, batch(shape.task == "summarization")
 
-    def forward_backward() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(**inputs).loss
-        loss.backward()
 
-    forward_backward()  # first call: lazy initialisation is not a step's work
+def forward_backward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+    """One forward and backward under bf16 autocast, as the finetune step runs it."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**inputs).loss
+    loss.backward()
+
+
+def step_ops(shape: Shape, setting: str) -> int:
+    """Operations of one forward and backward of `shape`'s narrowed model, in `setting`."""
+    model, inputs = built(shape, setting)
+    forward_backward(model, inputs)  # first call: lazy initialisation is not a step's work
     counter = CountOps()
     with counter:
-        forward_backward()
+        forward_backward(model, inputs)
     return counter.count
 
 
+def step_seconds(shape: Shape, setting: str, steps: int) -> float:
+    """Median seconds of a whole optimizer step of `shape`'s narrowed model in `setting`
+    (forward, backward, gradient clipping, AdamW), on one CPU thread: at these widths each
+    kernel is a few microseconds, so this is close to the host's own work per step, an upper
+    bound on what the host adds to a GPU step of the full-width model."""
+    model, inputs = built(shape, setting)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-4, foreach=True)
+
+    def step() -> None:
+        forward_backward(model, inputs)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # lazy initialisation and the optimizer's state
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--time",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="Also time STEPS whole optimizer steps per setting on one CPU thread (the "
+        "host's work per step), and print the median.",
+    )
+    options = parser.parse_args(argv)
     print(f"{'shape':22} {'setting':22} {'ops per step':>12} {'vs full':>8}")
     for shape in shapes(tiny=False):
         full = 0
-        for setting in ("full", "lora", "lora, peft casts"):
+        for setting in SETTINGS:
             ops = step_ops(shape, setting)
             full = full or ops
             name = f"{shape.name} layers"
             print(f"{name:22} {setting:22} {ops:12,} {ops / full:7.2f}x", flush=True)
+    if options.time:
+        torch.set_num_threads(1)
+        print(f"\n{'shape':22} {'setting':22} {'host ms/step':>12} {'vs full':>8}")
+        for shape in shapes(tiny=False):
+            first = 0.0
+            for setting in ("full", "lora"):
+                seconds = step_seconds(shape, setting, options.time)
+                first = first or seconds
+                name = f"{shape.name} layers"
+                ratio = seconds / first
+                print(f"{name:22} {setting:22} {1000 * seconds:12.1f} {ratio:7.2f}x", flush=True)
     return 0
 
 
