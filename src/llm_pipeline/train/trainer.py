@@ -196,6 +196,7 @@ def training_arguments(
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         activation_checkpointing=train.gradient_checkpointing,
+        activation_checkpointing_kwargs=activation_checkpointing_kwargs(train, deepspeed),
         deepspeed=deepspeed,
         use_cpu=on_cpu,
         ddp_backend="gloo" if on_cpu else None,
@@ -224,6 +225,59 @@ def training_arguments(
         **device,
         **seq2seq,
     )
+
+
+def activation_checkpointing_kwargs(
+    train: TrainConfig, deepspeed: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """What the Trainer passes to `torch.utils.checkpoint` under `train.gradient_checkpointing`:
+    reentrant checkpointing for LoRA under ZeRO-3, else None (transformers' default,
+    non-reentrant).
+
+    Why: while a backward runs, DeepSpeed 0.19.8 hands each frozen parameter that a forward
+    hook fetches (a checkpointed layer's recomputation) to the newest module whose backward
+    has started (`partitioned_param_coordinator.py::fetch_sub_module`,
+    `update_recompute_parameters`), and releases it when that module's backward ends
+    (`release_sub_module`), whatever the trace says of its next use. Trainable parameters
+    are left out of this, so full fine-tuning keeps a layer's weights from its
+    recomputation to their own backward; under LoRA the whole base is frozen.
+    Non-reentrant checkpointing recomputes a layer when autograd first unpacks one of its
+    saved tensors: inside the backward of its last projection (a Llama's `down_proj`),
+    after that module's backward fetch. So the layer's other base weights were released
+    when that projection's backward ended, and each was gathered again, alone, for its own
+    backward (no trace is invalidated: the order is the same at each step).
+    `benchmarks/lora_gathers.py --checkpointing non-reentrant --settings full,lora,lora-leaf`
+    (2 CPU ranks, a Llama of hidden 64 and 2 layers): 13 gathers per step in full
+    fine-tuning, 23 in LoRA and 21 with the leaves the finetune step makes
+    (`lora.zero3_leaf_adapters`): the q, o, gate and up projections of both layers gathered
+    a second time (k and v are kept whole at that size).
+
+    Reentrant checkpointing recomputes the layer in the backward of the checkpoint's own
+    autograd node, before any of the layer's modules starts its backward: the newest one is
+    the layer itself, so the weights stay gathered until its whole backward is done. With
+    it (`--checkpointing finetune`) LoRA gathers 13 per step, as full fine-tuning does, and
+    trains the same (its losses and adapters after 6 steps bit-identical to those without
+    checkpointing and with non-reentrant checkpointing; a T5's differ in rounding, as
+    non-reentrant's do). With `--max-reuse-distance 20000`, where full fine-tuning too
+    releases weights between a layer's forward and its backward: without checkpointing 16
+    (full) and 15 (LoRA, leaves); non-reentrant 17 and 24; this 17 and 16. Full fine-tuning
+    gathers the same either way (13, and 17), so it keeps transformers' default, as LoRA
+    without ZeRO-3 does.
+
+    Reentrant checkpointing gives gradients through the tensors a layer takes positionally
+    (transformers' layers pass so what needs one: the hidden states, T5's encoder states)
+    and needs one of them to require a gradient: the Trainer's
+    `activation_checkpointing_enable` makes the input embeddings' output require one
+    (`enable_input_require_grads`, for models whose main input is `input_ids`, as all here).
+    """
+    if not train.gradient_checkpointing or train.lora is None or not _zero3(deepspeed):
+        return None
+    return {"use_reentrant": True}
+
+
+def _zero3(deepspeed: dict[str, Any] | None) -> bool:
+    zero = (deepspeed or {}).get("zero_optimization")
+    return isinstance(zero, dict) and zero.get("stage") == 3
 
 
 def token_mean_loss(label_smoothing: float, *, shift: bool = False) -> Callable[..., torch.Tensor]:
