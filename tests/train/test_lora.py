@@ -524,8 +524,45 @@ def test_zero3_gathers_no_adapter_in_forward_or_backward(tmp_path: Path) -> None
     assert leaf["compared_with"] == "lora" and leaf["alike"], leaf
 
 
+@pytest.fixture
+def zero3_in_process(monkeypatch: pytest.MonkeyPatch, one_process_group: None) -> None:
+    """A gloo group of this process alone, and what DeepSpeed leaves in it put back after
+    the test: zero.Init swaps torch's F.linear for its own for the rest of the process ("This
+    will persist unless manually reset"; later tests count what torch's linear keeps for
+    backward), and DeepSpeed keeps the world group it cloned (each test's group is new)."""
+    import deepspeed.utils.groups
+
+    monkeypatch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)
+    monkeypatch.setattr(deepspeed.utils.groups, "_WORLD_GROUP", None)
+
+
+def _two_steps(
+    model: torch.nn.Module, engine: Any, calls: list[Any]
+) -> tuple[list[float], int, dict[str, torch.Tensor]]:
+    """Two optimizer steps of `engine` on one batch (the first records ZeRO-3's trace): the
+    losses, how many entries the second step put in `calls` (what the test's wrapper of a
+    DeepSpeed function appends to), and the trained parameters gathered whole after them."""
+    import deepspeed
+
+    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(2):
+        calls.clear()
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    counted = len(calls)
+    engine.eval()
+    with torch.no_grad():  # evaluation: no gradient, so the leaves' input is left alone
+        assert torch.isfinite(engine(input_ids=ids, labels=ids).loss)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    with deepspeed.zero.GatheredParameters([p for _, p in named]):
+        return losses, counted, {n: p.detach().clone() for n, p in named}
+
+
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.usefixtures("zero3_in_process")
 @pytest.mark.parametrize("task", ["instruction_tuning", "summarization"])
 def test_under_zero3_each_adapted_layer_is_one_zero3_module_and_trains_alike(
     monkeypatch: pytest.MonkeyPatch, task: str
@@ -549,14 +586,6 @@ def test_under_zero3_each_adapted_layer_is_one_zero3_module_and_trains_alike(
         return fetch(coordinator, module, *args, **kwargs)
 
     monkeypatch.setattr(Coordinator, "fetch_sub_module", counted)
-    # zero.Init swaps torch's F.linear for its own for the rest of the process ("This will
-    # persist unless manually reset"); put back after this test, as later tests count what
-    # torch's linear keeps for backward.
-    monkeypatch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)
-    # DeepSpeed keeps the world group it cloned; each test's process group is a new one.
-    import deepspeed.utils.groups
-
-    monkeypatch.setattr(deepspeed.utils.groups, "_WORLD_GROUP", None)
 
     def trained(lora: LoraSettings | None, *, leaves: bool = True) -> dict[str, Any]:
         model, engine = _zero3_worker_model(lora, task)
@@ -565,25 +594,8 @@ def test_under_zero3_each_adapted_layer_is_one_zero3_module_and_trains_alike(
             assert layers and all(z3_leaf_module(m) for m in layers), "not ZeRO-3 leaves"
             if not leaves:
                 unset_z3_leaf_modules(model, [LoraLinear])
-        engine = engine(model)
-        ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
-        losses, counts = [], []
-        for _ in range(2):  # the first records ZeRO-3's trace, the second is counted
-            fetches.clear()
-            loss = engine(input_ids=ids, labels=ids).loss
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.item())
-            counts.append(len(fetches))
-        engine.eval()
-        with torch.no_grad():  # evaluation: no gradient, so the leaves' input is left alone
-            assert torch.isfinite(engine(input_ids=ids, labels=ids).loss)
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters([p for _, p in named]):
-            weights = {n: p.detach().clone() for n, p in named}
-        return {"losses": losses, "fetches": counts[-1], "weights": weights}
+        losses, count, weights = _two_steps(model, engine(model), fetches)
+        return {"losses": losses, "fetches": count, "weights": weights}
 
     lora = LoraSettings(r=4, alpha=8, dropout=0.0)
     full = trained(None)
@@ -616,7 +628,7 @@ def test_only_lora_under_zero3_checkpoints_reentrant() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.usefixtures("zero3_in_process")
 @pytest.mark.parametrize("task", ["instruction_tuning", "summarization"])
 def test_under_zero3_with_checkpointing_lora_gathers_what_full_fine_tuning_gathers(
     monkeypatch: pytest.MonkeyPatch, task: str
@@ -654,29 +666,11 @@ def test_under_zero3_with_checkpointing_lora_gathers_what_full_fine_tuning_gathe
         Coordinator, "_PartitionedParameterCoordinator__all_gather_params_", coordinator_gather
     )
     monkeypatch.setattr(Init, "_all_gather", init_gather)
-    # As in the test above: zero.Init's F.linear and DeepSpeed's cloned world group.
-    monkeypatch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)
-    import deepspeed.utils.groups
-
-    monkeypatch.setattr(deepspeed.utils.groups, "_WORLD_GROUP", None)
 
     def trained(lora: LoraSettings | None, checkpointing: str) -> dict[str, Any]:
         model, engine = _zero3_worker_model(lora, task, checkpointing=checkpointing)
-        engine = engine(model)
-        ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
-        losses = []
-        for _ in range(2):  # the first records ZeRO-3's trace, the second is counted
-            gathers.clear()
-            loss = engine(input_ids=ids, labels=ids).loss
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.item())
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters([p for _, p in named]):
-            weights = {n: p.detach().clone() for n, p in named}
-        return {"losses": losses, "gathers": len(gathers), "weights": weights}
+        losses, count, weights = _two_steps(model, engine(model), gathers)
+        return {"losses": losses, "gathers": count, "weights": weights}
 
     lora = LoraSettings(r=4, alpha=8, dropout=0.0)
     full = trained(None, "finetune")
