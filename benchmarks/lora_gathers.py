@@ -224,8 +224,12 @@ def lora_settings(options: argparse.Namespace) -> LoraSettings:
     return LoraSettings(r=options.rank, alpha=2 * options.rank, dropout=0.0)
 
 
-def run_setting(name: str, options: argparse.Namespace, counter: GatherCount) -> dict[str, Any]:
-    """Build, train `--steps` steps and count, on this rank, for one setting."""
+def run_setting(
+    name: str, options: argparse.Namespace, counter: GatherCount
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Build, train `--steps` steps and count, on this rank, for one setting: its figures,
+    and its trained parameters gathered whole after the last step (none without LoRA or
+    where the run failed), for `compare`."""
     import deepspeed
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM

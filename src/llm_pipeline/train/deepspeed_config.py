@@ -266,8 +266,8 @@ def load_user_deepspeed_config(path: str) -> dict[str, Any]:
         raise ValueError(
             f"deepspeed config {path!r}: must be a JSON object, got {type(config).__name__}"
         )
-    zero = config.get("zero_optimization")
-    if isinstance(zero, dict) and zero.get("stage") == 3:
+    zero = zero3_section(config)
+    if zero is not None:
         key = "stage3_gather_16bit_weights_on_model_save"
         if zero.get(key) is False:
             raise ValueError(
@@ -276,3 +276,10 @@ def load_user_deepspeed_config(path: str) -> dict[str, Any]:
             )
         zero.setdefault(key, True)
     return config
+
+
+def zero3_section(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `zero_optimization` section of a DeepSpeed config (built or a user's) when it is
+    ZeRO-3, else None."""
+    zero = (config or {}).get("zero_optimization")
+    return zero if isinstance(zero, dict) and zero.get("stage") == 3 else None

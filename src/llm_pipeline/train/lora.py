@@ -86,8 +86,9 @@ def keep_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
     adapter's input to the adapter's dtype: an fp32 copy of the layer's whole input, which
     autocast casts back to 16 bits for the adapter's matmul, so the product is the same
     and the two copies are waste. They are 1,524 of the 23,608 operations of a T5-large
-    LoRA step, and 610 of the 9,913 of a 1.1B Llama's (`benchmarks/step_ops.py`). On one
-    H100 such a step ran at the host's pace, about 0.57x of full fine-tuning's tokens/s.
+    LoRA step, and 610 of the 9,913 of a 1.1B Llama's (`benchmarks/step_ops.py`): host work
+    each step pays. (On one H100 LoRA trained T5-large at 0.57x of full fine-tuning's
+    tokens/s; `step_ops.py --time` puts the host's share of that gap at a quarter at most.)
     """
     from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -115,8 +116,9 @@ def zero3_leaf_adapters(model: torch.nn.Module) -> int:
     called modules (the LoRA layer, its base layer, A, B, and the dropout or Identity), so
     a LoRA step made 2.7x the module fetches of full fine-tuning, each with its hooks'
     host-side bookkeeping, though it gathers no more weights (`deepspeed_config.
-    persistence_threshold`). Where a GPU step runs at the host's pace that host work is what
-    made LoRA slower per token than full fine-tuning (0.42x on one H100, a 1.1B Llama). As a
+    persistence_threshold`). That host work is a cost per token full fine-tuning does not pay
+    (LoRA trained a 1.1B Llama at 0.42x of full fine-tuning's tokens/s under ZeRO-3 on one
+    H100; how much of that was this work is not measured there yet). As a
     ZeRO-3 leaf (`deepspeed.utils.set_z3_leaf_modules`) the layer is fetched and released
     once, its children unhooked, and its trained parameters are reduced together when its
     backward ends. Measured by `benchmarks/lora_gathers.py` (2 CPU ranks, a Llama of hidden

@@ -41,6 +41,7 @@ from llm_pipeline.train.deepspeed_config import (
     build_deepspeed_config,
     load_user_deepspeed_config,
     resolve_precision,
+    zero3_section,
 )
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.step_health import (
@@ -270,14 +271,9 @@ def activation_checkpointing_kwargs(
     `activation_checkpointing_enable` makes the input embeddings' output require one
     (`enable_input_require_grads`, for models whose main input is `input_ids`, as all here).
     """
-    if not train.gradient_checkpointing or train.lora is None or not _zero3(deepspeed):
+    if not train.gradient_checkpointing or train.lora is None or zero3_section(deepspeed) is None:
         return None
     return {"use_reentrant": True}
-
-
-def _zero3(deepspeed: dict[str, Any] | None) -> bool:
-    zero = (deepspeed or {}).get("zero_optimization")
-    return isinstance(zero, dict) and zero.get("stage") == 3
 
 
 def token_mean_loss(label_smoothing: float, *, shift: bool = False) -> Callable[..., torch.Tensor]:
