@@ -583,6 +583,17 @@ def _number(value: Any, form: str) -> str:
 # -------------------------------------------------------------------------------- main
 
 
+def write_figures(path: Path, result: dict[str, Any], rows: Sequence[Row], started: float) -> None:
+    """The JSON with the rows so far, replaced whole (written beside it, then renamed), so
+    that a run its caller's time limit cuts keeps every row it finished."""
+    result["rows"] = [{"setting": r.setting, **r.figures, "note": r.note} for r in rows]
+    result["elapsed_s"] = time.perf_counter() - started
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
 def budget_allows(spent: float, durations: Sequence[float], budget: float) -> bool:
     """Whether a setting may start `spent` seconds into the run: when the run so far plus
     the mean time of the settings run before it (each with its generation row, if any)
@@ -718,10 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         torch.cuda.empty_cache()  # the model is gone; the next one gets room
                 shutil.rmtree(work / setting.name.replace(" ", "-"), ignore_errors=True)
             durations.append(time.perf_counter() - started - spent)
-    result["rows"] = [{"setting": r.setting, **r.figures, "note": r.note} for r in rows]
-    result["elapsed_s"] = time.perf_counter() - started
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+            write_figures(args.json, result, rows, started)  # a run cut short keeps its rows
+    write_figures(args.json, result, rows, started)
     # The ranks' logs came between the lines: the table again, whole.
     print("\n" + "\n".join([table_header(), *map(table_line, rows)]))
     print(f"\n{result['elapsed_s']:.0f} s in all; figures in {args.json}")

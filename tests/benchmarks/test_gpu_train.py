@@ -290,3 +290,19 @@ def test_skipped_steps_print_when_the_metrics_have_them() -> None:
             "t5-large zero3 full", {"tokens_per_second": 10.0, "skipped_steps": skipped}
         )
         assert gpu_train.table_line(row).split()[-3] == "2"
+
+
+def test_the_figures_file_holds_every_finished_row_while_the_run_goes_on(tmp_path: Path) -> None:
+    """A device call's time limit can cut the run: the JSON written after each row keeps the
+    rows so far, and no half-written file is left beside it."""
+    out = tmp_path / "figures.json"
+    result: dict[str, Any] = {"device": "GPU", "rows": []}
+    first = gpu_train.Row("t5-large auto full", {"tokens_per_second": 10.0})
+    gpu_train.write_figures(out, result, [first], started=0.0)
+    assert [r["setting"] for r in json.loads(out.read_text())["rows"]] == ["t5-large auto full"]
+    second = gpu_train.Row("t5-large auto lora", note="not run: past the 1 s budget")
+    gpu_train.write_figures(out, result, [first, second], started=0.0)
+    figures = json.loads(out.read_text())
+    assert [r["note"] for r in figures["rows"]] == ["", "not run: past the 1 s budget"]
+    assert figures["device"] == "GPU" and figures["elapsed_s"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
