@@ -188,6 +188,12 @@ BAD_CONFIGS = [
         "train: offload_param needs DeepSpeed, which use_deepspeed false turns off",
     ),
     (
+        "label smoothing with Liger's fused loss",
+        {**MINIMAL, "train": {"kernels": "liger", "label_smoothing": 0.1}},
+        "train: label_smoothing: Liger's fused loss (kernels: liger) does not smooth labels; "
+        "drop one of them",
+    ),
+    (
         "a ZeRO stage that is not one",
         with_change("train.zero_stage", True),
         'train.zero_stage: must be "auto", 0, 1, 2 or 3, got true',

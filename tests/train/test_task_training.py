@@ -136,6 +136,28 @@ def test_each_task_trains_with_its_kinds_trainer_and_its_own_collator_and_loss(
     assert loss.ndim == 0 and torch.isfinite(loss)
 
 
+@pytest.mark.usefixtures("one_process_group")
+def test_under_liger_a_causal_lm_computes_its_own_loss_the_same_token_mean(
+    tokenizer: Any,
+) -> None:
+    """Liger's fused linear cross-entropy runs inside the model, only when the model gets the
+    labels: under `train.kernels: liger` the Trainer has no `compute_loss_func` to take them
+    (on an H100 one did, and the evaluation's `skip_logits` then failed). The model's own
+    loss, which Liger's fused kernel computes in the same way (labels shifted, -100 ignored,
+    summed over the step's label tokens), is the task's token mean. Liger's Triton kernels
+    need CUDA; here the model's own loss stands in for them."""
+    trainer = _trainer("instruction_tuning", tokenizer, train=TrainConfig(kernels="liger"))
+    assert trainer.compute_loss_func is None
+    assert _trainer("instruction_tuning", tokenizer).compute_loss_func is not None
+    batch = trainer.data_collator(_rows("instruction_tuning"))
+    for count in (None, torch.tensor(12)):  # this batch's label tokens; or the whole step's
+        loss, outputs = trainer.compute_loss(
+            trainer.model, dict(batch), return_outputs=True, num_items_in_batch=count
+        )
+        token_mean = get_task("instruction_tuning").training_loss(TrainConfig())
+        torch.testing.assert_close(loss, token_mean(outputs, batch["labels"], count))
+
+
 def test_a_causal_lms_loss_scores_each_token_from_the_one_before() -> None:
     """Instruction tuning's loss shifts the labels (`ModelKind.causal`); summarization's
     does not: on the same logits and labels they differ by exactly that shift."""

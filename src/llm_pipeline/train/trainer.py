@@ -534,8 +534,17 @@ def build_trainer(
     multiple = 8 if torch.cuda.is_available() else None
     kind = task.model_kind
     trainer = Seq2SeqFinetuneTrainer if kind.encoder_decoder else FinetuneTrainer
-    loss = task.training_loss(train or TrainConfig(), label_set=label_set, train_set=train_dataset)
+    train = train or TrainConfig()
+    loss: Callable[..., Any] | None = task.training_loss(
+        train, label_set=label_set, train_set=train_dataset
+    )
     model_loss = loss if isinstance(loss, ModelLoss) else None
+    if train.kernels == "liger" and model_loss is None:
+        # Liger's fused linear cross-entropy is the model's own loss, and runs only when the
+        # model gets the labels (a `compute_loss_func` takes them away, and logits are made
+        # whole). It is the same token mean: labels shifted, -100 ignored, summed and
+        # divided by the step's label tokens (`num_items_in_batch`), as `token_mean_loss`.
+        loss = None
     return trainer(
         model=model,
         args=args,
