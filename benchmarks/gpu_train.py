@@ -86,18 +86,13 @@ so that run would end inside 8 minutes and leave out the last settings of the or
 above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
 upper ones T5 ZeRO-2 too.
 
-The four compile and Liger settings come after the `auto` ones and have not run on a GPU.
-Assumed: a Liger row costs what its `auto` row costs (42 s full, 48 s LoRA); a compile row
-that plus its compilations (forward and backward in the first step, the evaluation's again
-at the end), guessed at 60 s: 100 s full, 110 s LoRA. By these the default run spends about
-245 s on the four `auto` settings with generation and data, then runs full Liger (287 s),
-full compile (387 s) and LoRA compile (about 500 s: it starts at 387 + the mean of 64 <=
-480), and leaves out LoRA with Liger and every setting after it (ZeRO-3, plain, ZeRO-2,
-unpacked: measured on 2026-11-26 or assumed above) as rows that say so. `--only
-llama-1.1b-packed-auto` runs the Llama's two `auto` settings and the four new ones, about
-420 s by the same figures, all six inside the budget. The budget starts a setting on the
-mean so far and cannot stop one: a compilation much longer than guessed ends the run late,
-so leave the command room past its budget. All 14 settings: about 900 s, `--budget-s 1000`.
+The four compile and Liger settings come after the `auto` ones. Measured on one H100 on
+2026-11-27 (`--steps 15`): the `auto` rows took 38-45 s each; full fine-tuning compiled took
+95 s (about 50 s of it compiling); LoRA compiled was still compiling after 123 s, when the
+call's time limit cut it; full with Liger failed in its evaluation after 76 s (fixed since:
+under Liger the model computes its own loss). So `--only llama-1.1b-packed-auto` needs well
+over 480 s, and the budget cannot stop a setting once started: give LoRA compiled a call of
+its own, with room past its budget. All 14 settings: over 900 s, `--budget-s 1000`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
