@@ -22,12 +22,18 @@ turns it off, and `lora` is what the finetune step runs.
 same narrow models on one CPU thread. Each kernel is then a few microseconds, so a step's
 time is close to the host's own work: an upper bound on what the host adds to a step of the
 full-width model on a GPU. On this project's 2-core machine (2026-11-26): T5-large's layers
-134 ms full, 223 ms LoRA; the Llama's 52 and 86 ms. On the H100 a T5-large step took 502 ms
-full and 884 ms LoRA (batch 32 x 576 tokens at 36,690 and 20,848 tokens/s, 15-step windows
-with the first step's warm-up in them). LoRA's extra 382 ms there is over four times the
-89 ms of extra host work measured here, so the host explains at most a quarter of it,
-unless that machine's host is much slower than this one. The rest is the GPU's or the
-warm-up's; `gpu_train.py`'s steady-state and `host` columns are what tells them apart.
+134 ms full, 223 ms LoRA; the Llama's 52 and 86 ms.
+
+On the H100 (2026-11-27, `gpu_train.py`, steady steps after the first, bf16, no DeepSpeed) a
+T5-large step took about 0.45 s full and 0.58 s LoRA (40,911 and 31,528 tokens/s of batch
+32 x 576), and the host spent 0.88 and 1.00 of those steps issuing them (`host`,
+`step_host_share`): the LoRA step ran at the host's pace, the full one nearly so. That host
+took about 0.40 s for full fine-tuning's operations, three times this machine's 134 ms: a
+GPU machine's host (a VM, CUDA launches) can be much slower per operation than a
+developer's CPU, so these CPU figures are the lower bound of a GPU step's host work, not
+the upper. (The day before, 15-step windows with the warm-up in them had put LoRA at 0.57x
+and suggested the host explained at most a quarter of the gap; the steady figures say it
+explains all of it.) Fewer operations per step, fused ones, are the way to LoRA's speed.
 
     python benchmarks/step_ops.py [--time STEPS]
 """

@@ -87,8 +87,8 @@ def keep_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
     autocast casts back to 16 bits for the adapter's matmul, so the product is the same
     and the two copies are waste. They are 1,524 of the 23,608 operations of a T5-large
     LoRA step, and 610 of the 9,913 of a 1.1B Llama's (`benchmarks/step_ops.py`): host work
-    each step pays. (On one H100 LoRA trained T5-large at 0.57x of full fine-tuning's
-    tokens/s; `step_ops.py --time` puts the host's share of that gap at a quarter at most.)
+    each step pays: on one H100 a T5-large LoRA step ran at the host's pace (`gpu_train.py`'s
+    `host` 1.00), at 0.77x full fine-tuning's tokens/s.
     """
     from peft.tuners.tuners_utils import BaseTunerLayer
 
