@@ -14,12 +14,13 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
   `train.zero_stage.resolve_zero_stage`, and the fixed-stage setting of the same shape,
   LoRA and packing is not run separately; the `auto` row reads "auto (= plain)" (or the
   stage it took) and stands for that stage beside the others;
-- right after the four `auto` settings, the packed Llama under `auto` with the two opt-in
-  options issue 29 wants measured before either becomes a default: `train.kernels: "liger"`
-  (Liger's fused Triton kernels, `use_liger_kernel`) and `train.compile` (torch.compile,
-  `torch_compile`), full fine-tuning and LoRA each (`llama-1.1b packed auto full liger`,
-  `... full compile`, `... lora compile`, `... lora liger`; `--only compile`, `--only liger`).
-  Their rows and JSON say which (`compile`, `kernels`). A Liger setting without a CUDA GPU,
+- right after the four `auto` settings, the two opt-in options issue 29 wants measured
+  before either becomes a default, under `auto`: `train.kernels: "liger"` (Liger's fused
+  Triton kernels, `use_liger_kernel`) for the packed Llama, and `train.compile`
+  (torch.compile, `torch_compile`) for the packed Llama and T5-large, full fine-tuning and
+  LoRA each (`llama-1.1b packed auto full liger`, `t5-large auto full compile`, ...;
+  `--only compile`, `--only liger`; `variants` gives their order). Their rows and JSON say
+  which (`compile`, `kernels`). A Liger setting without a CUDA GPU,
   or where liger-kernel does not import, and a compile setting in a `--tiny` run on the CPU
   (its first step took 31 s there against 1 s eager: more than the rest of the run), are
   rows that say why they were not run, not errors. Their fit estimate is computed as for
@@ -86,13 +87,14 @@ so that run would end inside 8 minutes and leave out the last settings of the or
 above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
 upper ones T5 ZeRO-2 too.
 
-The four compile and Liger settings come after the `auto` ones. Measured on one H100 on
+The six compile and Liger settings come after the `auto` ones. Measured on one H100 on
 2026-11-27 (`--steps 15`): the `auto` rows took 38-45 s each; full fine-tuning compiled took
 95 s (about 50 s of it compiling); LoRA compiled was still compiling after 123 s, when the
 call's time limit cut it; full with Liger failed in its evaluation after 76 s (fixed since:
-under Liger the model computes its own loss). So `--only llama-1.1b-packed-auto` needs well
-over 480 s, and the budget cannot stop a setting once started: give LoRA compiled a call of
-its own, with room past its budget. All 14 settings: over 900 s, `--budget-s 1000`.
+under Liger the model computes its own loss). T5-large compiled has not run on a GPU. So the
+six need well over 480 s, and the budget cannot stop a setting once started: give the LoRA
+compiled settings a call of their own, with room past its budget. All 16 settings: over
+1,000 s, `--budget-s 1100`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
@@ -198,8 +200,8 @@ def shapes(tiny: bool) -> tuple[Shape, Shape]:
 
 @dataclass(frozen=True)
 class Setting:
-    """One training run: a shape, a ZeRO stage (0: the plain Trainer), LoRA, packing, and
-    for a causal LM `train.compile` and `train.kernels`."""
+    """One training run: a shape, a ZeRO stage (0: the plain Trainer), LoRA, packing,
+    `train.compile`, and for a causal LM `train.kernels`."""
 
     shape: Shape
     stage: int | str
@@ -237,16 +239,16 @@ def stage_word(stage: int | str) -> str:
 
 def settings(t5: Shape, llama: Shape) -> list[Setting]:
     """Every setting of the default run, in the order they run: the most telling first, so
-    that a budget cut leaves out the least. `auto` (full, then LoRA) for each shape; the
-    packed Llama under `auto` with `train.compile` and with `train.kernels: "liger"` (full,
-    then LoRA, each: `variants`); ZeRO-3 (full, and LoRA for Llama); the plain Trainer (run
-    only where `auto` did not resolve to it, see `fold`); ZeRO-2; Llama unpacked."""
+    that a budget cut leaves out the least. `auto` (full, then LoRA) for each shape; under
+    `auto` with `train.compile` or `train.kernels: "liger"` (`variants`); ZeRO-3 (full, and
+    LoRA for Llama); the plain Trainer (run only where `auto` did not resolve to it, see
+    `fold`); ZeRO-2; Llama unpacked."""
     return [
         Setting(t5, "auto"),
         Setting(t5, "auto", lora=True),
         Setting(llama, "auto", packed=True),
         Setting(llama, "auto", lora=True, packed=True),
-        *variants(llama),
+        *variants(t5, llama),
         Setting(t5, 3),
         Setting(llama, 3, packed=True),
         Setting(llama, 3, lora=True, packed=True),
@@ -259,18 +261,22 @@ def settings(t5: Shape, llama: Shape) -> list[Setting]:
     ]
 
 
-def variants(llama: Shape) -> list[Setting]:
-    """The packed Llama under `auto` with compile or Liger's kernels (issue 29: each measured
-    before it becomes a default), in the order they run: full fine-tuning with Liger, with
-    compile, then LoRA with compile, with Liger. Liger's full row first: it costs what its
-    `auto` row costs, while a compilation's length on the GPU is unknown and the budget
-    (`budget_allows`) cannot stop a setting once started; LoRA with Liger last, the first a
-    budget cut leaves out."""
+def variants(t5: Shape, llama: Shape) -> list[Setting]:
+    """Under `auto`, the packed Llama with Liger's kernels and both shapes compiled (issue
+    29: each measured before it becomes a default), in the order they run, the least
+    measured and cheapest first, since the budget (`budget_allows`) cannot stop a setting
+    once started. On one H100 (2026-11-27) a Liger row cost what its `auto` row costs, about
+    40 s; the Llama compiled took 95 s full and over 123 s with LoRA. So: Liger full, then
+    T5-large compiled full (its steps were the host's there: what compiling is for), Liger
+    LoRA, the Llama compiled full (measured), T5-large compiled LoRA, and last the Llama
+    compiled LoRA."""
     return [
         Setting(llama, "auto", packed=True, kernels="liger"),
-        Setting(llama, "auto", packed=True, compile=True),
-        Setting(llama, "auto", lora=True, packed=True, compile=True),
+        Setting(t5, "auto", compile=True),
         Setting(llama, "auto", lora=True, packed=True, kernels="liger"),
+        Setting(llama, "auto", packed=True, compile=True),
+        Setting(t5, "auto", lora=True, compile=True),
+        Setting(llama, "auto", lora=True, packed=True, compile=True),
     ]
 
 

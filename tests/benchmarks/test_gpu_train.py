@@ -99,13 +99,15 @@ def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> 
         "llama-1.1b packed auto full",
         "llama-1.1b packed auto lora",
     ]
-    assert names[4:8] == [
+    assert names[4:10] == [
         "llama-1.1b packed auto full liger",
-        "llama-1.1b packed auto full compile",
-        "llama-1.1b packed auto lora compile",
+        "t5-large auto full compile",
         "llama-1.1b packed auto lora liger",
+        "llama-1.1b packed auto full compile",
+        "t5-large auto lora compile",
+        "llama-1.1b packed auto lora compile",
     ]
-    assert names[8:11] == [
+    assert names[10:13] == [
         "t5-large zero3 full",
         "llama-1.1b packed zero3 full",
         "llama-1.1b packed zero3 lora",
@@ -117,13 +119,19 @@ def test_the_default_run_starts_with_auto_and_ends_with_zero2_and_unpacked() -> 
     ]
 
 
-def test_compile_and_liger_train_the_packed_llama_under_auto_and_only_selects_them() -> None:
+def test_compile_and_liger_train_under_auto_and_only_selects_them() -> None:
     every = gpu_train.settings(*gpu_train.shapes(tiny=False))
     variants = [s for s in every if s.compile or s.kernels]
-    assert {(s.shape.name, s.stage, s.packed) for s in variants} == {("llama-1.1b", "auto", True)}
+    assert {(s.shape.name, s.stage, s.packed) for s in variants} == {
+        ("llama-1.1b", "auto", True),
+        ("t5-large", "auto", None),
+    }
+    assert {s.shape.name for s in variants if s.kernels} == {"llama-1.1b"}  # Liger: causal
     compiled = [s for s in every if s.matches("compile")]
     assert [s.name for s in compiled] == [
+        "t5-large auto full compile",
         "llama-1.1b packed auto full compile",
+        "t5-large auto lora compile",
         "llama-1.1b packed auto lora compile",
     ]
     assert all(s.compile and s.kernels is None for s in compiled)
@@ -197,8 +205,12 @@ def test_the_fold_drops_exactly_the_fixed_stage_auto_resolves_to() -> None:
     )
     assert "llama-1.1b packed zero3 lora" in names and "llama-1.1b packed plain lora" in names
     assert labels["t5-large zero3 full"] == "t5-large zero3 full"  # fixed stages: no suffix
-    # `--only` still reads the names: a folded auto setting matches as before.
-    assert [s for s in run if s.matches("t5-large-auto-full")] == run[:1]
+    # `--only` still reads the names: a folded auto setting matches as before (and so does
+    # its compiled variant, whose name holds it).
+    assert [s.label for s in run if s.matches("t5-large-auto-full")] == [
+        "t5-large auto full (= plain)",
+        "t5-large auto full compile",
+    ]
 
 
 def test_without_a_resolution_nothing_is_folded() -> None:

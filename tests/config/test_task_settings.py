@@ -88,9 +88,9 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
             "'text_classification' trains a classifier, which scores labels",
         ),
         (
-            with_change("train.compile", True),
-            "train.compile: supported for causal LMs only (not yet tried on other models), "
-            "and task 'summarization' trains another kind",
+            {**CLASSIFY, "train": {"compile": True}},
+            "train.compile: supported for causal LMs and seq2seq models (not yet tried on "
+            "classifiers), and task 'text_classification' trains a classifier",
         ),
         (
             {**CLASSIFY, "train": {"kernels": "liger"}},
@@ -109,7 +109,7 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
         "class weights for a causal LM",
         "class weights for seq2seq",
         "top_p for a classifier",
-        "compile for seq2seq",
+        "compile for a classifier",
         "liger for a classifier",
     ],
 )

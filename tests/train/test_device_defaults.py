@@ -22,7 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, Trainin
 from llm_pipeline.config import TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.tasks import get_task
-from llm_pipeline.tasks.kinds import CAUSAL_LM, SEQ2SEQ
+from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
 from llm_pipeline.train import device_defaults
 from llm_pipeline.train.checkpoint_sync import CompleteCheckpoints, plan_layout
 from llm_pipeline.train.counts import Clock
@@ -77,6 +77,16 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
     assert without["dataloader_num_workers"] == 0 and "dataloader_prefetch_factor" not in without
 
 
+def test_compile_applies_to_generators_and_not_yet_to_classifiers() -> None:
+    compiled = TrainConfig(compile=True)
+    for kind in (CAUSAL_LM, SEQ2SEQ):
+        assert device_defaults.kernel_settings(compiled, kind=kind, cuda=True) == {
+            "torch_compile": True
+        }
+    with pytest.raises(TrainError, match=r"train\.compile: .*seq2seq models.*a classifier"):
+        device_defaults.kernel_settings(compiled, kind=CLASSIFIER, cuda=True)
+
+
 def test_liger_needs_a_gpu_and_its_package_and_a_causal_lm() -> None:
     liger = TrainConfig(kernels="liger", compile=True)
     assert device_defaults.kernel_settings(
@@ -86,8 +96,8 @@ def test_liger_needs_a_gpu_and_its_package_and_a_causal_lm() -> None:
         device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=False, liger_installed=True)
     with pytest.raises(TrainError, match=r"pip install liger-kernel"):
         device_defaults.kernel_settings(liger, kind=CAUSAL_LM, cuda=True, liger_installed=False)
-    with pytest.raises(TrainError, match=r"train\.compile: .*causal LMs only.*seq2seq"):
-        device_defaults.kernel_settings(TrainConfig(compile=True), kind=SEQ2SEQ, cuda=True)
+    with pytest.raises(TrainError, match=r"train\.kernels: .*causal LMs only.*seq2seq model"):
+        device_defaults.kernel_settings(liger, kind=SEQ2SEQ, cuda=True, liger_installed=True)
     device_defaults.check_liger_model("llama", supported={"llama", "qwen2"})
     with pytest.raises(TrainError, match=r"no kernels for model type 'gpt2'.*llama, qwen2"):
         device_defaults.check_liger_model("gpt2", supported={"llama", "qwen2"})

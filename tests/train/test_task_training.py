@@ -222,14 +222,15 @@ def test_the_model_kinds_say_what_the_layers_ask_of_them() -> None:
             kind.causal,
             kind.generates,
             kind.needs_pad_token,
+            kind.compiles,
             kind.fused_kernels,
         )
         for kind in (SEQ2SEQ, CAUSAL_LM, CLASSIFIER)
     ]
     assert facts == [
-        (True, False, True, False, False),
-        (False, True, True, True, True),
-        (False, False, False, True, False),
+        (True, False, True, False, True, False),
+        (False, True, True, True, True, True),
+        (False, False, False, True, False, False),
     ]
 
 

@@ -209,6 +209,10 @@ def _encoder_decoder(kind: ModelKind) -> bool:
     return kind.encoder_decoder
 
 
+def _not_compiled(kind: ModelKind) -> bool:
+    return not kind.compiles
+
+
 def _no_fused_kernels(kind: ModelKind) -> bool:
     return not kind.fused_kernels
 
@@ -263,10 +267,10 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
         "model.encoder_decoder to warm-start one",
     ),
     (
-        _no_fused_kernels,
+        _not_compiled,
         _named_if("train.compile", lambda c: c.train.compile),
-        "{setting}: supported for causal LMs only (not yet tried on other models), and task "
-        "{task!r} trains another kind",
+        "{setting}: supported for causal LMs and seq2seq models (not yet tried on "
+        "classifiers), and task {task!r} trains a classifier",
     ),
     (
         _no_fused_kernels,

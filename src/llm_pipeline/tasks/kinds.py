@@ -38,8 +38,9 @@ class ModelKind:
     #: Its batches are padded by the tokenizer's pad token, which decoder tokenizers often
     #: lack (the EOS then pads: `models.sources.ensure_pad_token`).
     needs_pad_token: bool
-    #: `train.compile` and Liger's fused kernels (`train.kernels`) apply: tried on causal
-    #: LMs only.
+    #: `train.compile` (torch.compile) applies: tried on causal LMs and seq2seq models.
+    compiles: bool
+    #: Liger's fused kernels (`train.kernels`) apply: Liger patches causal LMs only.
     fused_kernels: bool
 
     def __str__(self) -> str:
@@ -55,6 +56,7 @@ SEQ2SEQ = ModelKind(
     causal=False,
     generates=True,
     needs_pad_token=False,
+    compiles=True,
     fused_kernels=False,
     classification_head=False,
 )
@@ -67,6 +69,7 @@ CAUSAL_LM = ModelKind(
     causal=True,
     generates=True,
     needs_pad_token=True,
+    compiles=True,
     fused_kernels=True,
     classification_head=False,
 )
@@ -79,6 +82,7 @@ CLASSIFIER = ModelKind(
     causal=False,
     generates=False,
     needs_pad_token=True,
+    compiles=False,
     fused_kernels=False,
     classification_head=True,
 )

@@ -74,9 +74,15 @@ def kernel_settings(
 ) -> dict[str, Any]:
     """TrainingArguments for `train.compile` and `train.kernels`; a TrainError where they
     cannot work here (the config check refuses what it can know earlier: the model kind)."""
-    if (train.compile or train.kernels) and not kind.fused_kernels:
-        option = "train.compile" if train.compile else "train.kernels"
-        raise TrainError(f"{option}: supported for causal LMs only, and this is a {kind} model")
+    if train.compile and not kind.compiles:
+        raise TrainError(
+            "train.compile: supported for causal LMs and seq2seq models, and this is a "
+            f"{kind.description}"
+        )
+    if train.kernels and not kind.fused_kernels:
+        raise TrainError(
+            f"train.kernels: supported for causal LMs only, and this is a {kind.description}"
+        )
     if train.kernels != "liger":
         return {"torch_compile": train.compile}
     if not cuda:
