@@ -59,3 +59,8 @@ LABEL_SET_KEY = "label_set"
 #: In evaluate's predictions folder, for a classifier: the confusion matrix and each label's
 #: precision, recall, F1 and rows.
 CONFUSION_MATRIX_FILE = "confusion_matrix.json"
+#: The trained model artifact's metadata key naming the registered version (`model@version`)
+#: it started from (`model.source: "registry:..."`): finetune writes it and deploy records it
+#: on the new version. Here, not in steps/finetune.py, so that the deploy step's process does
+#: not import the training code (about 4 s of torch, transformers' Trainer and peft) for it.
+STARTED_FROM_KEY = "started_from"

@@ -16,13 +16,15 @@ from llm_pipeline.serve.server_process import start_server
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "classify_local.json"
+#: 4 training steps of 16 rows: the test checks that the run trains, ships and serves, not
+#: how well (the scores are only checked to be in range, beside their baselines).
 SMALL = [
-    'data.max_samples={"train": 192, "validation": 16, "test": 32}',
+    'data.max_samples={"train": 64, "validation": 8, "test": 16}',
     "data.max_length=48",
     "evaluate.bootstrap_samples=50",
-    "train.logging_steps=4",
-    "train.eval_steps=6",
-    "train.save_steps=6",
+    "train.logging_steps=2",
+    "train.eval_steps=4",
+    "train.save_steps=4",
 ]
 
 
@@ -69,7 +71,7 @@ def test_text_classification_runs_end_to_end_and_its_endpoint_answers_labels(
         assert 0 <= metrics[name] <= 1 and f"base_{name}" in metrics, sorted(metrics)
         assert metrics[f"{name}_low"] <= metrics[name] <= metrics[f"{name}_high"]
     assert "majority_accuracy" in metrics and "majority_macro_f1" in metrics
-    assert metrics["samples"] == 32
+    assert metrics["samples"] == 16
 
     evaluate = steps["evaluate"].outputs
     report = Path(evaluate["report"]).read_text()

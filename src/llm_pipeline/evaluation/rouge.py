@@ -20,20 +20,24 @@ whitespace, so rouge1/2/L are the same for the text before and after splitting.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from nltk.stem.porter import PorterStemmer
 from rouge_score.scoring import fmeasure
 from rouge_score.tokenize import NON_ALPHANUM_RE, VALID_TOKEN_RE
 
 from llm_pipeline.evaluation.bootstrap import bootstrap_interval
 from llm_pipeline.evaluation.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from nltk.stem.porter import PorterStemmer
 
 __all__ = [
     "ROUGE_TYPES",
@@ -50,11 +54,20 @@ ROUGE_TYPES: tuple[str, ...] = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 _MIN_PARALLEL = 64
 # Caps memory if someone scores an endless stream of distinct junk words.
 _STEM_CACHE_LIMIT = 2_000_000
-_STEMMER = PorterStemmer()  # the stemmer rouge-score's DefaultTokenizer builds
 _STEM_CACHE: dict[str, str] = {}
 # One example: F1 (0..1) of each type in ROUGE_TYPES order, then prediction and reference
 # token counts.
 Row = tuple[float, float, float, float, int, int]
+
+
+@functools.cache
+def _stemmer() -> PorterStemmer:
+    """The stemmer rouge-score's DefaultTokenizer builds, made on first use: importing nltk
+    takes seconds (scipy, sklearn), which a process that imports this module without scoring
+    (the deploy step, through llm_pipeline.evaluation) should not wait for."""
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer()
 
 
 @dataclass(frozen=True)
@@ -208,7 +221,7 @@ def _tokenize(text: str, use_stemmer: bool) -> list[str]:
 
 def _stem(word: str) -> str:
     """The stemmed token for `word`, or "" where rouge-score would drop it."""
-    stem = _STEMMER.stem(word) if len(word) > 3 else word
+    stem = _stemmer().stem(word) if len(word) > 3 else word
     stem = stem if VALID_TOKEN_RE.match(stem) else ""
     if len(_STEM_CACHE) >= _STEM_CACHE_LIMIT:
         _STEM_CACHE.clear()

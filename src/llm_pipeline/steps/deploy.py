@@ -14,7 +14,7 @@ from typing import Any
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.errors import ServeError
 from llm_pipeline.evaluation.examples import load_serving_examples
-from llm_pipeline.output_files import Step
+from llm_pipeline.output_files import STARTED_FROM_KEY, Step
 from llm_pipeline.progress import status
 from llm_pipeline.registry import (
     EVALUATION_DATA_LABEL,
@@ -31,7 +31,6 @@ from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import Arguments, log_metrics, write_text_output
-from llm_pipeline.steps.finetune import STARTED_FROM_KEY
 from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.storage import check_output_complete
 from llm_pipeline.tasks import get_task

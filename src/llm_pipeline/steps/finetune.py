@@ -3,15 +3,11 @@
 from pathlib import Path
 
 from llm_pipeline.config import ClusterConfig, ModelConfig, TrainConfig
-from llm_pipeline.output_files import Step
+from llm_pipeline.output_files import STARTED_FROM_KEY, Step
 from llm_pipeline.steps.artifacts import Arguments, log_metrics
 from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.tasks import get_task
 from llm_pipeline.train.job import run_finetune
-
-#: The trained model's metadata key naming the registered version (`model@version`) it
-#: started from (`model.source: "registry:..."`); deploy records it on the new version.
-STARTED_FROM_KEY = "started_from"
 
 
 @reports_user_errors(Step.FINETUNE)

@@ -29,9 +29,9 @@ from llm_pipeline.launch.cluster import ClusterInfo, NotATrainingNode, detect_cl
 from llm_pipeline.launch.commands import torchrun_command
 from llm_pipeline.launch.failures import failure_message, rank_exit_codes
 from llm_pipeline.launch.supervisor import LauncherExit, run_launcher
+from llm_pipeline.storage import is_remote
 from llm_pipeline.tasks import DEFAULT_TASK
 from llm_pipeline.train.checkpoints import resolve_checkpoint_root
-from llm_pipeline.train.outputs import check_output_dir
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.zero_stage import resolve_zero_stage
 
@@ -62,6 +62,18 @@ class FinetuneResult:
     # The ZeRO stage trained under and why (`StageChoice.describe`): `0 (auto: ...)`; its
     # number is also metrics["zero_stage"]. Primary only.
     zero_stage: str = ""
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuse object-store URIs early: a folder there cannot appear atomically. (Here, not in
+    train/outputs.py beside the code that writes the folder: that module loads transformers'
+    Trainer and peft, about 3 s that the launching process, the finetune step's, never needs.)
+    """
+    if is_remote(output_dir):
+        raise TrainError(
+            f"output folder {output_dir!r}: must be a local path (on Vertex, the artifact's "
+            "/gcs/ path); object stores have no atomic folder rename"
+        )
 
 
 def run_finetune(

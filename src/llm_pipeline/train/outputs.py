@@ -18,21 +18,11 @@ from typing import Any
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from llm_pipeline.errors import TrainError
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE, TRAINING_LOG_FILE
 from llm_pipeline.storage import atomic_output_dir, is_remote, to_uri, write_atomic
 from llm_pipeline.train import lora
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.trainer import FinetuneTrainer
-
-
-def check_output_dir(output_dir: str) -> None:
-    """Refuse object-store URIs early: a folder there cannot appear atomically."""
-    if is_remote(output_dir):
-        raise TrainError(
-            f"output folder {output_dir!r}: must be a local path (on Vertex, the artifact's "
-            "/gcs/ path); object stores have no atomic folder rename"
-        )
 
 
 def save_final_model(
