@@ -80,13 +80,15 @@ def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
-def _wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
+def _wait_for(
+    condition: Callable[[], Any], *, timeout: float, what: str, every: float = 0.02
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
@@ -189,6 +191,9 @@ def _sigterm_saves_a_checkpoint_that_the_rerun_resumes(
         lambda: [s for s, done in _checkpoints(checkpoints).items() if s > SAVE_STEPS and not done],
         timeout=60,
         what="the stop's checkpoint folder",
+        # A tiny model's save can finish within one 20 ms poll (it did once in CI, under
+        # load): look every 2 ms, so that the kill falls inside the save.
+        every=0.002,
     )
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
