@@ -246,7 +246,7 @@ def png_colours(path: Path) -> set[bytes]:
 def png_pixels(path: Path) -> tuple[int, int, list[list[tuple[int, int, int]]]]:
     """(width, height, rows of RGB pixels) of a screenshot."""
     rows = [
-        [(line[i], line[i + 1], line[i + 2]) for i in range(0, len(line), bpp)]
+        list(zip(line[0::bpp], line[1::bpp], line[2::bpp], strict=True))
         for bpp, line in png_scanlines(path)
     ]
     return (len(rows[0]) if rows else 0), len(rows), rows
@@ -278,7 +278,22 @@ def png_scanlines(path: Path) -> Iterator[tuple[int, bytearray]]:
 
 
 def _unfilter(kind: int, line: bytearray, previous: bytearray, bpp: int) -> None:
-    """Undo one scanline's PNG filter in place (filters 0-4 of the PNG specification)."""
+    """Undo one scanline's PNG filter in place (filters 0-4 of the PNG specification).
+
+    Up and Sub, most of a screenshot's rows, are sums modulo 256 (Sub's a running one per
+    channel) done by numpy; Average and Paeth depend on the byte just undone, one by one."""
+    import numpy as np
+
+    if kind == 0:
+        return
+    if kind in (1, 2):
+        values = np.frombuffer(line, dtype=np.uint8).astype(np.int64)
+        if kind == 2:
+            values += np.frombuffer(previous, dtype=np.uint8)
+        else:
+            values = values.reshape(-1, bpp).cumsum(axis=0).reshape(-1)
+        line[:] = (values & 0xFF).astype(np.uint8).tobytes()
+        return
     for i in range(len(line)):
         left = line[i - bpp] if i >= bpp else 0
         up = previous[i]

@@ -23,7 +23,6 @@ from llm_pipeline.local import LocalRun, run_local, step_order
 from llm_pipeline.local.disk import kept_on_disk
 from llm_pipeline.local.summary import HEADLINE, format_summary
 from llm_pipeline.output_files import PREDICTIONS_FILE, Step
-from llm_pipeline.pipelines import build_pipeline
 from llm_pipeline.tasks import DEFAULT_TASK, get_task
 
 DEFAULT_LOCAL_ROOT = Path("runs")
@@ -255,6 +254,8 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if args.upload_template or vertex.wants_vertex(args):
         return vertex.run_vertex(args, config)
     local_root = Path(args.pipeline_root or DEFAULT_LOCAL_ROOT)
+    from llm_pipeline.pipelines import build_pipeline  # KFP: only the commands that build
+
     pipeline = build_pipeline(config, target="local")
     if args.dry_run:
         print(config.model_dump_json(indent=2))

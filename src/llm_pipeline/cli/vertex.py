@@ -25,8 +25,6 @@ from llm_pipeline.config.preflight import (
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
 from llm_pipeline.output_files import Step
-from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.vertex import compile_pipeline
 from llm_pipeline.vertex import submit as vs
 from llm_pipeline.vertex.schedules import validate_cron
 from llm_pipeline.vertex.spec_summary import describe_spec
@@ -169,6 +167,9 @@ def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    from llm_pipeline.pipelines import build_pipeline  # KFP: only the commands that build
+    from llm_pipeline.vertex.compile import compile_pipeline
+
     path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
     print(f"Wrote the pipeline spec to {path}")
     return 0

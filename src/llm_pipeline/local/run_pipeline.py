@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from kfp import local
-
 from llm_pipeline.local.console import REUSED, StepConsole, open_log
 from llm_pipeline.local.scratch import run_scratch_folder
 from llm_pipeline.local.stopping import StopOnSignal
@@ -174,6 +172,10 @@ def run_local(
     run, with `stopped_by` set and the interrupted step "stopped". The steps' temporary files
     (KFP's `mktemp -d` folders among them) go to a folder removed when the run ends.
     """
+    # Here, not at the top: the CLI's `clean` and `registry` commands import this package's
+    # light modules, and KFP's import (kubernetes' client among it) is half a second.
+    from kfp import local
+
     pipeline_root = pipeline_root.resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     name = pipeline.pipeline_spec.pipeline_info.name

@@ -14,16 +14,22 @@ read chats, so the rules live here, in the lowest layer, once:
   model is a chat model) checks a request's instance and renders it, by the same rules.
 """
 
+from __future__ import annotations
+
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError
-from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.errors import json_type
 from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ServingPage
+
+if TYPE_CHECKING:
+    # Annotations only: the tokenizer comes from the caller, and a task lookup (a CLI
+    # command listing the tasks' metrics) then starts without transformers.
+    from transformers import PreTrainedTokenizerBase
 
 #: How every chat task is served: the chat page, the generation parameters a request may
 #: set, and what an instance may be (instruction tuning and preference tuning alike).
@@ -167,7 +173,7 @@ class ChatFormat:
     @classmethod
     def for_tokenizer(
         cls, tokenizer: PreTrainedTokenizerBase, configured_template: str | None = None
-    ) -> "ChatFormat":
+    ) -> ChatFormat:
         for name in ("eos_token", "sep_token"):
             text, token_id = getattr(tokenizer, name, None), getattr(tokenizer, f"{name}_id", None)
             if isinstance(text, str) and isinstance(token_id, int):

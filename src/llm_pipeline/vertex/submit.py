@@ -16,8 +16,6 @@ from typing import Any
 from llm_pipeline.config import ConfigError, PipelineConfig
 from llm_pipeline.config.run_parameters import parameter_defaults
 from llm_pipeline.errors import UserError
-from llm_pipeline.pipelines import build_pipeline
-from llm_pipeline.vertex.compile import compile_pipeline
 from llm_pipeline.vertex.target import VertexTarget
 
 Printer = Callable[[str], None]
@@ -50,6 +48,11 @@ def compile_for_vertex(
 ) -> Path:
     """The Vertex spec of `config` (for a schedule: download never from the cache; for a
     preflight, `config` being its `preflight_config`: its endpoint emptied at the end)."""
+    # Here, not at the top: building and compiling load KFP, which the CLI's other commands
+    # (`registry`, `serve`), importing this module with the rest, do without.
+    from llm_pipeline.pipelines import build_pipeline
+    from llm_pipeline.vertex.compile import compile_pipeline
+
     pipeline = build_pipeline(config, target="vertex", scheduled=scheduled, preflight=preflight)
     return compile_pipeline(pipeline, folder / f"{config.name}.yaml")
 
