@@ -222,12 +222,7 @@ class PreferenceScorer:
         baseline_metrics = _flat(start, "base_")
         baseline_metrics["base_distinct_predictions"] = distinct_share(base.generated.texts)
         rows = _pair_rows(examples, outputs, base, tuned)
-        words = ReportWords(
-            title=self.task.report_title,
-            source=self.task.source_label,
-            output=self.task.output_label,
-            prediction=self.task.prediction_label,
-        )
+        words = ReportWords.of(self.task)
         return Scored(
             model_metrics=model_metrics,
             baseline_metrics=baseline_metrics,
