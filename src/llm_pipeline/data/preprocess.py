@@ -2,14 +2,18 @@
 and the model's tokenizer, handed to the task (`Task.preprocess`), which writes the
 tokenized dataset and its `preprocess.json`.
 
-What every task's preprocessing shares lives here too: the batch size of its map passes,
-the cap on a length the tokenizer gives, token length statistics for its report, and the
-step's logger, under which every task's preprocessing logs.
+What every task's preprocessing shares lives here too: its tokenizing map pass and the
+batch size of its map passes, the cap on a length the tokenizer gives, token length
+statistics for its report, and the step's logger, under which every task's preprocessing
+logs.
 """
 
 import logging
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -57,6 +61,34 @@ def tokenizer_length(tokenizer: PreTrainedTokenizerBase) -> int:
     """The longest sequence the tokenizer says its model takes, capped at LENGTH_LIMIT: the
     max length a config leaves null."""
     return min(int(tokenizer.model_max_length), LENGTH_LIMIT)
+
+
+def tokenize_split(
+    table: datasets.Dataset,
+    encode: Callable[..., Any],
+    *,
+    features: datasets.Features,
+    cache_file: Path,
+    num_proc: int | None,
+    desc: str,
+) -> datasets.Dataset:
+    """One split tokenized by `encode(batch, indices)`, whose columns replace the split's.
+
+    The cache file goes where the caller's work folder says, never beside the input artifact,
+    and is never reused: a fresh fingerprint spares hashing the tokenizer `encode` holds."""
+    return table.map(
+        encode,
+        batched=True,
+        batch_size=BATCH_SIZE,
+        with_indices=True,
+        num_proc=num_proc,
+        remove_columns=table.column_names,
+        features=features,
+        cache_file_name=str(cache_file),
+        load_from_cache_file=False,
+        new_fingerprint=uuid.uuid4().hex,
+        desc=desc,
+    )
 
 
 @dataclass(frozen=True)
