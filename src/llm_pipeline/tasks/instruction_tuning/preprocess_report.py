@@ -5,17 +5,16 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess import LengthStats, logger
+from llm_pipeline.data.preprocess import LengthStats, SplitRows, logger, with_rows_out
 from llm_pipeline.tasks.instruction_tuning.packing import PackingStats
 
 
 @dataclass(frozen=True)
-class ChatSplitStats:
-    """What preprocessing did to one split of chats (instruction tuning)."""
+class ChatSplitStats(SplitRows):
+    """What preprocessing did to one split of chats (instruction tuning); the rows it
+    dropped are those whose chat is unusable (not a list, an unknown role, no assistant
+    turn, ...)."""
 
-    rows_in: int
-    #: Rows whose chat is unusable (not a list, an unknown role, no assistant turn, ...).
-    rows_dropped: int
     #: The first of them, by row, with what is wrong (`row 17: turn 2: unknown role 'bot'`).
     first_dropped: str | None
     #: Lengths before any cut: the whole sequence, its prompt part and its response part.
@@ -26,10 +25,6 @@ class ChatSplitStats:
     rows_prompt_cut: int
     rows_response_cut: int
     tokens_dropped: int
-
-    @property
-    def rows_out(self) -> int:
-        return self.rows_in - self.rows_dropped
 
 
 @dataclass(frozen=True)
@@ -61,10 +56,7 @@ class ChatPreprocessReport:
         return values
 
     def to_dict(self) -> dict[str, Any]:
-        payload = asdict(self)
-        for split, stats in self.splits.items():
-            payload["splits"][split]["rows_out"] = stats.rows_out
-        return payload
+        return with_rows_out(asdict(self), self.splits)
 
 
 def log_chat_report(report: ChatPreprocessReport) -> None:
