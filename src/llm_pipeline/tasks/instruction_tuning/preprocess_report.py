@@ -5,6 +5,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llm_pipeline.data.chat_format import ChatLengths
 from llm_pipeline.data.preprocess import LengthStats, SplitRows, logger, with_rows_out
 from llm_pipeline.tasks.instruction_tuning.packing import PackingStats
 
@@ -28,14 +29,9 @@ class ChatSplitStats(SplitRows):
 
 
 @dataclass(frozen=True)
-class ChatPreprocessReport:
+class ChatPreprocessReport(ChatLengths):
     """The resolved sequence length and template, and per-split statistics."""
 
-    max_length: int
-    #: `config`, or `tokenizer` (its model_max_length, capped at data.preprocess.LENGTH_LIMIT).
-    max_length_from: str
-    #: `tokenizer` (its own chat template), `config` (data.chat_template) or `default`.
-    chat_template_from: str
     splits: dict[str, ChatSplitStats]
     packing: PackingStats | None = None
 
@@ -62,10 +58,7 @@ class ChatPreprocessReport:
 def log_chat_report(report: ChatPreprocessReport) -> None:
     """One line for the length and template, one per split, one for packing; a split that
     dropped rows or cut responses is a warning."""
-    logger.info(
-        f"max_length {report.max_length} ({report.max_length_from}), chat template from "
-        f"{report.chat_template_from}"
-    )
+    report.log_lengths()
     for split, st in report.splits.items():
         dropped = f", first: {st.first_dropped}" if st.first_dropped else ""
         logger.log(
