@@ -18,7 +18,7 @@ read chats, so the rules live here, in the lowest layer, once:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -326,10 +326,25 @@ def chat_prompter(
 
 
 class ChatTask(Task):
-    """What every task whose model is a chat model shares: its report calls the input a
-    prompt and the output a response, and its server takes, probes and renders chats by
-    these rules. Loading the server's model and drawing its page (`serving_model`,
-    `serving_widget`) live in the layers above, so each task writes those itself."""
+    """What every task whose model is a chat model shares: it is judged by greedy
+    completions, its report calls the input a prompt and the output a response, and its
+    server takes, probes and renders chats by these rules. Loading the server's model and
+    drawing its page (`serving_model`, `serving_widget`) live in the layers above, so each
+    task writes those itself."""
+
+    # The turns before the answer (preprocess's `chat`, JSON): the rendered prompt is not
+    # what a client sends, and a server renders what it is sent.
+    serving_column: ClassVar[str] = "chat"
+    # Greedy search: the answer the model rates most likely, the same on every run. A causal
+    # LM's generation config often samples (Llama-2's does) and its default max_length counts
+    # the prompt, so both are set here. The model training started from is scored beside the
+    # tuned one.
+    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
+        "num_beams": 1,
+        "do_sample": False,
+        "max_new_tokens": 128,
+        "score_base_model": True,
+    }
 
     source_label: ClassVar[str] = "prompt"
     prediction_label: ClassVar[str] = "response"

@@ -86,19 +86,8 @@ class InstructionTuning(ChatTask):
     metric_names: ClassVar[tuple[str, ...]] = ("rougeL", "exact_match", "perplexity")
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "response"
-    # The turns before the answer (preprocess's `chat`, JSON): `prompt` is rendered by the
-    # chat template already, and a server renders what it is sent.
-    serving_column: ClassVar[str] = "chat"
-
-    # Greedy search: the answer the model rates most likely, the same on every run. A causal
-    # LM's generation config often samples (Llama-2's does) and its default max_length counts
-    # the prompt, so both are set here. The un-fine-tuned model is scored beside the tuned one.
-    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
-        "num_beams": 1,
-        "do_sample": False,
-        "max_new_tokens": 128,
-        "score_base_model": True,
-    }
+    # Greedy completions, scored beside the un-fine-tuned model's, of the `chat` column's
+    # prompts (`ChatTask`).
 
     def scorer(self) -> Any:
         """ROUGE-L, exact match and perplexity on the responses (`scoring`)."""

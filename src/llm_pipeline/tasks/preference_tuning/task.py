@@ -110,15 +110,9 @@ class PreferenceTuning(ChatTask):
     )
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "chosen"
-    serving_column: ClassVar[str] = "chat"
-    # Greedy completions, as instruction tuning's (a served chat model is judged the same
-    # way); every metric is relative to the starting model, so it always runs.
-    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
-        "num_beams": 1,
-        "do_sample": False,
-        "max_new_tokens": 128,
-        "score_base_model": True,
-    }
+    # Greedy completions of the `chat` column's prompts, as instruction tuning's (a served
+    # chat model is judged the same way, `ChatTask`); every metric is relative to the
+    # starting model, so it always runs.
     needs_base_model: ClassVar[bool] = True
     # A model that learns to prefer but talks worse is not deployed: its responses' ROUGE-L
     # against the chosen answers may fall at most 2 points below the starting model's.
