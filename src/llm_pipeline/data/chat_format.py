@@ -1,8 +1,11 @@
 """How a run's chats are rendered and how long their sequences may be: the chat template and
 `data.max_length` resolved once for every task that tokenizes chats for a causal LM
 (instruction tuning's chats, preference tuning's pairs), so both read the same config the
-same way and a DPO run continues the format its SFT run learned.
+same way and a DPO run continues the format its SFT run learned; and how their
+preprocessing reports say what was resolved (`ChatLengths`).
 """
+
+from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
@@ -59,3 +62,22 @@ def chat_max_length(
             f"token(s), so it must be at least {least}"
         )
     return length, where
+
+
+@dataclass(frozen=True)
+class ChatLengths:
+    """What a chat task's preprocessing report says first: the resolved sequence length
+    and template, and where each came from (its per-split statistics follow)."""
+
+    max_length: int
+    #: `config`, or `tokenizer` (its model_max_length, capped at data.preprocess.LENGTH_LIMIT).
+    max_length_from: str
+    #: `tokenizer` (its own chat template), `config` (data.chat_template) or `default`.
+    chat_template_from: str
+
+    def log_lengths(self) -> None:
+        """The report's first line: the length and the template, and where each came from."""
+        logger.info(
+            f"max_length {self.max_length} ({self.max_length_from}), chat template from "
+            f"{self.chat_template_from}"
+        )

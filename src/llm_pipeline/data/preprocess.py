@@ -2,14 +2,18 @@
 and the model's tokenizer, handed to the task (`Task.preprocess`), which writes the
 tokenized dataset and its `preprocess.json`.
 
-What every task's preprocessing shares lives here too: the batch size of its map passes,
-the cap on a length the tokenizer gives, token length statistics for its report, and the
-step's logger, under which every task's preprocessing logs.
+What every task's preprocessing shares lives here too: its tokenizing map pass and the
+batch size of its map passes, the cap on a length the tokenizer gives, token length
+statistics and the rows a split kept for its report, and the step's logger, under which
+every task's preprocessing logs.
 """
 
 import logging
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -59,6 +63,34 @@ def tokenizer_length(tokenizer: PreTrainedTokenizerBase) -> int:
     return min(int(tokenizer.model_max_length), LENGTH_LIMIT)
 
 
+def tokenize_split(
+    table: datasets.Dataset,
+    encode: Callable[..., Any],
+    *,
+    features: datasets.Features,
+    cache_file: Path,
+    num_proc: int | None,
+    desc: str,
+) -> datasets.Dataset:
+    """One split tokenized by `encode(batch, indices)`, whose columns replace the split's.
+
+    The cache file goes where the caller's work folder says, never beside the input artifact,
+    and is never reused: a fresh fingerprint spares hashing the tokenizer `encode` holds."""
+    return table.map(
+        encode,
+        batched=True,
+        batch_size=BATCH_SIZE,
+        with_indices=True,
+        num_proc=num_proc,
+        remove_columns=table.column_names,
+        features=features,
+        cache_file_name=str(cache_file),
+        load_from_cache_file=False,
+        new_fingerprint=uuid.uuid4().hex,
+        desc=desc,
+    )
+
+
 @dataclass(frozen=True)
 class LengthStats:
     """Token lengths before truncation, special tokens included."""
@@ -72,6 +104,26 @@ class LengthStats:
     def of(cls, lengths: np.ndarray) -> "LengthStats":
         p50, p95, p99 = np.percentile(lengths, [50, 95, 99])
         return cls(p50=float(p50), p95=float(p95), p99=float(p99), max=int(lengths.max()))
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """A split's rows before preprocessing and the rows it dropped; it kept the rest."""
+
+    rows_in: int
+    rows_dropped: int
+
+    @property
+    def rows_out(self) -> int:
+        return self.rows_in - self.rows_dropped
+
+
+def with_rows_out(payload: dict[str, Any], splits: Mapping[str, SplitRows]) -> dict[str, Any]:
+    """`payload` (a report's `asdict`, its splits under "splits") with each split's rows_out
+    added after its own fields: a property, which `asdict` leaves out."""
+    for split, stats in splits.items():
+        payload["splits"][split]["rows_out"] = stats.rows_out
+    return payload
 
 
 def _load_dataset(dataset_dir: str | Path, task: Task) -> datasets.DatasetDict:

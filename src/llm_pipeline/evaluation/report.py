@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from llm_pipeline.config.data import MIN_EVALUATION_ROWS
 from llm_pipeline.evaluation.charts import escape, length_histogram
 from llm_pipeline.evaluation.rouge import ROUGE_TYPES, RougeResult
 from llm_pipeline.progress import status
+
+if TYPE_CHECKING:
+    from llm_pipeline.tasks.base import Task
 
 __all__ = [
     "PIPELINE_VIEW",
@@ -57,6 +61,16 @@ class ReportWords:
     source: str = "document"  # the model's input
     output: str = "summary"  # what the model writes, in general
     prediction: str = "prediction"  # one example's output, on its card
+
+    @classmethod
+    def of(cls, task: Task) -> ReportWords:
+        """The words `task` gives its page, read in one place for every scorer."""
+        return cls(
+            title=task.report_title,
+            source=task.source_label,
+            output=task.output_label,
+            prediction=task.prediction_label,
+        )
 
 
 @dataclass(frozen=True)

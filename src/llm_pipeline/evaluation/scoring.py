@@ -308,12 +308,7 @@ class TextScorer:
             )
             for extra in scores.extras
         ]
-        words = ReportWords(
-            title=self.task.report_title,
-            source=self.task.source_label,
-            output=self.task.output_label,
-            prediction=self.task.prediction_label,
-        )
+        words = ReportWords.of(self.task)
         rouges = {name: baseline.rouge for name, baseline in baselines.items()}
         return Scored(
             model_metrics=model_metrics,

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from llm_pipeline.models.completion import CompletionSettings, complete, encode_prompts
+from llm_pipeline.models.completion import (
+    CompletionSettings,
+    complete,
+    completion_config,
+    encode_prompts,
+)
 from llm_pipeline.models.generation import Generated, default_device, generate_summaries
 
 if TYPE_CHECKING:
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "complete_sharded",
+    "complete_split",
+    "completion_settings",
     "generate_sharded",
     "init_distributed",
     "log_generation",
@@ -108,6 +115,40 @@ def complete_sharded(
         return list(zip(done.texts, done.token_counts, strict=True))
 
     return _as_generated(sharded(lengths, produce, settings.batch_size, "responses"))
+
+
+def completion_settings(config: EvaluateConfig) -> CompletionSettings:
+    """The `evaluate` settings a causal LM's completions take."""
+    return CompletionSettings(
+        batch_size=config.batch_size,
+        max_new_tokens=config.max_new_tokens,
+        min_new_tokens=config.min_new_tokens,
+        num_beams=config.num_beams,
+        length_penalty=config.length_penalty,
+        no_repeat_ngram_size=config.no_repeat_ngram_size,
+        do_sample=bool(config.do_sample),
+        temperature=config.temperature,
+        top_p=config.top_p,
+        stop=tuple(config.stop or ()),
+    )
+
+
+def complete_split(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    split: str,
+    config: EvaluateConfig,
+    task: str,
+) -> Generated | None:
+    """A causal LM's completions of `prompts`, the rows of `split`, under `config`'s
+    settings and across the ranks (None but on rank 0), once the settings that run are
+    said, sampling ones included: every scorer that completes prompts runs them so."""
+    settings = completion_settings(config)
+    generation = completion_config(model, tokenizer, settings)
+    log_generation(len(prompts), split, generation, config, task, sampling=True)
+    return complete_sharded(model, tokenizer, prompts, settings=settings)
 
 
 def log_generation(

@@ -11,20 +11,21 @@ read chats, so the rules live here, in the lowest layer, once:
   (an assistant turn and its end-of-turn tokens), which is what masks the prompt from the
   loss. Every response ends with the end-of-sequence token;
 - `chat_instance` and `chat_prompter` are how a server of chat completions (every task whose
-  model is a chat model) checks a request's instance and renders it, by the same rules.
+  model is a chat model) checks a request's instance and renders it, by the same rules;
+  `ChatTask` is the `Task` hooks that call them, written once for every chat task.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jinja2 import TemplateError
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ServingPage
+from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ServingPage, Task
 
 if TYPE_CHECKING:
     # Annotations only: the tokenizer comes from the caller, and a task lookup (a CLI
@@ -324,10 +325,57 @@ def chat_prompter(
     return prompt
 
 
+class ChatTask(Task):
+    """What every task whose model is a chat model shares: it is judged by greedy
+    completions, its report calls the input a prompt and the output a response, and its
+    server takes, probes and renders chats by these rules. Loading the server's model and
+    drawing its page (`serving_model`, `serving_widget`) live in the layers above, so each
+    task writes those itself."""
+
+    # The turns before the answer (preprocess's `chat`, JSON): the rendered prompt is not
+    # what a client sends, and a server renders what it is sent.
+    serving_column: ClassVar[str] = "chat"
+    # Greedy search: the answer the model rates most likely, the same on every run. A causal
+    # LM's generation config often samples (Llama-2's does) and its default max_length counts
+    # the prompt, so both are set here. The model training started from is scored beside the
+    # tuned one.
+    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
+        "num_beams": 1,
+        "do_sample": False,
+        "max_new_tokens": 128,
+        "score_base_model": True,
+    }
+
+    source_label: ClassVar[str] = "prompt"
+    prediction_label: ClassVar[str] = "response"
+    output_label: ClassVar[str] = "response"
+
+    serving_page: ClassVar[ServingPage] = CHAT_PAGE
+    serving_parameters: ClassVar[tuple[str, ...]] = CHAT_PARAMETERS
+    serving_instance_shape: ClassVar[str] = CHAT_INSTANCE_SHAPE
+
+    def serving_example(self, value: str) -> Any:
+        """The deploy step's probe from a held-out row's `chat` (its prompt's turns)."""
+        return chat_example(value)
+
+    def serving_instance(self, value: Any) -> Instance:
+        """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
+        ending with the user's turn that the model answers (`chat_instance`)."""
+        return chat_instance(value)
+
+    def serving_prompter(
+        self, tokenizer: Any, *, prefix: str, chat_template: str | None
+    ) -> Callable[[Instance], str]:
+        """Chats rendered as training rendered them (the tokenizer's chat template, else
+        `chat_template`, else the plain layout), ending where the answer starts."""
+        return chat_prompter(tokenizer, chat_template)
+
+
 __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
     "ROLES",
     "ChatFormat",
+    "ChatTask",
     "ChatTemplateError",
     "Segment",
     "TemplateError",

@@ -22,7 +22,6 @@ least a quarter of `max_length`; a response too long for the rest is cut at its 
 
 import json
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.config.data import packs
 from llm_pipeline.data.chat_format import chat_max_length, chat_template_from, resolve_chat_format
-from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats
+from llm_pipeline.data.preprocess import LengthStats, tokenize_split
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -86,17 +85,12 @@ def preprocess_chats(
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-preprocess-") as work:
         encode = _EncodeChats(chat_format, max_length)
         encoded = {
-            split: table.map(
+            split: tokenize_split(
+                table,
                 encode,
-                batched=True,
-                batch_size=BATCH_SIZE,
-                with_indices=True,
-                num_proc=data.num_proc if data.num_proc > 1 else None,
-                remove_columns=table.column_names,
                 features=_features(),
-                cache_file_name=str(Path(work) / f"{split}.arrow"),
-                load_from_cache_file=False,
-                new_fingerprint=uuid.uuid4().hex,  # never reused: skip hashing the tokenizer
+                cache_file=Path(work) / f"{split}.arrow",
+                num_proc=data.num_proc if data.num_proc > 1 else None,
                 desc=f"tokenizing {split}",
             )
             for split, table in dataset.items()

@@ -5,17 +5,17 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess import LengthStats, logger
+from llm_pipeline.data.chat_format import ChatLengths
+from llm_pipeline.data.preprocess import LengthStats, SplitRows, logger, with_rows_out
 from llm_pipeline.tasks.instruction_tuning.packing import PackingStats
 
 
 @dataclass(frozen=True)
-class ChatSplitStats:
-    """What preprocessing did to one split of chats (instruction tuning)."""
+class ChatSplitStats(SplitRows):
+    """What preprocessing did to one split of chats (instruction tuning); the rows it
+    dropped are those whose chat is unusable (not a list, an unknown role, no assistant
+    turn, ...)."""
 
-    rows_in: int
-    #: Rows whose chat is unusable (not a list, an unknown role, no assistant turn, ...).
-    rows_dropped: int
     #: The first of them, by row, with what is wrong (`row 17: turn 2: unknown role 'bot'`).
     first_dropped: str | None
     #: Lengths before any cut: the whole sequence, its prompt part and its response part.
@@ -27,20 +27,11 @@ class ChatSplitStats:
     rows_response_cut: int
     tokens_dropped: int
 
-    @property
-    def rows_out(self) -> int:
-        return self.rows_in - self.rows_dropped
-
 
 @dataclass(frozen=True)
-class ChatPreprocessReport:
+class ChatPreprocessReport(ChatLengths):
     """The resolved sequence length and template, and per-split statistics."""
 
-    max_length: int
-    #: `config`, or `tokenizer` (its model_max_length, capped at data.preprocess.LENGTH_LIMIT).
-    max_length_from: str
-    #: `tokenizer` (its own chat template), `config` (data.chat_template) or `default`.
-    chat_template_from: str
     splits: dict[str, ChatSplitStats]
     packing: PackingStats | None = None
 
@@ -61,19 +52,13 @@ class ChatPreprocessReport:
         return values
 
     def to_dict(self) -> dict[str, Any]:
-        payload = asdict(self)
-        for split, stats in self.splits.items():
-            payload["splits"][split]["rows_out"] = stats.rows_out
-        return payload
+        return with_rows_out(asdict(self), self.splits)
 
 
 def log_chat_report(report: ChatPreprocessReport) -> None:
     """One line for the length and template, one per split, one for packing; a split that
     dropped rows or cut responses is a warning."""
-    logger.info(
-        f"max_length {report.max_length} ({report.max_length_from}), chat template from "
-        f"{report.chat_template_from}"
-    )
+    report.log_lengths()
     for split, st in report.splits.items():
         dropped = f", first: {st.first_dropped}" if st.first_dropped else ""
         logger.log(

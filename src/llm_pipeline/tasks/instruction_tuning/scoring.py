@@ -13,8 +13,8 @@ from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.examples import EvaluationExamples
 from llm_pipeline.evaluation.scoring import ExtraScore, ModelOutputs, TextScorer
-from llm_pipeline.evaluation.sharded import complete_sharded, log_generation, sharded
-from llm_pipeline.models.completion import CompletionSettings, completion_config, load_causal_lm
+from llm_pipeline.evaluation.sharded import complete_split, sharded
+from llm_pipeline.models.completion import load_causal_lm
 from llm_pipeline.tasks.instruction_tuning.exact_match import exact_match
 from llm_pipeline.tasks.instruction_tuning.perplexity import (
     ResponseLoss,
@@ -27,23 +27,7 @@ if TYPE_CHECKING:
 
     from llm_pipeline.config.model import ModelConfig
 
-__all__ = ["InstructionScorer", "completion_settings"]
-
-
-def completion_settings(config: EvaluateConfig) -> CompletionSettings:
-    """The `evaluate` settings a causal LM's completions take."""
-    return CompletionSettings(
-        batch_size=config.batch_size,
-        max_new_tokens=config.max_new_tokens,
-        min_new_tokens=config.min_new_tokens,
-        num_beams=config.num_beams,
-        length_penalty=config.length_penalty,
-        no_repeat_ngram_size=config.no_repeat_ngram_size,
-        do_sample=bool(config.do_sample),
-        temperature=config.temperature,
-        top_p=config.top_p,
-        stop=tuple(config.stop or ()),
-    )
+__all__ = ["InstructionScorer"]
 
 
 class InstructionScorer(TextScorer):
@@ -67,11 +51,14 @@ class InstructionScorer(TextScorer):
     def run(
         self, model: Any, tokenizer: Any, examples: EvaluationExamples, config: EvaluateConfig
     ) -> ModelOutputs | None:
-        settings = completion_settings(config)
-        generation = completion_config(model, tokenizer, settings)
-        rows = len(examples.input_ids)
-        log_generation(rows, examples.split, generation, config, self.task.name, sampling=True)
-        generated = complete_sharded(model, tokenizer, examples.documents, settings=settings)
+        generated = complete_split(
+            model,
+            tokenizer,
+            examples.documents,
+            split=examples.split,
+            config=config,
+            task=self.task.name,
+        )
         losses = None
         if examples.labels is not None:
             losses = _response_losses_sharded(

@@ -15,19 +15,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import BuiltinDataset, Instance, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import (
-    CHAT_INSTANCE_SHAPE,
-    CHAT_PAGE,
-    CHAT_PARAMETERS,
-    chat_example,
-    chat_instance,
-    chat_prompter,
-)
+from llm_pipeline.tasks.base import BuiltinDataset, PreprocessResult
+from llm_pipeline.tasks.chat import ChatTask
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
-class InstructionTuning(Task):
+class InstructionTuning(ChatTask):
     """Supervised fine-tuning of a causal LM (OPT, Llama, Qwen, Gemma): loss on the responses
     only."""
 
@@ -93,22 +86,8 @@ class InstructionTuning(Task):
     metric_names: ClassVar[tuple[str, ...]] = ("rougeL", "exact_match", "perplexity")
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "response"
-    # The turns before the answer (preprocess's `chat`, JSON): `prompt` is rendered by the
-    # chat template already, and a server renders what it is sent.
-    serving_column: ClassVar[str] = "chat"
-
-    def serving_example(self, value: str) -> Any:
-        return chat_example(value)
-
-    # Greedy search: the answer the model rates most likely, the same on every run. A causal
-    # LM's generation config often samples (Llama-2's does) and its default max_length counts
-    # the prompt, so both are set here. The un-fine-tuned model is scored beside the tuned one.
-    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
-        "num_beams": 1,
-        "do_sample": False,
-        "max_new_tokens": 128,
-        "score_base_model": True,
-    }
+    # Greedy completions, scored beside the un-fine-tuned model's, of the `chat` column's
+    # prompts (`ChatTask`).
 
     def scorer(self) -> Any:
         """ROUGE-L, exact match and perplexity on the responses (`scoring`)."""
@@ -117,27 +96,8 @@ class InstructionTuning(Task):
         return InstructionScorer(self)
 
     report_title: ClassVar[str] = "Instruction tuning evaluation"
-    source_label: ClassVar[str] = "prompt"
-    prediction_label: ClassVar[str] = "response"
-    output_label: ClassVar[str] = "response"
 
-    # serving
-    serving_page: ClassVar[ServingPage] = CHAT_PAGE
-    serving_parameters: ClassVar[tuple[str, ...]] = CHAT_PARAMETERS
-    serving_instance_shape: ClassVar[str] = CHAT_INSTANCE_SHAPE
-
-    def serving_instance(self, value: Any) -> Instance:
-        """A prompt (one user turn) or `{"messages": [turns]}`: a chat training would take,
-        ending with the user's turn that the model answers (`tasks.chat.chat_instance`)."""
-        return chat_instance(value)
-
-    def serving_prompter(
-        self, tokenizer: Any, *, prefix: str, chat_template: str | None
-    ) -> Callable[[Instance], str]:
-        """Chats rendered as training rendered them (the tokenizer's chat template, else
-        `chat_template`, else the plain layout), ending where the answer starts."""
-        return chat_prompter(tokenizer, chat_template)
-
+    # serving: a chat's instance, probe and prompt as `ChatTask` takes them
     def serving_widget(self) -> Any:
         """A chat: a system prompt, the turns so far and a message box."""
         from llm_pipeline.serve.chat_page import CHAT_WIDGET

@@ -14,7 +14,6 @@ column, counted after the pass and dropped: counts add up however the rows were 
 
 import json
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.chat_format import chat_max_length, chat_template_from, resolve_chat_format
-from llm_pipeline.data.preprocess import BATCH_SIZE
+from llm_pipeline.data.preprocess import tokenize_split
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -103,17 +102,12 @@ def encode_pairs(
     encode = _EncodePairs(chat_format, max_length)
     kept, stats = {}, {}
     for split, table in dataset.items():
-        encoded = table.map(
+        encoded = tokenize_split(
+            table,
             encode,
-            batched=True,
-            batch_size=BATCH_SIZE,
-            with_indices=True,
-            num_proc=num_proc,
-            remove_columns=table.column_names,
             features=_features(),
-            cache_file_name=str(Path(work_dir) / f"pairs-{split}.arrow"),
-            load_from_cache_file=False,
-            new_fingerprint=uuid.uuid4().hex,  # never reused: skip hashing the tokenizer
+            cache_file=Path(work_dir) / f"pairs-{split}.arrow",
+            num_proc=num_proc,
             desc=f"tokenizing pairs of {split}",
         )
         stats[split] = _split_stats(split, encoded)

@@ -5,6 +5,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llm_pipeline.data.chat_format import ChatLengths
 from llm_pipeline.data.preprocess import logger
 
 
@@ -32,14 +33,9 @@ class PairStats:
 
 
 @dataclass(frozen=True)
-class PairPreprocessReport:
+class PairPreprocessReport(ChatLengths):
     """The resolved sequence length and template, and per-split statistics."""
 
-    max_length: int
-    #: `config`, or `tokenizer` (its model_max_length, capped at data.preprocess.LENGTH_LIMIT).
-    max_length_from: str
-    #: `tokenizer` (its own chat template), `config` (data.chat_template) or `default`.
-    chat_template_from: str
     splits: dict[str, PairStats]
 
     def metrics(self) -> dict[str, float]:
@@ -66,10 +62,7 @@ class PairPreprocessReport:
 def log_pair_report(report: PairPreprocessReport) -> None:
     """One line for the length and template, one per split: a split that refused rows is a
     warning naming each reason's count, first rows and first problem."""
-    logger.info(
-        f"max_length {report.max_length} ({report.max_length_from}), chat template from "
-        f"{report.chat_template_from}"
-    )
+    report.log_lengths()
     for split, st in report.splits.items():
         refused = [
             f"{count} {reason} (rows {', '.join(map(str, st.refused_rows[reason]))}"

@@ -29,12 +29,11 @@ from llm_pipeline.evaluation.examples import PREPROCESS_FIRST, read_split
 from llm_pipeline.evaluation.report import ReportWords
 from llm_pipeline.evaluation.rouge import RougeResult, compute_rouge
 from llm_pipeline.evaluation.scoring import BASE_MODEL, Scored, distinct_share
-from llm_pipeline.evaluation.sharded import complete_sharded, log_generation, sharded
-from llm_pipeline.models.completion import completion_config, load_causal_lm
+from llm_pipeline.evaluation.sharded import complete_split, sharded
+from llm_pipeline.models.completion import load_causal_lm
 from llm_pipeline.models.generation import Generated
 from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
 from llm_pipeline.tasks import Task
-from llm_pipeline.tasks.instruction_tuning.scoring import completion_settings
 from llm_pipeline.tasks.preference_tuning.collate import PairCollator
 from llm_pipeline.tasks.preference_tuning.loss import pair_logps
 from llm_pipeline.tasks.preference_tuning.metrics import PreferenceScores, preference_scores
@@ -163,11 +162,14 @@ class PreferenceScorer:
         logps = _pair_logps_sharded(
             model, examples.pairs, batch_size=config.batch_size, pad_id=int(tokenizer.pad_token_id)
         )
-        settings = completion_settings(config)
-        generation = completion_config(model, tokenizer, settings)
-        rows = len(examples.input_ids)
-        log_generation(rows, examples.split, generation, config, self.task.name, sampling=True)
-        generated = complete_sharded(model, tokenizer, examples.prompts, settings=settings)
+        generated = complete_split(
+            model,
+            tokenizer,
+            examples.prompts,
+            split=examples.split,
+            config=config,
+            task=self.task.name,
+        )
         if logps is None or generated is None:
             return None
         return PreferenceOutputs(np.asarray(logps, dtype=np.float64), generated)
@@ -222,12 +224,7 @@ class PreferenceScorer:
         baseline_metrics = _flat(start, "base_")
         baseline_metrics["base_distinct_predictions"] = distinct_share(base.generated.texts)
         rows = _pair_rows(examples, outputs, base, tuned)
-        words = ReportWords(
-            title=self.task.report_title,
-            source=self.task.source_label,
-            output=self.task.output_label,
-            prediction=self.task.prediction_label,
-        )
+        words = ReportWords.of(self.task)
         return Scored(
             model_metrics=model_metrics,
             baseline_metrics=baseline_metrics,

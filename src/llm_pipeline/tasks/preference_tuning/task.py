@@ -12,19 +12,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llm_pipeline.tasks.base import BuiltinDataset, Instance, PreprocessResult, ServingPage, Task
-from llm_pipeline.tasks.chat import (
-    CHAT_INSTANCE_SHAPE,
-    CHAT_PAGE,
-    CHAT_PARAMETERS,
-    chat_example,
-    chat_instance,
-    chat_prompter,
-)
+from llm_pipeline.tasks.base import BuiltinDataset, PreprocessResult
+from llm_pipeline.tasks.chat import ChatTask
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
-class PreferenceTuning(Task):
+class PreferenceTuning(ChatTask):
     """DPO of a causal LM (OPT, Llama, Qwen, Gemma) on chosen/rejected answer pairs."""
 
     name: ClassVar[str] = "preference_tuning"
@@ -117,15 +110,9 @@ class PreferenceTuning(Task):
     )
     source_column: ClassVar[str] = "prompt"
     reference_column: ClassVar[str] = "chosen"
-    serving_column: ClassVar[str] = "chat"
-    # Greedy completions, as instruction tuning's (a served chat model is judged the same
-    # way); every metric is relative to the starting model, so it always runs.
-    evaluation_defaults: ClassVar[Mapping[str, Any]] = {
-        "num_beams": 1,
-        "do_sample": False,
-        "max_new_tokens": 128,
-        "score_base_model": True,
-    }
+    # Greedy completions of the `chat` column's prompts, as instruction tuning's (a served
+    # chat model is judged the same way, `ChatTask`); every metric is relative to the
+    # starting model, so it always runs.
     needs_base_model: ClassVar[bool] = True
     # A model that learns to prefer but talks worse is not deployed: its responses' ROUGE-L
     # against the chosen answers may fall at most 2 points below the starting model's.
@@ -139,31 +126,9 @@ class PreferenceTuning(Task):
         return PreferenceScorer(self)
 
     report_title: ClassVar[str] = "Preference tuning evaluation"
-    source_label: ClassVar[str] = "prompt"
-    prediction_label: ClassVar[str] = "response"
-    output_label: ClassVar[str] = "response"
 
-    # serving
-    serving_page: ClassVar[ServingPage] = CHAT_PAGE
-    serving_parameters: ClassVar[tuple[str, ...]] = CHAT_PARAMETERS
-    serving_instance_shape: ClassVar[str] = CHAT_INSTANCE_SHAPE
-
-    def serving_example(self, value: str) -> Any:
-        """The deploy step's probe from a held-out pair's `chat` (its prompt's turns)."""
-        return chat_example(value)
-
-    def serving_instance(self, value: Any) -> Instance:
-        """A prompt (one user turn) or `{"messages": [turns]}` ending with the user's turn,
-        as instruction tuning's server takes it (`tasks.chat.chat_instance`)."""
-        return chat_instance(value)
-
-    def serving_prompter(
-        self, tokenizer: Any, *, prefix: str, chat_template: str | None
-    ) -> Callable[[Instance], str]:
-        """Chats rendered as training rendered the pairs' prompts, ending where the answer
-        starts (`tasks.chat.chat_prompter`)."""
-        return chat_prompter(tokenizer, chat_template)
-
+    # serving: a chat's instance, probe and prompt as `ChatTask` takes them, as instruction
+    # tuning's server does
     def serving_widget(self) -> Any:
         """A chat, as instruction tuning's page: a system prompt, the turns, a message box."""
         from llm_pipeline.serve.chat_page import CHAT_WIDGET

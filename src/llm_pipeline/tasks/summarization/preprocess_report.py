@@ -5,24 +5,18 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_pipeline.data.preprocess import LengthStats, logger
+from llm_pipeline.data.preprocess import LengthStats, SplitRows, logger, with_rows_out
 
 
 @dataclass(frozen=True)
-class SplitStats:
+class SplitStats(SplitRows):
     """What preprocessing did to one split."""
 
-    rows_in: int
-    rows_dropped: int
     source_tokens: LengthStats
     target_tokens: LengthStats
     #: Share of the kept rows that were cut to the max length.
     source_truncated: float
     target_truncated: float
-
-    @property
-    def rows_out(self) -> int:
-        return self.rows_in - self.rows_dropped
 
 
 @dataclass(frozen=True)
@@ -56,10 +50,7 @@ class PreprocessReport:
         return values
 
     def to_dict(self) -> dict[str, Any]:
-        payload = asdict(self)
-        for split, stats in self.splits.items():
-            payload["splits"][split]["rows_out"] = stats.rows_out
-        return payload
+        return with_rows_out(asdict(self), self.splits)
 
 
 def log_report(report: PreprocessReport) -> None:

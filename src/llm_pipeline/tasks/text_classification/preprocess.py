@@ -20,7 +20,6 @@ or a split left with no rows, is an error that says which and what to do.
 
 import json
 import tempfile
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, tokenizer_length
+from llm_pipeline.data.preprocess import LengthStats, tokenize_split, tokenizer_length
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -79,17 +78,12 @@ def preprocess_classification(
     )
     with tempfile.TemporaryDirectory(prefix="llm-pipeline-preprocess-") as work:
         encoded = {
-            split: table.map(
+            split: tokenize_split(
+                table,
                 encode,
-                batched=True,
-                batch_size=BATCH_SIZE,
-                with_indices=True,
-                num_proc=data.num_proc if data.num_proc > 1 else None,
-                remove_columns=table.column_names,
                 features=encode.features(),
-                cache_file_name=str(Path(work) / f"{split}.arrow"),
-                load_from_cache_file=False,
-                new_fingerprint=uuid.uuid4().hex,  # never reused: skip hashing the tokenizer
+                cache_file=Path(work) / f"{split}.arrow",
+                num_proc=data.num_proc if data.num_proc > 1 else None,
                 desc=f"tokenizing {split}",
             )
             for split, table in dataset.items()

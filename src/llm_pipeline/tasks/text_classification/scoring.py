@@ -174,12 +174,7 @@ class ClassifierScorer:
             baselines[BASE_MODEL] = _score(examples, base_predictions, k, config)
             baseline_metrics |= _metrics(baselines[BASE_MODEL], "base_")
         shown = _rows(examples, labels, outputs, predictions, scores)
-        words = ReportWords(
-            title=self.task.report_title,
-            source=self.task.source_label,
-            output=self.task.output_label,
-            prediction=self.task.prediction_label,
-        )
+        words = ReportWords.of(self.task)
         return Scored(
             model_metrics=_metrics(scores),
             baseline_metrics=baseline_metrics,
