@@ -13,9 +13,11 @@ widths here are tiny, so it runs in seconds.
 Per setting it builds the model as the finetune step does: random weights from the
 architecture, and with LoRA the project's `apply_lora` (r 16 on every linear layer) and
 `keep_frozen_in` (frozen base in bf16, adapters in fp32, as a run without DeepSpeed trains
-it). It then counts the aten operations of one forward and backward under bf16 autocast,
-with a `TorchDispatchMode`. `lora, peft casts` turns PEFT's cast of each adapter's input to
-the adapter's dtype back on: autocast undoes it at the adapter's matmul, so `keep_frozen_in`
+it); its batch fills no KV cache, as the finetune step's do (`train/collators.py`; the counts
+before 2026-11-27 included the cache's: 336 of T5-large's full step, 251 of the Llama's). It
+then counts the aten operations of one forward and backward under bf16 autocast, with a
+`TorchDispatchMode`. `lora, peft casts` turns PEFT's cast of each adapter's input to the
+adapter's dtype back on: autocast undoes it at the adapter's matmul, so `keep_frozen_in`
 turns it off, and `lora` is what the finetune step runs.
 
 `--time STEPS` also times whole optimizer steps (forward, backward, clipping, AdamW) of the
@@ -38,11 +40,12 @@ explains all of it.) Fewer operations per step, fused ones, are the way to LoRA'
 Fused by hand they are not (2026-11-27, tried and not kept): PEFT's layer with one
 `torch.autograd.Function` for base and adapter, the scaling folded into the rank-r product
 and `addmm`, cut a step's operations from 22,084 to 15,586 (T5-large's layers) and from 9,303
-to 6,700 (the Llama's), yet left the host's time per step where it was on this machine
-(forward and backward at widths of 16, fp32 and under autocast, alternated over 20 steps:
-within 10% of PEFT's either way). The Function's Python forward and backward cost what the
-removed views, transposes and module calls did, and of the kernels a GPU would launch it
-removes 2 of 16 per adapted layer and step. Compiling removes them all: `train.compile`.
+to 6,700 (the Llama's; both counted with the KV cache then built), yet left the host's time
+per step where it was on this machine (forward and backward at widths of 16, fp32 and under
+autocast, alternated over 20 steps: within 10% of PEFT's either way). The Function's Python
+forward and backward cost what the removed views, transposes and module calls did, and of the
+kernels a GPU would launch it removes 2 of 16 per adapted layer and step. Compiling removes
+them all: `train.compile`.
 
     python benchmarks/step_ops.py [--time STEPS]
 """
@@ -106,16 +109,19 @@ def narrow_model(shape: Shape) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
 
 
-def batch(seq2seq: bool) -> dict[str, torch.Tensor]:
+def batch(seq2seq: bool) -> dict[str, Any]:
+    """Two rows, and no KV cache, as the finetune step trains (train/collators.py)."""
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, VOCAB, (2, 16), generator=generator)
     if seq2seq:
         labels = torch.randint(5, VOCAB, (2, 8), generator=generator)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-    return {"input_ids": ids, "labels": ids}
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    else:
+        inputs = {"input_ids": ids, "labels": ids}
+    return {**inputs, "use_cache": False}
 
 
-def built(shape: Shape, setting: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+def built(shape: Shape, setting: str) -> tuple[torch.nn.Module, dict[str, Any]]:
     """`shape`'s narrowed model in `setting`, as the finetune step builds it, and a batch."""
     torch.manual_seed(0)
     model = narrow_model(shape)
@@ -129,7 +135,7 @@ def built(shape: Shape, setting: str) -> tuple[torch.nn.Module, dict[str, torch.
     return model, batch(shape.task == "summarization")
 
 
-def forward_backward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+def forward_backward(model: torch.nn.Module, inputs: dict[str, Any]) -> None:
     """One forward and backward under bf16 autocast, as the finetune step runs it."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(**inputs).loss

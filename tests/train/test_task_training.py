@@ -134,6 +134,13 @@ def test_each_task_trains_with_its_kinds_trainer_and_its_own_collator_and_loss(
     outputs = trainer.model(**batch)
     loss = trainer.compute_loss_func(outputs, batch["labels"])
     assert loss.ndim == 0 and torch.isfinite(loss)
+    # A training forward fills no KV cache. The Trainer turns it off in the model's config,
+    # which a T5's decoder does not read (it keeps a copy): its batches say so themselves.
+    assert getattr(outputs, "past_key_values", None) is None
+    if task == "summarization":
+        assert batch["use_cache"] is False
+        uncached = {name: value for name, value in batch.items() if name != "use_cache"}
+        assert trainer.model(**uncached).past_key_values is not None
 
 
 @pytest.mark.usefixtures("one_process_group")

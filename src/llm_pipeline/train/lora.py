@@ -85,8 +85,8 @@ def keep_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
     The adapters then take their 16-bit input as it comes. By default PEFT casts each
     adapter's input to the adapter's dtype: an fp32 copy of the layer's whole input, which
     autocast casts back to 16 bits for the adapter's matmul, so the product is the same
-    and the two copies are waste. They are 1,524 of the 23,608 operations of a T5-large
-    LoRA step, and 610 of the 9,913 of a 1.1B Llama's (`benchmarks/step_ops.py`): host work
+    and the two copies are waste. They are 1,524 of the 23,224 operations of a T5-large
+    LoRA step, and 610 of the 9,750 of a 1.1B Llama's (`benchmarks/step_ops.py`): host work
     each step pays: on one H100 a T5-large LoRA step ran at the host's pace (`gpu_train.py`'s
     `host` 1.00), at 0.77x full fine-tuning's tokens/s.
     """

@@ -36,7 +36,7 @@ from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.base import ModelLoss
 from llm_pipeline.tasks.kinds import SEQ2SEQ, ModelKind
 from llm_pipeline.train import device_defaults
-from llm_pipeline.train.collators import LABEL_PAD
+from llm_pipeline.train.collators import LABEL_PAD, WithoutCache
 from llm_pipeline.train.deepspeed_config import (
     build_deepspeed_config,
     load_user_deepspeed_config,
@@ -545,12 +545,15 @@ def build_trainer(
         # whole). It is the same token mean: labels shifted, -100 ignored, summed and
         # divided by the step's label tokens (`num_items_in_batch`), as `token_mean_loss`.
         loss = None
+    collator = task.training_collator(tokenizer, model, pad_to_multiple_of=multiple)
+    if kind.encoder_decoder:
+        collator = WithoutCache(collator)
     return trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        data_collator=task.training_collator(tokenizer, model, pad_to_multiple_of=multiple),
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=callbacks,
         compute_loss_func=None if model_loss is not None else loss,
