@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from llm_pipeline.errors import TrainError
 from llm_pipeline.launch.ssh import (
     SshFiles,
     authorize,
@@ -25,6 +27,7 @@ from llm_pipeline.launch.ssh import (
     sshd_command,
     sshd_config_text,
     trust_hosts,
+    wait_listening,
     write_client_config,
     write_sshd_config,
 )
@@ -138,6 +141,45 @@ def test_sshd_accepts_the_config_it_is_given(files: SshFiles):
         [str(SSHD), "-t", "-f", str(files.sshd_config)], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
+
+
+def _sshd(files: SshFiles, port: int) -> subprocess.Popen[bytes]:
+    write_sshd_config(files, port=port, user="root", session_env={})
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # Debian's sshd insists on it
+    return subprocess.Popen(sshd_command(files.sshd_config), stderr=subprocess.DEVNULL)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.skipif(not SSHD.exists(), reason="needs sshd")
+def test_a_started_sshd_is_waited_for_until_it_takes_connections(files: SshFiles):
+    """A node says its sshd is up when `wait_listening` returns: a connection then succeeds
+    at once, not after the bind."""
+    make_key(files.host_key)
+    authorize(files, KEY)
+    port = _free_port()
+    process = _sshd(files, port)
+    try:
+        wait_listening(process, port, timeout_s=30)
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.skipif(not SSHD.exists(), reason="needs sshd")
+def test_an_sshd_that_exits_before_it_listens_is_named_with_its_exit_code(files: SshFiles):
+    authorize(files, KEY)  # and no host key: sshd refuses to start
+    port = _free_port()
+    process = _sshd(files, port)
+    with pytest.raises(
+        TrainError, match=rf"sshd exited with code \d+ before it listened on port {port}"
+    ):
+        wait_listening(process, port, timeout_s=30)
 
 
 def test_client_config_text(tmp_path: Path):

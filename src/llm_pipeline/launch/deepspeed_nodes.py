@@ -52,6 +52,8 @@ SSHD = "/usr/sbin/sshd"
 #: The flag that makes a rank read its node's own spec: `--node-spec <digest>`.
 NODE_SPEC_FLAG = "--node-spec"
 _POLL_S = 1.0
+# How long a node's sshd may take to listen on its port once started.
+_SSHD_START_S = 30.0
 # How long the primary waits for the other nodes to stop their sshd before it removes the
 # shared folder; a node that is slower finds the folder gone and stops at its next look.
 _LEAVE_S = 30.0
@@ -273,14 +275,21 @@ def _is_done(
 
 
 def _start_sshd(node: _Node) -> subprocess.Popen[bytes]:
-    """This node's sshd; it tells each session where the node's private folder is."""
+    """This node's sshd, listening; it tells each session where the node's private folder
+    is."""
     files = node.files
     ssh.write_sshd_config(files, port=node.port, session_env={NODE_DIR_ENV: str(files.folder)})
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # Debian's sshd insists on it
     # Dies with this node's step, so a dead step leaves no sshd accepting the job's key.
-    return subprocess.Popen(
+    process = subprocess.Popen(
         ssh.sshd_command(files.sshd_config, sshd=SSHD), preexec_fn=dies_with_this_process()
     )
+    try:
+        ssh.wait_listening(process, node.port, timeout_s=_SSHD_START_S)
+    except BaseException:
+        _stop(process)
+        raise
+    return process
 
 
 def _ssh_home() -> Path:

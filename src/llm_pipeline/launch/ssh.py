@@ -12,13 +12,18 @@ would otherwise go into authorized_keys as written.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
+import socket
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from llm_pipeline.errors import TrainError
 
 USER_KEY = "id_ed25519"
 HOST_KEY = "ssh_host_ed25519_key"
@@ -206,6 +211,29 @@ def sshd_command(config: str | Path, *, sshd: str = "/usr/sbin/sshd") -> list[st
     if not os.path.isabs(sshd):
         raise ValueError(f"sshd: must be an absolute path (sshd re-executes itself), got {sshd!r}")
     return [sshd, "-D", "-e", "-f", str(config)]
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, *, timeout_s: float) -> None:
+    """Return once `process` (an sshd started by `sshd_command`) accepts connections on
+    `port`; a `TrainError` if it exits first or `timeout_s` passes.
+
+    Why: sshd binds its port a moment after it starts, and a node says its sshd is up as soon
+    as this returns (`ack-<node>.json`): the launcher's first ssh came in before the bind once
+    in CI and was refused.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise TrainError(
+                f"sshd exited with code {code} before it listened on port {port}; its own "
+                "message is above in this step's log"
+            )
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        if time.monotonic() > deadline:
+            raise TrainError(f"sshd did not listen on port {port} within {timeout_s:.0f} s")
+        time.sleep(0.05)
 
 
 def _check_port(port: int) -> None:
