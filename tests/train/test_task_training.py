@@ -4,6 +4,8 @@ whole beside the adapters. One tiny model per kind, a two-row batch, no process 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from llm_pipeline.tasks import get_task
 from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
 from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.train.lora import apply_lora
+from llm_pipeline.train.outputs import save_final_model
 from llm_pipeline.train.trainer import (
     FinetuneTrainer,
     Seq2SeqFinetuneTrainer,
@@ -30,6 +33,7 @@ from llm_pipeline.train.trainer import (
 )
 
 from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
+from .specs import unrun_spec
 
 LABELS = LabelSet(names=("no", "yes"))
 TINY_BERT = {
@@ -141,6 +145,57 @@ def test_each_task_trains_with_its_kinds_trainer_and_its_own_collator_and_loss(
         assert batch["use_cache"] is False
         uncached = {name: value for name, value in batch.items() if name != "use_cache"}
         assert trainer.model(**uncached).past_key_values is not None
+
+
+@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.parametrize("task", ["summarization", "instruction_tuning"])
+def test_a_compiled_model_is_saved_under_its_own_weight_names(
+    tokenizer: Any, task: str, tmp_path: Path
+) -> None:
+    """`train.compile` wraps the model, and the saved folder reloads as the trained model:
+    the wrapper names each weight under `_orig_mod.`, and a folder saved so loaded as an
+    untrained model (T5's tied embeddings refused to save at all). Checked where the
+    Trainer prepares the model: torch compiles lazily, at the first forward, so nothing
+    compiles here."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    train = TrainConfig(use_deepspeed=False, per_device_batch_size=2, compile=True)
+    trainer = build_trainer(
+        model=_model(task, tokenizer),
+        tokenizer=tokenizer,
+        args=training_arguments(
+            train,
+            output_dir="unused",
+            precision="fp32",
+            deepspeed=None,
+            save_on_each_node=False,
+            has_eval=False,
+            kind=get_task(task).model_kind,
+            cuda=False,
+        ),
+        train_dataset=Dataset.from_list(_rows(task)),
+        eval_dataset=None,
+        callbacks=[],
+        sampling="sequential",
+        task=get_task(task),
+        train=train,
+    )
+    prepared = trainer.accelerator.prepare_model(trainer.model)
+    assert isinstance(prepared, OptimizedModule)
+    trainer.model_wrapped = prepared  # as Trainer.train leaves it
+    with torch.no_grad():  # "trained": unlike any freshly initialised model
+        for param in trainer.model.parameters():
+            param.add_(0.5)
+    spec = replace(
+        unrun_spec(ModelConfig(source=MINILM), train, task=task),
+        output_dir=str(tmp_path / "model"),
+        work_dir=str(tmp_path / "work"),
+    )
+    save_final_model(trainer, tokenizer, spec, resolved={})
+    reloaded = type(trainer.model).from_pretrained(tmp_path / "model")
+    trained = trainer.model.state_dict()
+    for name, weight in reloaded.state_dict().items():
+        torch.testing.assert_close(weight, trained[name], msg=name)
 
 
 @pytest.mark.usefixtures("one_process_group")

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
@@ -47,7 +48,7 @@ def save_final_model(
         adapter = Path(spec.work_dir) / lora.ADAPTER_FOLDER
         lora.save_adapter(model, adapter)
         model, prefix = lora.merge_into_base(model)
-    state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
+    state_dict = trainer.accelerator.get_state_dict(_without_compile(trainer))
     if dist.get_rank() == 0:
         if prefix:
             state_dict = lora.without_prefix(state_dict, prefix)
@@ -133,3 +134,20 @@ class _UploadFolder(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._sync()
+
+
+def _without_compile(trainer: FinetuneTrainer) -> torch.nn.Module:
+    """What to take the weights from: the Trainer's wrapped model, less torch.compile's wrap.
+
+    `train.compile` without DeepSpeed wraps the model (`true`) or copies it around compiled
+    blocks (`blocks`), and either's state dict names every weight under `_orig_mod.`: saved
+    as they are, the folder would load as an untrained model. DeepSpeed compiles its engine's
+    module in place, whose names stay the model's, and its engine must stay whole to gather
+    ZeRO-3's partitions.
+    """
+    if trainer.is_deepspeed_enabled:
+        return trainer.model_wrapped
+    model: torch.nn.Module = trainer.accelerator.unwrap_model(
+        trainer.model_wrapped, keep_torch_compile=False
+    )
+    return model
