@@ -18,7 +18,9 @@ tokens), both built from config with random weights and the MiniLM tokenizer, bf
   before either becomes a default, under `auto`: `train.kernels: "liger"` (Liger's fused
   Triton kernels, `use_liger_kernel`) for the packed Llama, and `train.compile`
   (torch.compile, `torch_compile`) for the packed Llama and T5-large, full fine-tuning and
-  LoRA each (`llama-1.1b packed auto full liger`, `t5-large auto full compile`, ...;
+  LoRA, block by block (`train.compile: blocks`) and the Llama full also whole
+  (`llama-1.1b packed auto full liger`, `llama-1.1b packed auto full compile`,
+  `t5-large auto lora compile-blocks`, ...;
   `--only compile`, `--only liger`; `variants` gives their order). Their rows and JSON say
   which (`compile`, `kernels`). A Liger setting without a CUDA GPU,
   or where liger-kernel does not import, and a compile setting in a `--tiny` run on the CPU
@@ -87,14 +89,14 @@ so that run would end inside 8 minutes and leave out the last settings of the or
 above, as rows that say so: by the lower figures Llama ZeRO-2 and Llama unpacked, by the
 upper ones T5 ZeRO-2 too.
 
-The six compile and Liger settings come after the `auto` ones. Measured on one H100 on
+The seven compile and Liger settings come after the `auto` ones. Measured on one H100 on
 2026-11-27 (`--steps 15`): the `auto` rows took 38-45 s each; full fine-tuning compiled took
 95 s (about 50 s of it compiling); LoRA compiled was still compiling after 123 s, when the
 call's time limit cut it; full with Liger failed in its evaluation after 76 s (fixed since:
-under Liger the model computes its own loss). T5-large compiled has not run on a GPU. So the
-six need well over 480 s, and the budget cannot stop a setting once started: give the LoRA
-compiled settings a call of their own, with room past its budget. All 16 settings: over
-1,000 s, `--budget-s 1100`.
+under Liger the model computes its own loss). T5-large compiled and any setting compiled by
+blocks have not run on a GPU. So the seven need well over 480 s, and the budget cannot stop
+a setting once started: give the compiled settings a call of their own, with room past its
+budget. All 17 settings: over 1,000 s, `--budget-s 1100`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
@@ -207,8 +209,9 @@ class Setting:
     stage: int | str
     lora: bool = False
     packed: bool | None = None  # None: not a causal LM
-    #: `train.compile`: the model through torch.compile.
-    compile: bool = False
+    #: `train.compile`: the model through torch.compile, whole (True) or block by block
+    #: ("blocks").
+    compile: bool | str = False
     #: `train.kernels`: "liger" for Liger's fused Triton kernels, None for the model's own.
     kernels: str | None = None
     #: For an `auto` setting, what it resolved to on this machine ("plain", "zero3", ...).
@@ -217,7 +220,8 @@ class Setting:
     @property
     def name(self) -> str:
         packing = {None: "", True: " packed", False: " unpacked"}[self.packed]
-        extras = (" compile" if self.compile else "") + (f" {self.kernels}" if self.kernels else "")
+        compiled = {False: "", True: " compile"}.get(self.compile, f" compile-{self.compile}")
+        extras = compiled + (f" {self.kernels}" if self.kernels else "")
         return (
             f"{self.shape.name}{packing} {stage_word(self.stage)} "
             f"{'lora' if self.lora else 'full'}{extras}"
@@ -266,17 +270,22 @@ def variants(t5: Shape, llama: Shape) -> list[Setting]:
     29: each measured before it becomes a default), in the order they run, the least
     measured and cheapest first, since the budget (`budget_allows`) cannot stop a setting
     once started. On one H100 (2026-11-27) a Liger row cost what its `auto` row costs, about
-    40 s; the Llama compiled took 95 s full and over 123 s with LoRA. So: Liger full, then
-    T5-large compiled full (its steps were the host's there: what compiling is for), Liger
-    LoRA, the Llama compiled full (measured), T5-large compiled LoRA, and last the Llama
-    compiled LoRA."""
+    40 s; the Llama compiled whole took 95 s full and over 123 s with LoRA. On this CPU
+    (benchmarks/compile_blocks.py) compiling block by block (`train.compile: blocks`) cut
+    the Llama's first step to 0.34-0.39x of compiling whole, and a T5 compiled whole ran its
+    next steps at 126-163x eager's time, recompiling, where by blocks it ran at 0.94x. So T5
+    and LoRA compile by blocks, and the Llama full both ways, to compare. Order: Liger full,
+    T5-large full by blocks (its steps were the host's there: what compiling is for), Liger
+    LoRA, the Llama full compiled whole (measured), then by blocks, and T5-large and the
+    Llama with LoRA by blocks."""
     return [
         Setting(llama, "auto", packed=True, kernels="liger"),
-        Setting(t5, "auto", compile=True),
+        Setting(t5, "auto", compile="blocks"),
         Setting(llama, "auto", lora=True, packed=True, kernels="liger"),
         Setting(llama, "auto", packed=True, compile=True),
-        Setting(t5, "auto", lora=True, compile=True),
-        Setting(llama, "auto", lora=True, packed=True, compile=True),
+        Setting(llama, "auto", packed=True, compile="blocks"),
+        Setting(t5, "auto", lora=True, compile="blocks"),
+        Setting(llama, "auto", lora=True, packed=True, compile="blocks"),
     ]
 
 

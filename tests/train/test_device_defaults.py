@@ -17,6 +17,7 @@ import datasets
 import pytest
 import torch
 import torch.distributed as dist
+from pydantic import ValidationError
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
 
 from llm_pipeline.config import TrainConfig
@@ -78,13 +79,21 @@ def test_a_gpu_process_loads_in_workers_into_pinned_memory_and_the_cpu_keeps_its
 
 
 def test_compile_applies_to_generators_and_not_yet_to_classifiers() -> None:
-    compiled = TrainConfig(compile=True)
-    for kind in (CAUSAL_LM, SEQ2SEQ):
-        assert device_defaults.kernel_settings(compiled, kind=kind, cuda=True) == {
-            "torch_compile": True
-        }
-    with pytest.raises(TrainError, match=r"train\.compile: .*seq2seq models.*a classifier"):
-        device_defaults.kernel_settings(compiled, kind=CLASSIFIER, cuda=True)
+    for compiled in (TrainConfig(compile=True), TrainConfig(compile="blocks")):
+        for kind in (CAUSAL_LM, SEQ2SEQ):
+            assert device_defaults.kernel_settings(compiled, kind=kind, cuda=True) == {
+                "torch_compile": True
+            }
+        with pytest.raises(TrainError, match=r"train\.compile: .*seq2seq models.*a classifier"):
+            device_defaults.kernel_settings(compiled, kind=CLASSIFIER, cuda=True)
+
+
+def test_compile_takes_true_false_or_blocks_and_names_what_else_it_got() -> None:
+    assert TrainConfig(compile="blocks").compile == "blocks"
+    assert TrainConfig.model_validate({"compile": True}).compile is True
+    with pytest.raises(ValidationError) as refused:
+        TrainConfig.model_validate({"compile": "layers"})
+    assert "compile" in str(refused.value) and "'blocks'" in str(refused.value)
 
 
 def test_liger_needs_a_gpu_and_its_package_and_a_causal_lm() -> None:

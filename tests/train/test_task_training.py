@@ -149,53 +149,69 @@ def test_each_task_trains_with_its_kinds_trainer_and_its_own_collator_and_loss(
 
 @pytest.mark.usefixtures("one_process_group")
 @pytest.mark.parametrize("task", ["summarization", "instruction_tuning"])
-def test_a_compiled_model_is_saved_under_its_own_weight_names(
+def test_compiled_whole_or_by_blocks_a_model_is_saved_under_its_own_weight_names(
     tokenizer: Any, task: str, tmp_path: Path
 ) -> None:
-    """`train.compile` wraps the model, and the saved folder reloads as the trained model:
-    the wrapper names each weight under `_orig_mod.`, and a folder saved so loaded as an
-    untrained model (T5's tied embeddings refused to save at all). Checked where the
-    Trainer prepares the model: torch compiles lazily, at the first forward, so nothing
-    compiles here."""
+    """`train.compile: true` compiles the model whole; `blocks` reaches the Accelerator,
+    which compiles every block of each repeated stack (T5's encoder and decoder blocks,
+    Llama's decoder layers) and leaves the model itself uncompiled. Either way the saved
+    folder reloads as the trained model: compiled wrappers name each weight under
+    `_orig_mod.`, and a folder saved so loaded as an untrained model (T5's tied embeddings
+    refused to save at all). Checked where the Trainer prepares the model: torch compiles
+    lazily, at the first forward, so nothing compiles here (benchmarks/compile_blocks.py
+    times it)."""
     from torch._dynamo.eval_frame import OptimizedModule
 
-    train = TrainConfig(use_deepspeed=False, per_device_batch_size=2, compile=True)
-    trainer = build_trainer(
-        model=_model(task, tokenizer),
-        tokenizer=tokenizer,
-        args=training_arguments(
-            train,
-            output_dir="unused",
-            precision="fp32",
-            deepspeed=None,
-            save_on_each_node=False,
-            has_eval=False,
-            kind=get_task(task).model_kind,
-            cuda=False,
-        ),
-        train_dataset=Dataset.from_list(_rows(task)),
-        eval_dataset=None,
-        callbacks=[],
-        sampling="sequential",
-        task=get_task(task),
-        train=train,
-    )
-    prepared = trainer.accelerator.prepare_model(trainer.model)
-    assert isinstance(prepared, OptimizedModule)
-    trainer.model_wrapped = prepared  # as Trainer.train leaves it
-    with torch.no_grad():  # "trained": unlike any freshly initialised model
-        for param in trainer.model.parameters():
-            param.add_(0.5)
-    spec = replace(
-        unrun_spec(ModelConfig(source=MINILM), train, task=task),
-        output_dir=str(tmp_path / "model"),
-        work_dir=str(tmp_path / "work"),
-    )
-    save_final_model(trainer, tokenizer, spec, resolved={})
-    reloaded = type(trainer.model).from_pretrained(tmp_path / "model")
-    trained = trainer.model.state_dict()
-    for name, weight in reloaded.state_dict().items():
-        torch.testing.assert_close(weight, trained[name], msg=name)
+    for mode, regional in ((True, False), ("blocks", True)):
+        train = TrainConfig(use_deepspeed=False, per_device_batch_size=2, compile=mode)
+        trainer = build_trainer(
+            model=_model(task, tokenizer),
+            tokenizer=tokenizer,
+            args=training_arguments(
+                train,
+                output_dir="unused",
+                precision="fp32",
+                deepspeed=None,
+                save_on_each_node=False,
+                has_eval=False,
+                kind=get_task(task).model_kind,
+                cuda=False,
+            ),
+            train_dataset=Dataset.from_list(_rows(task)),
+            eval_dataset=None,
+            callbacks=[],
+            sampling="sequential",
+            task=get_task(task),
+            train=train,
+        )
+        assert trainer.args.torch_compile
+        assert trainer.accelerator.state.dynamo_plugin.use_regional_compilation is regional
+        prepared = trainer.accelerator.prepare_model(trainer.model)
+        compiled = [m for m in prepared.modules() if isinstance(m, OptimizedModule)]
+        if regional:
+            assert not isinstance(prepared, OptimizedModule)
+            repeated = "Block" if task == "summarization" else "DecoderLayer"
+            blocks = [m for m in compiled if type(m._orig_mod).__name__.endswith(repeated)]
+            # Two blocks in each of the tiny T5's stacks; the tiny Llama's two layers.
+            assert len(blocks) == (4 if task == "summarization" else 2)
+        else:
+            assert isinstance(prepared, OptimizedModule)
+
+        trainer.model_wrapped = prepared  # as Trainer.train leaves it
+        with torch.no_grad():  # "trained": unlike any freshly initialised model
+            for param in trainer.model.parameters():
+                param.add_(0.5)
+        folder = tmp_path / f"{task}-{mode}"
+        spec = replace(
+            unrun_spec(ModelConfig(source=MINILM), train, task=task),
+            output_dir=str(folder),
+            work_dir=str(tmp_path / "work"),
+        )
+        save_final_model(trainer, tokenizer, spec, resolved={})
+        reloaded = type(trainer.model).from_pretrained(folder)
+        trained = trainer.model.state_dict()
+        for name, weight in reloaded.state_dict().items():
+            torch.testing.assert_close(weight, trained[name], msg=name)
 
 
 @pytest.mark.usefixtures("one_process_group")

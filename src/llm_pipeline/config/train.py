@@ -182,15 +182,22 @@ class TrainConfig(Section):
         description="Your own DeepSpeed JSON (path relative to the config file, or `gs://`); "
         "used whole instead of the generated one.",
     )
-    compile: bool = Field(
+    compile: Literal[False, True, "blocks"] = Field(
         default=False,
         description="Causal LMs and seq2seq models: compile the model with torch.compile "
         "(TrainingArguments' `torch_compile`): fewer, fused kernels, so fewer for the host to "
         "issue. On one H100 (a 1.1B Llama, packed 1024-token rows, full fine-tuning, no "
         "DeepSpeed) it trained at 1.41x the tokens/s with 0.80x the peak memory, after about "
-        "50 s of compiling in the first steps. Off by default: measured for that one case; "
-        "with LoRA the compiling ran past 90 s and was not measured, and a T5 (whose steps "
-        "the host paced there) has not been measured compiled on a GPU. Each new batch shape "
+        "50 s of compiling in the first steps. `blocks` compiles each repeated block (a "
+        "decoder layer, a T5 block) instead of the whole model, once for all its copies "
+        "(accelerate's regional compilation, as torchtune compiles per layer); what runs "
+        "between blocks (embeddings, the last norm, the head and loss) stays eager. On this "
+        "project's CPU (benchmarks/compile_blocks.py) a 22-layer Llama's first step compiled "
+        "in 0.34-0.39x the time by blocks, and a T5 compiled whole recompiled at each new "
+        "batch length, its steps 126-163x an eager step, where by blocks they ran at 0.94x: "
+        "compile a T5 by blocks. Off by default: measured on a GPU for the one case above; "
+        "`blocks`, LoRA and a T5 (whose steps the host paced there) have not run compiled on "
+        "a GPU. Each new batch shape "
         "compiles again until torch marks the lengths dynamic, at the second.",
     )
     kernels: Literal["liger"] | None = Field(

@@ -13,7 +13,8 @@ does not change a run); it applies where the Trainer builds the optimizer. Where
 must run it (an `optimizer` section: offload, see `deepspeed_config`), DeepSpeed's CPU Adam
 is used and this setting is not read.
 
-`train.compile` and `train.kernels` are opt-in: neither was measured on a GPU yet.
+`train.compile` and `train.kernels` are opt-in: measured on a GPU in one case at most (the
+config fields' descriptions say which).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def kernel_settings(
             f"train.kernels: supported for causal LMs only, and this is a {kind.description}"
         )
     if train.kernels != "liger":
-        return {"torch_compile": train.compile}
+        return {"torch_compile": bool(train.compile)}
     if not cuda:
         raise TrainError(
             "train.kernels: liger runs Triton kernels on a CUDA GPU, and this process has none"
@@ -96,7 +97,7 @@ def kernel_settings(
             "train.kernels: liger needs the liger-kernel package in the training image "
             "(`pip install liger-kernel`)"
         )
-    return {"torch_compile": train.compile, "use_liger_kernel": True}
+    return {"torch_compile": bool(train.compile), "use_liger_kernel": True}
 
 
 def check_liger_model(model_type: str, supported: Collection[str] | None = None) -> None:

@@ -322,9 +322,20 @@ class FinetuneTrainer(Trainer):
         model_loss: ModelLoss | None = None,
         row_lengths: Callable[[Any], list[int]] | None = None,
         keep_folder: str | None = None,
+        compile_blocks: bool = False,
         **kwargs: Any,
     ) -> None:
+        #: `train.compile: blocks`: read by `_build_accelerator_args`, which the Trainer's
+        #: own __init__ calls, so set before it.
+        self.compile_blocks = compile_blocks
         super().__init__(*args, **kwargs)
+        if compile_blocks and not getattr(
+            self.accelerator.state.dynamo_plugin, "use_regional_compilation", False
+        ):
+            raise TrainError(
+                "train.compile: blocks needs regional compilation, which the installed "
+                "transformers and accelerate do not offer (transformers >= 5 passes it on)"
+            )
         self.sampling = sampling
         #: A task's loss that runs the model itself (`Task.training_loss`), or None.
         self.model_loss = model_loss
@@ -350,6 +361,16 @@ class FinetuneTrainer(Trainer):
             skips_nonfinite=self.is_deepspeed_enabled, scaler_skips=scaler
         )
         self._skipped_before = 0
+
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        """The Trainer's Accelerator arguments; under `train.compile: blocks` its torch.compile
+        plugin compiles each repeated block instead of the whole model (accelerate's
+        `compile_regions`, or `compile_regions_deepspeed` under DeepSpeed)."""
+        args: dict[str, Any] = super()._build_accelerator_args(**kwargs)
+        plugin = args.get("dynamo_plugin")
+        if self.compile_blocks and plugin is not None:
+            plugin.use_regional_compilation = True
+        return args
 
     def training_step(
         self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
@@ -562,4 +583,5 @@ def build_trainer(
         model_loss=model_loss,
         row_lengths=task.training_lengths,
         keep_folder=keep_folder,
+        compile_blocks=train.compile == "blocks",
     )

@@ -1,0 +1,178 @@
+"""What `train.compile: blocks` saves at start-up, against compiling the whole model, on this
+machine: each of a deep Llama and a T5 trained eagerly, compiled whole and compiled block by
+block, full fine-tuning and LoRA, through the finetune step's own `run_finetune`.
+
+Why: compiling the whole 1.1B Llama with LoRA was still running after 123 s on an H100, past
+the benchmark's budget, and a run pays it again for each new batch shape until torch marks
+the lengths dynamic. Compiling each repeated block once for all its copies (accelerate's
+regional compilation) should cut that to about one block's worth. Each setting prints
+
+- `first step s`: the first optimizer step, compilation included (the run's time less the
+  steady time after it, as the step's metrics give both), each run with an empty cache of
+  compiled kernels, as a new machine starts;
+- `step ms`: a steady step after it;
+- both as ratios to the same shape trained eagerly in the same run, and the final training
+  loss beside the eager one (the same seed, data and order: compiling must not change what
+  is learnt beyond float rounding).
+
+The shapes are TinyLlama's depth (22 layers) and a T5 of 8 + 8 blocks, narrow enough for a
+2-core CPU (fp32, one process, the plain Trainer, batch 2 of 128 tokens). Steady CPU step
+times say nothing of a GPU's, where compiling is for fewer kernel launches: only the
+compile-time ratios carry over, roughly. `gpu_train.py`'s `compile` rows measure a GPU.
+
+Measured on this project's 2-core CPU (2026-11-27, `--steps 6`, nothing else running):
+
+    setting                     first step s  x eager  step ms  x eager
+    llama full compiled whole           42.3            405     0.96
+    llama full by blocks                16.7            348     0.82
+    llama lora compiled whole           60.8            376     1.15
+    llama lora by blocks                20.8            345     1.06
+    t5 full compiled whole              45.6           8833   163
+    t5 full by blocks                   44.0             51     0.94
+    t5 lora compiled whole              43.7           8769   126
+    t5 lora by blocks                   33.6             65     0.94
+
+Every compiled run ended on eager's loss to four decimals. By blocks the Llama's first step
+compiled in 0.39x (full) and 0.34x (LoRA) the time of the whole model. The T5 compiled whole
+recompiled at every step of the six (a new batch length each, with gradient checkpointing's
+wrappers among the recompiled frames), 126-163x an eager step; by blocks its steps ran at
+0.94x eager's time, and its first step compiled in about the same time (each stack's first
+block, which makes the position bias, is a graph of its own).
+
+    .venv/bin/python benchmarks/compile_blocks.py [--steps 6] [--only llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gpu_train  # benchmarks/gpu_train.py, beside this file
+
+from llm_pipeline.config import TrainConfig
+from llm_pipeline.train.job import run_finetune
+
+MODES: tuple[bool | str, ...] = (False, True, "blocks")
+
+
+def cpu_shapes() -> tuple[gpu_train.Shape, gpu_train.Shape]:
+    """gpu_train's tiny shapes, made deep: where regional compilation has copies to reuse."""
+    t5, llama = gpu_train.shapes(tiny=True)
+    t5 = replace(
+        t5,
+        architecture={**t5.architecture, "num_layers": 8, "num_decoder_layers": 8},
+        source=128,
+        target=32,
+    )
+    llama = replace(
+        llama,
+        architecture={
+            **llama.architecture,
+            "hidden_size": 256,
+            "intermediate_size": 704,
+            "num_hidden_layers": 22,
+        },
+    )
+    return t5, llama
+
+
+def train_config(lora: bool, compile_mode: bool | str, steps: int) -> TrainConfig:
+    return TrainConfig(
+        max_steps=steps,
+        per_device_batch_size=2,
+        learning_rate=1e-4,
+        lr_scheduler="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        eval_steps=100 * steps,
+        save_steps=100 * steps,
+        precision="fp32",
+        zero_stage=0,
+        lora=gpu_train.LORA if lora else None,
+        compile=compile_mode,
+    )
+
+
+def timed_run(
+    shape: gpu_train.Shape, dataset: Path, folder: Path, train: TrainConfig
+) -> dict[str, Any]:
+    """One run_finetune; its first-step and steady-step seconds and final loss."""
+    started = time.perf_counter()
+    result = run_finetune(
+        dataset_dir=str(dataset),
+        output_dir=str(folder / "model"),
+        model=gpu_train.model_config(shape),
+        train=train,
+        cluster=gpu_train.CLUSTER,
+        task=shape.task,
+        # A cache of compiled kernels of its own, empty: compiled cold, as a pipeline step's
+        # new machine compiles (torch keeps them across processes, under /tmp by default).
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor-cache")},
+    )
+    metrics = result.metrics
+    steps = int(metrics["global_step"])
+    tokens = float(metrics["train_tokens"])
+    runtime = tokens / float(metrics["train_tokens_per_second"])
+    steady = tokens * (steps - 1) / steps / float(metrics["train_steady_tokens_per_second"])
+    losses = [entry["loss"] for entry in result.log_history if "loss" in entry]
+    return {
+        "first_step_s": runtime - steady,
+        "step_s": steady / (steps - 1),
+        "loss": losses[-1],
+        "elapsed_s": time.perf_counter() - started,
+    }
+
+
+def mode_name(mode: bool | str) -> str:
+    return {False: "eager", True: "compile (whole model)"}.get(mode, f"compile: {mode}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per setting")
+    parser.add_argument("--only", choices=("t5", "llama"), help="one shape")
+    args = parser.parse_args(argv)
+    t5, llama = cpu_shapes()
+    chosen = [s for s in (llama, t5) if args.only is None or s.name.startswith(args.only)]
+    print(
+        f"{'setting':<34} {'first step s':>12} {'x eager':>8} {'step ms':>8} {'x eager':>8} "
+        f"{'loss':>8} {'eager loss':>10}"
+    )
+    with tempfile.TemporaryDirectory(prefix="compile-blocks-") as work:
+        folder = Path(work)
+        settings = [
+            gpu_train.Setting(shape, 0, packed=None if shape is t5 else False) for shape in chosen
+        ]
+        data = gpu_train.prepare_data(folder, t5, llama, settings, tiny=True)
+        for shape in chosen:
+            dataset = data[shape.name if shape is t5 else f"{shape.name} unpacked"]
+            for lora in (False, True):
+                eager: dict[str, Any] = {}
+                for mode in MODES:
+                    name = f"{shape.name} {'lora' if lora else 'full'} {mode_name(mode)}"
+                    run = timed_run(
+                        shape,
+                        dataset,
+                        folder / name.replace(" ", "-").replace(":", ""),
+                        train_config(lora, mode, args.steps),
+                    )
+                    eager = eager or run
+                    print(
+                        f"{name:<34} {run['first_step_s']:>12.1f} "
+                        f"{run['first_step_s'] / eager['first_step_s']:>8.2f} "
+                        f"{1000 * run['step_s']:>8.0f} {run['step_s'] / eager['step_s']:>8.2f} "
+                        f"{run['loss']:>8.4f} {eager['loss']:>10.4f}",
+                        flush=True,
+                    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
