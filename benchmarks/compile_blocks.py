@@ -22,6 +22,7 @@ compile-time ratios carry over, roughly. `gpu_train.py`'s `compile` rows measure
 
 Measured on this project's 2-core CPU (2026-11-27, `--steps 6`, nothing else running):
 
+    (printed as llama-1.1b and t5-large then, gpu_train's names; renamed since)
     setting                     first step s  x eager  step ms  x eager
     llama full compiled whole           42.3            405     0.96
     llama full by blocks                16.7            348     0.82
@@ -63,16 +64,19 @@ MODES: tuple[bool | str, ...] = (False, True, "blocks")
 
 
 def cpu_shapes() -> tuple[gpu_train.Shape, gpu_train.Shape]:
-    """gpu_train's tiny shapes, made deep: where regional compilation has copies to reuse."""
+    """gpu_train's tiny shapes, made deep (where regional compilation has copies to reuse),
+    and named for what they are."""
     t5, llama = gpu_train.shapes(tiny=True)
     t5 = replace(
         t5,
+        name="t5-8+8-d64",
         architecture={**t5.architecture, "num_layers": 8, "num_decoder_layers": 8},
         source=128,
         target=32,
     )
     llama = replace(
         llama,
+        name="llama-22x256",
         architecture={
             **llama.architecture,
             "hidden_size": 256,
@@ -142,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t5, llama = cpu_shapes()
     chosen = [s for s in (llama, t5) if args.only is None or s.name.startswith(args.only)]
     print(
-        f"{'setting':<34} {'first step s':>12} {'x eager':>8} {'step ms':>8} {'x eager':>8} "
+        f"{'setting':<36} {'first step s':>12} {'x eager':>8} {'step ms':>8} {'x eager':>8} "
         f"{'loss':>8} {'eager loss':>10}"
     )
     with tempfile.TemporaryDirectory(prefix="compile-blocks-") as work:
@@ -165,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     eager = eager or run
                     print(
-                        f"{name:<34} {run['first_step_s']:>12.1f} "
+                        f"{name:<36} {run['first_step_s']:>12.1f} "
                         f"{run['first_step_s'] / eager['first_step_s']:>8.2f} "
                         f"{1000 * run['step_s']:>8.0f} {run['step_s'] / eager['step_s']:>8.2f} "
                         f"{run['loss']:>8.4f} {eager['loss']:>10.4f}",
