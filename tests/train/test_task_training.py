@@ -215,6 +215,19 @@ def test_compiled_whole_or_by_blocks_a_model_is_saved_under_its_own_weight_names
 
 
 @pytest.mark.usefixtures("one_process_group")
+def test_blocks_where_transformers_does_not_pass_it_on_is_refused_by_name(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transformers that builds its Accelerator without `_build_accelerator_args` would
+    compile the whole model where the config asked for blocks: refused, not done silently."""
+    from transformers import Trainer
+
+    monkeypatch.setattr(FinetuneTrainer, "_build_accelerator_args", Trainer._build_accelerator_args)
+    with pytest.raises(TrainError, match=r"train\.compile: blocks needs regional compilation"):
+        _trainer("instruction_tuning", tokenizer, train=TrainConfig(compile="blocks"))
+
+
+@pytest.mark.usefixtures("one_process_group")
 def test_under_liger_a_causal_lm_computes_its_own_loss_the_same_token_mean(
     tokenizer: Any,
 ) -> None:

@@ -333,8 +333,9 @@ class FinetuneTrainer(Trainer):
             self.accelerator.state.dynamo_plugin, "use_regional_compilation", False
         ):
             raise TrainError(
-                "train.compile: blocks needs regional compilation, which the installed "
-                "transformers and accelerate do not offer (transformers >= 5 passes it on)"
+                "train.compile: blocks needs regional compilation, and the installed "
+                "transformers did not pass it to accelerate: compile the whole model "
+                "(train.compile: true) with this version"
             )
         self.sampling = sampling
         #: A task's loss that runs the model itself (`Task.training_loss`), or None.
