@@ -84,13 +84,17 @@ def _rows(task: str) -> list[dict[str, Any]]:
     ]
 
 
-def _trainer(task: str, tokenizer: Any, **options: Any) -> FinetuneTrainer:
-    """The task's Trainer with the finetune step's arguments for its kind."""
+def _trainer(
+    task: str, tokenizer: Any, arguments: TrainConfig | None = None, **options: Any
+) -> FinetuneTrainer:
+    """The task's Trainer with the finetune step's arguments for its kind, made from
+    `arguments` (by default the plain Trainer, batch 2)."""
+    arguments = arguments or TrainConfig(use_deepspeed=False, per_device_batch_size=2)
     return build_trainer(
         model=_model(task, tokenizer),
         tokenizer=tokenizer,
         args=training_arguments(
-            TrainConfig(use_deepspeed=False, per_device_batch_size=2),
+            arguments,
             output_dir="unused",
             precision="fp32",
             deepspeed=None,
@@ -164,26 +168,7 @@ def test_compiled_whole_or_by_blocks_a_model_is_saved_under_its_own_weight_names
 
     for mode, regional in ((True, False), ("blocks", True)):
         train = TrainConfig(use_deepspeed=False, per_device_batch_size=2, compile=mode)
-        trainer = build_trainer(
-            model=_model(task, tokenizer),
-            tokenizer=tokenizer,
-            args=training_arguments(
-                train,
-                output_dir="unused",
-                precision="fp32",
-                deepspeed=None,
-                save_on_each_node=False,
-                has_eval=False,
-                kind=get_task(task).model_kind,
-                cuda=False,
-            ),
-            train_dataset=Dataset.from_list(_rows(task)),
-            eval_dataset=None,
-            callbacks=[],
-            sampling="sequential",
-            task=get_task(task),
-            train=train,
-        )
+        trainer = _trainer(task, tokenizer, train, train=train)
         assert trainer.args.torch_compile
         assert trainer.accelerator.state.dynamo_plugin.use_regional_compilation is regional
         prepared = trainer.accelerator.prepare_model(trainer.model)
