@@ -47,7 +47,8 @@ class DataConfig(Section):
         description="Maps each role the task reads to the column name in the source data: "
         "summarization `document` and `summary`; instruction_tuning either `prompt` and "
         "`response`, or `messages` (a column of chats); text_classification `text` and "
-        "`label`, plus `text_pair` for pairs of texts. Left out, each role of the task's "
+        "`label`, plus `text_pair` for pairs of texts; preference_tuning `prompt` (or "
+        "`messages`), `chosen` and `rejected`. Left out, each role of the task's "
         "first role set reads the column of its own name.",
     )
     train_split: str = Field(default="train", description="Name of the training split.")

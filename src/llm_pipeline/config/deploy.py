@@ -41,7 +41,8 @@ class DeployPolicyConfig(Section):
     metric: str | None = Field(
         default=None,
         description="Metric that decides; `null`: the task's own (summarization `rougeLsum`, "
-        "instruction_tuning `rougeL`, preference_tuning `preference_accuracy`).",
+        "instruction_tuning `rougeL`, text_classification `macro_f1`, preference_tuning "
+        "`preference_accuracy`).",
     )
     min_improvement: float = Field(
         default=0.0, description="Deploy only if the metric beats the served model by this much."

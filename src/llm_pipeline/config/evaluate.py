@@ -70,7 +70,7 @@ class EvaluateConfig(Section):
         description="Also generate with the model as it was before fine-tuning (built from the "
         "trained model's recorded `model` settings) and score it as a baseline (`base_*`): "
         "shows what training changed, at twice the generation time. Default: the task's "
-        "(summarization no, instruction_tuning yes; preference_tuning always, its metrics are "
-        "relative to that model).",
+        "(summarization no, instruction_tuning and text_classification yes; preference_tuning "
+        "always, its metrics are relative to that model).",
     )
     seed: int = Field(default=42, description="Seed for the bootstrap (and for sampling).")

@@ -24,8 +24,10 @@ class PipelineConfig(Section):
         default=DEFAULT_TASK,
         description="What the model learns: `summarization` (a seq2seq model writes a summary "
         "of a document), `instruction_tuning` (a decoder-only causal LM learns the "
-        "responses of prompts or chats) or `text_classification` (an encoder, or a decoder, "
-        "with a classification head learns a label for a text or a pair of texts).",
+        "responses of prompts or chats), `text_classification` (an encoder, or a decoder, "
+        "with a classification head learns a label for a text or a pair of texts) or "
+        "`preference_tuning` (a causal LM learns, by DPO, to prefer the chosen of two "
+        "answers to a prompt over the rejected one).",
     )
     name: str = Field(
         default="llm-pipeline",
