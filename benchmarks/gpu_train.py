@@ -96,7 +96,7 @@ call's time limit cut it; full with Liger failed in its evaluation after 76 s (f
 under Liger the model computes its own loss). T5-large compiled and any setting compiled by
 blocks have not run on a GPU. So the seven need well over 480 s, and the budget cannot stop
 a setting once started: give the compiled settings a call of their own, with room past its
-budget. All 17 settings: over 1,000 s, `--budget-s 1100`.
+budget. All 20 settings: over 1,000 s, `--budget-s 1100`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]

@@ -59,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipeline.py",
         description="Fine-tune and ship a language model with a Kubeflow pipeline built from "
-        "one JSON config: download → preprocess → finetune → evaluate → should-deploy → "
-        "deploy. Runs locally with KFP's local runner, or compiles for Vertex AI Pipelines; "
-        f"with no command, `{DEFAULT_COMMAND}`.",
+        "one JSON config: configure → download → preprocess → finetune → evaluate → "
+        "should-deploy → deploy. Runs locally with KFP's local runner, or compiles for Vertex "
+        f"AI Pipelines; with no command, `{DEFAULT_COMMAND}`.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
