@@ -224,3 +224,23 @@ def test_serve_of_an_endpoint_that_serves_nothing_says_so(tmp_path: Path) -> Non
     result = run_pipeline("serve", "--endpoint", ENDPOINT, "--registry-dir", str(tmp_path))
     assert result.returncode == 1
     assert f"endpoint '{ENDPOINT}' serves nothing (endpoints: none)" in result.stderr
+
+
+def test_serve_refuses_a_record_that_sets_more_than_the_servers_settings(tmp_path: Path) -> None:
+    """A version record is a file in the registry folder: its serving_env may set the
+    server's own LLM_PIPELINE_SERVE_* settings, never LD_PRELOAD and the like, which
+    `serve` would otherwise put into its own environment and its children's."""
+    registry = LocalRegistry(tmp_path / "registry")
+    version = registry.register(
+        model="summarizer",
+        model_dir=str(model_folder(tmp_path, "run")),
+        metrics={},
+        serving_env={"LLM_PIPELINE_SERVE_TASK": "summarization", "LD_PRELOAD": "/tmp/x.so"},
+    )
+    registry.deploy(version, ENDPOINT)
+    result = run_pipeline(
+        "serve", "--endpoint", ENDPOINT, "--registry-dir", str(tmp_path / "registry")
+    )
+    assert result.returncode == 1
+    assert "summarizer@1's record sets LD_PRELOAD, which are not" in result.stderr
+    assert "Serving" not in result.stdout

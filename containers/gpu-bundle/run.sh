@@ -23,6 +23,8 @@ case "${1:-}" in
 esac
 mkdir -p "$out"
 if [ ! -f "$here/site/.installed" ]; then
+  # What an install killed part-way left: pip --target skips a package folder already there.
+  rm -rf "$here/site"
   echo "installing $(ls "$here"/whl/*.whl | wc -l) wheels into $here/site"
   "$python" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \
     --target "$here/site" "$here"/whl/*.whl

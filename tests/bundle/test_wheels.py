@@ -108,7 +108,9 @@ def _fake_pip(built_tag: str) -> Any:
     return pip
 
 
-PINS = [Pin("deepspeed", "0.19.8", None, ("x",)), Pin("hjson", "3.1.0", None, ("x",))]
+#: What the fake pip's empty wheel files hash to.
+EMPTY = "sha256:" + hashlib.sha256(b"").hexdigest()
+PINS = [Pin("deepspeed", "0.19.8", None, ("x",)), Pin("hjson", "3.1.0", None, (EMPTY,))]
 
 
 def test_source_only_packages_are_built_and_the_rest_downloaded(
@@ -116,10 +118,37 @@ def test_source_only_packages_are_built_and_the_rest_downloaded(
 ) -> None:
     monkeypatch.setattr(wheels, "_pip", _fake_pip("py3-none-any"))
     found = download(PINS, TARGET, tmp_path)
-    assert [p.name for p in found] == [
-        "deepspeed-0.19.8-py3-none-any.whl",
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "built/deepspeed-0.19.8-py3-none-any.whl",
         "hjson-3.1.0-py3-none-any.whl",
     ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "hjson-3.1.0-py3-none-any.whl"]
+
+
+def test_a_cached_wheel_cut_short_or_changed_is_fetched_again_and_a_wrong_download_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip writes a wheel in place: a build killed then left part of one in the cache, which
+    every later build carried. Now a cached wheel is used only with the lock's hash, pip
+    writes outside the cache, and what it downloads must have the lock's hash too."""
+    calls: list[list[str]] = []
+    fake = _fake_pip("py3-none-any")
+
+    def pip(command: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        return fake(command)
+
+    monkeypatch.setattr(wheels, "_pip", pip)
+    hjson = PINS[1]
+    cut_short = tmp_path / "hjson-3.1.0-py3-none-any.whl"
+    cut_short.write_bytes(b"PK\x03\x04 half a wheel")
+    assert download([hjson], TARGET, tmp_path) == [cut_short]
+    assert len(calls) == 1 and cut_short.read_bytes() == b""  # the whole (empty) one now
+    assert download([hjson], TARGET, tmp_path) == [cut_short] and len(calls) == 1  # cached
+    other = Pin("hjson", "3.1.0", None, ("sha256:" + "0" * 64,))
+    with pytest.raises(BundleError, match=r"downloaded, has sha256:e3b0.*not the hash the bun"):
+        download([other], TARGET, tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_a_wheel_built_for_this_python_only_is_refused(
@@ -184,8 +213,14 @@ def test_an_optional_wheel_that_needs_only_torch_and_triton_is_carried(tmp_path:
 
 
 def test_an_optional_wheel_with_another_hash_or_an_unmet_requirement_is_refused(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The cached wheel has another hash, so it is downloaded again: the index serves the same.
+    def pip(command: list[str]) -> subprocess.CompletedProcess[str]:
+        _wheel(Path(command[command.index("-d") + 1]), "liger-kernel", "0.8.5", LIGER_REQUIRES)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(wheels, "_pip", pip)
     with pytest.raises(BundleError, match=r"not the hash the bundle pins for liger-kernel==0.8.5"):
         _optional(tmp_path, LIGER_REQUIRES, hashes=("sha256:0",))
     with pytest.raises(BundleError, match=r"requires einops>=0.7, which the bundle neither"):

@@ -13,11 +13,12 @@ drifted from the lock) is carried without its own requirements, and `Selection.u
 says so (the build prints it; the check on the machine finds what that leaves missing).
 
 How: one `pip download --no-deps --only-binary=:all:` for the target's Python and platform
-tags into a cache folder (pip skips what is already there, so a second build needs no
-network), repeated without each package pip finds no wheel for. Those are source-only on
-PyPI (DeepSpeed, kfp-server-api, rouge-score at the lock's versions): `pip wheel --no-deps`
-builds them here, and a built wheel that would not install there (a compiled one for this
-Python) is refused.
+tags into a cache folder (what is already there is not fetched again, so a second build
+needs no network), repeated without each package pip finds no wheel for. Those are
+source-only on PyPI (DeepSpeed, kfp-server-api, rouge-score at the lock's versions): `pip
+wheel --no-deps` builds them here, and a built wheel that would not install there (a compiled
+one for this Python) is refused. A downloaded wheel is checked against the lock's hashes when
+it arrives and whenever the cache is read, and enters the cache by rename, whole (`download`).
 
 Optional wheels (`optional`): packages outside the lock that an opt-in setting needs on the
 GPU machine (liger-kernel for `train.kernels: "liger"`), each pinned with its wheel's hash.
@@ -28,9 +29,11 @@ it has there is the machine's own (torch, Triton) or carried.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +55,8 @@ PIP_TIMEOUT_S = 900
 #: What pip prints when it cannot reach the index (it then finds no wheel of anything).
 _UNREACHABLE = ("NewConnectionError", "Could not fetch URL", "ConnectTimeoutError", "ProxyError")
 _NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-]+)==")
+#: The wheel cache's folder for the wheels built here from source (no hash of theirs to check).
+BUILT = "built"
 
 
 @dataclass(frozen=True)
@@ -223,11 +228,38 @@ def _requires(pin: Pin, requires: Mapping[str, Sequence[str]] | None) -> Sequenc
 def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
     """The wheel file of every pin, from the cache folder or PyPI, built here for packages
     PyPI has no wheel of. Raises BundleError when pip fails for another reason (the index
-    unreachable, most often)."""
+    unreachable, most often), or when a downloaded wheel's hash is not one the pin has.
+
+    A downloaded wheel is taken from the cache only while its hash is one the pin has
+    (`requirements.lock`'s): a wheel cut short by a killed build, or changed since, is
+    fetched again. pip writes its files in place, so it writes into a folder of this call's
+    own and each wheel is renamed into the cache whole. Wheels built here from source have
+    no hash to check: they go in the cache's `BUILT` folder.
+    """
     cache.mkdir(parents=True, exist_ok=True)
     wanted: dict[str, Pin] = {pin.name: pin for pin in pins}
     have = _cached(cache, target, wanted)
     todo = sorted(set(wanted) - set(have))
+    if todo:
+        with tempfile.TemporaryDirectory(prefix=".incoming-", dir=cache) as incoming:
+            _fetch(todo, wanted, target, cache, Path(incoming))
+        have.update(_cached(cache, target, wanted))
+    for name, pin in wanted.items():
+        path = have.get(name)
+        if path is None:
+            raise BundleError(
+                f"no wheel of {name}=={pin.version} that Python {target.python} on "
+                f"{target.machine} Linux installs, after the download and build"
+            )
+    return sorted(have[name] for name in wanted)
+
+
+def _fetch(
+    todo: list[str], wanted: Mapping[str, Pin], target: Target, cache: Path, incoming: Path
+) -> None:
+    """Download `todo` (build those with no wheel on the index) into `incoming`, then move
+    each wheel into `cache`, a downloaded one only if its hash is one its pin has."""
+    todo = list(todo)
     source_only: list[str] = []
     while todo:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
@@ -235,7 +267,7 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
         command += ["--abi", target.abi, "--abi", "abi3", "--abi", "none"]
         for platform in target.platforms:
             command += ["--platform", platform]
-        command += ["-d", str(cache), *(f"{n}=={wanted[n].version}" for n in todo)]
+        command += ["-d", str(incoming), *(f"{n}=={wanted[n].version}" for n in todo)]
         done = _pip(command)
         if done.returncode == 0:
             break
@@ -247,32 +279,50 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
             raise BundleError(f"pip download failed: {_tail(done.stderr)}")
         source_only.append(name)
         todo.remove(name)
+    for path in sorted(incoming.glob("*.whl")):
+        pin = wanted.get(canonicalize_name(parse_wheel_filename(path.name)[0]))
+        digest = _digest(path)
+        if pin is not None and digest not in pin.hashes:
+            raise BundleError(
+                f"{path.name}, downloaded, has {digest}, not the hash the bundle pins for "
+                f"{pin.name}=={pin.version} (requirements.lock's): the index served another "
+                "file than the one locked; refused"
+            )
+        os.replace(path, cache / path.name)
+    built = incoming / BUILT
+    built.mkdir()
     for name in source_only:
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-        command += ["-w", str(cache), f"{name}=={wanted[name].version}"]
+        command += ["-w", str(built), f"{name}=={wanted[name].version}"]
         done = _pip(command)
         if done.returncode != 0:
             raise BundleError(f"building {name}'s wheel from source failed: {_tail(done.stderr)}")
-    have.update(_cached(cache, target, wanted))
-    for name, pin in wanted.items():
-        path = have.get(name)
-        if path is None:
-            raise BundleError(
-                f"no wheel of {name}=={pin.version} that Python {target.python} on "
-                f"{target.machine} Linux installs, after the download and build"
-            )
-    return sorted(have[name] for name in wanted)
+    if source_only:
+        (cache / BUILT).mkdir(exist_ok=True)
+        for path in sorted(built.glob("*.whl")):
+            os.replace(path, cache / BUILT / path.name)
 
 
 def _cached(cache: Path, target: Target, wanted: Mapping[str, Pin]) -> dict[str, Path]:
-    """Wheels in `cache` at a wanted pin's version that the target accepts, by name."""
+    """Wheels in `cache` at a wanted pin's version that the target accepts, by name: one
+    downloaded only while its hash is one the pin has, else one built here (`BUILT`)."""
     found: dict[str, Path] = {}
-    for path in sorted(cache.glob("*.whl")):
+    for path in [*sorted(cache.glob("*.whl")), *sorted((cache / BUILT).glob("*.whl"))]:
         name, version, _, _ = parse_wheel_filename(path.name)
         pin = wanted.get(canonicalize_name(name))
-        if pin is not None and version.public == pin.version and target.accepts(path.name):
-            found.setdefault(pin.name, path)
+        if pin is None or pin.name in found:
+            continue
+        if version.public != pin.version or not target.accepts(path.name):
+            continue
+        if path.parent == cache and _digest(path) not in pin.hashes:
+            continue  # cut short or changed: fetched again
+        found[pin.name] = path
     return found
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as stream:
+        return "sha256:" + hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _pip(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -307,7 +357,7 @@ def optional(
     for path in found:
         name = canonicalize_name(parse_wheel_filename(path.name)[0])
         pin = next(p for p in pins if canonicalize_name(p.name) == name)
-        digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = _digest(path)
         if digest not in pin.hashes:
             raise BundleError(
                 f"{path.name} has {digest}, not the hash the bundle pins for {pin.name}=="

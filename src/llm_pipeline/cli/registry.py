@@ -183,7 +183,17 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
         names = ", ".join(e.name for e in registry.endpoints()) or "none"
         raise UserError(f"endpoint {args.endpoint!r} serves nothing (endpoints: {names})")
     from llm_pipeline.cli.serve import main as serve_main
+    from llm_pipeline.serve.settings import PREFIX
 
+    # The record is a file in the registry folder, not trusted: only the server's own
+    # settings (all `serving_env` writes) are taken from it, never LD_PRELOAD, PYTHONPATH,
+    # a proxy or a CA bundle that this process and its children would obey.
+    foreign = sorted(key for key in served.serving_env if not key.startswith(PREFIX))
+    if foreign:
+        raise UserError(
+            f"{served.ref}'s record sets {', '.join(foreign)}, which are not the prediction "
+            f"server's settings ({PREFIX}*); refused (the registry file was edited?)"
+        )
     print(f"Serving {served.ref} ({served.uri}) for endpoint {args.endpoint}", flush=True)
     for key, value in served.serving_env.items():
         os.environ.setdefault(key, value)  # what the version was registered with
