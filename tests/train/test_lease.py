@@ -46,3 +46,23 @@ def test_an_expired_lease_or_one_of_the_same_job_is_taken_over(
     assert not taker.renew()
     assert restarted.renew()
     assert isinstance(lease.acquire(folder, job=None), str)
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"expires": "soon"', b'{"expires": "soon"}', b'{"expires": Infinity}', b"[1]", b"{}"]
+)
+def test_a_lease_that_is_not_one_is_taken_over_and_said_so(
+    folder: str, body: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every lease is written whole in one request, so a damaged or hand-edited one names no
+    holder to wait for: the next run takes it over, saying so, instead of failing."""
+    fs, root = lease.url_to_fs(folder)
+    fs.pipe_file(f"{root}/{lease.LEASE}", body)
+
+    taken = lease.acquire(folder, job="444")
+
+    assert isinstance(taken, lease.Lease)
+    assert f"{folder}/LEASE.json is not a lease this code wrote; taking it over" in (
+        capsys.readouterr().out
+    )
+    assert isinstance(lease.acquire(folder, job="555"), str), "and it now holds the folder"

@@ -9,7 +9,9 @@ finds it and is refused with the holder's name. A lease is taken over when:
 - it has expired (its holder died without deleting it, or lost its connection): a dead run
   blocks the folder for at most `TTL_S`;
 - it belongs to the same Vertex job (`CLOUD_ML_JOB_ID`): Vertex restarts a job only after
-  stopping its previous containers, so the holder is that job's own dead attempt.
+  stopping its previous containers, so the holder is that job's own dead attempt;
+- it cannot be read as a lease (not JSON, or no numeric `expires`): every lease is written
+  whole in one request, so no holder left it so, and no holder can be named or waited for.
 A takeover deletes exactly the generation it read and then creates anew: of two runs taking
 over at once, one fails its precondition and is refused.
 
@@ -23,6 +25,7 @@ clock against the holder's, so clocks must agree to well within `TTL_S`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
@@ -114,8 +117,10 @@ def acquire(folder: str, *, job: str | None) -> Lease | str:
     else:
         current, generation_read = held
         same_job = job is not None and current.get("job") == job
-        if not same_job and float(current.get("expires", 0)) > now:
+        if not same_job and current["expires"] > now:
             return _describe(current)
+        if not current["expires"]:
+            print(f"{folder}/{LEASE} is not a lease this code wrote; taking it over", flush=True)
         generation = _replace(fs, path, generation_read, body)
     if generation is None:
         again = _read(fs, path)
@@ -125,7 +130,7 @@ def acquire(folder: str, *, job: str | None) -> Lease | str:
 
 def _describe(note: dict[str, Any]) -> str:
     job = f", Vertex job {note['job']}" if note.get("job") else ""
-    until = time.strftime("%H:%M:%S %Z", time.localtime(float(note.get("expires", 0))))
+    until = time.strftime("%H:%M:%S %Z", time.localtime(note["expires"]))
     return (
         f"pid {note.get('pid')} on host {note.get('host')}{job}, running since "
         f"{note.get('since')}; its lease lasts until {until} unless renewed"
@@ -133,14 +138,31 @@ def _describe(note: dict[str, Any]) -> str:
 
 
 def _read(fs: AbstractFileSystem, path: str) -> tuple[dict[str, Any], str] | None:
+    """The lease's note and generation; None if there is none. A note that is not a lease
+    (damaged, or edited by hand) reads as one that expired at 0."""
     try:
         generation = _generation(fs, path)
-        note = json.loads(fs.cat_file(path))
+        data = fs.cat_file(path)
     except FileNotFoundError:
         return None
     if generation is None:
         return None
-    return note if isinstance(note, dict) else {}, generation
+    return _note(data), generation
+
+
+def _note(data: bytes) -> dict[str, Any]:
+    """`data` as a lease's note, its `expires` a finite number (0 if it has none)."""
+    try:
+        note = json.loads(data)
+    except ValueError:
+        note = None
+    if not isinstance(note, dict):
+        return {"expires": 0.0}
+    expires = note.get("expires")
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        expires = 0.0
+    note["expires"] = float(expires) if math.isfinite(expires) else 0.0
+    return note
 
 
 def _generation(fs: AbstractFileSystem, path: str) -> str | None:
