@@ -142,6 +142,8 @@ COMPILE_FLAGS = ("project", "region", "pipeline_root")
 def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
     """Write the Vertex spec to `args.compile`, for the project, region and root the flags
     give (else the config's); the exit code."""
+    from llm_pipeline.vertex.compile import spec_path_problem  # KFP: only the commands that build
+
     try:
         refused = _given(args, [name for name in ALL_FLAGS if name not in COMPILE_FLAGS])
         if args.upload_template:
@@ -155,6 +157,8 @@ def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
                 ],
                 source="the command line",
             )
+        if (problem := spec_path_problem(args.compile)) is not None:
+            raise ConfigError([f"--compile {problem}"], source="the command line")
         where = located(
             config.vertex,
             project=args.project,
