@@ -125,3 +125,14 @@ def test_building_into_an_existing_folder_is_refused(
 ) -> None:
     assert main(["build", str(tmp_path)]) == 1
     assert "exists already; give a new folder" in capsys.readouterr().err
+
+
+def test_running_a_config_of_a_folder_that_is_no_bundle_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said `skipped: ... is not in this bundle` and exited 0, for a mistyped folder too."""
+    missing = tmp_path / "gpu-bundel"
+    assert main(["pipeline", str(missing), "configs/local_gpu.json"]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"error: {missing} is not a bundle: manifest.json is missing\n" and out == ""
+
