@@ -136,3 +136,14 @@ def test_running_a_config_of_a_folder_that_is_no_bundle_is_refused(
     out, err = capsys.readouterr()
     assert err == f"error: {missing} is not a bundle: manifest.json is missing\n" and out == ""
 
+
+@pytest.mark.parametrize("rows", ["-5", "0", "9"])
+def test_too_few_rows_are_refused_before_anything_is_built(
+    rows: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--rows -5` built a bundle of every row but the last few, silently."""
+    out = tmp_path / "bundle"
+    assert main(["build", str(out), "--rows", rows]) == 1
+    err = capsys.readouterr().err
+    assert f"error: --rows {rows}: give at least 10 rows" in err
+    assert list(tmp_path.iterdir()) == []
