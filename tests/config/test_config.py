@@ -477,6 +477,30 @@ def test_a_mistake_in_set_is_said_to_come_from_set(tmp_path: Path) -> None:
     assert any(p.endswith("(after --set model.architecture={})") for p in caught.value.problems)
 
 
+def test_a_set_that_names_a_list_element_says_to_set_the_list_whole(tmp_path: Path) -> None:
+    """`evaluate.stop[0]=x` was `unknown key; did you mean 'stop'?`, and
+    `train.lora.target_modules.0=x` named `target_modules:` alone, not where it is."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(with_change("train.lora", {"target_modules": ["q", "v"]})))
+    assert problems_from_file(path, ("train.lora.target_modules[0]=x",)) == [
+        "--set 'train.lora.target_modules[0]=x': --set replaces a list whole, not one element; "
+        "give all of it, e.g. train.lora.target_modules='[...]'"
+    ]
+    assert problems_from_file(path, ("train.lora.target_modules.0=x",)) == [
+        "train.lora.target_modules: is ['q', 'v'], not an object, so "
+        "train.lora.target_modules.0 cannot be set; set the list whole, e.g. "
+        "train.lora.target_modules='[...]' (from --set train.lora.target_modules.0=x)"
+    ]
+    assert problems_from_file(path, ("evaluate.stop[0]=x",)) == [
+        "--set 'evaluate.stop[0]=x': --set replaces a list whole, not one element; give all "
+        "of it, e.g. evaluate.stop='[...]'"
+    ]
+    assert problems_from_file(path, ("train.epochs=2", "train.epochs.x=1")) == [
+        "train.epochs: is 2, not an object, so train.epochs.x cannot be set "
+        "(from --set train.epochs.x=1)"
+    ]
+
+
 @pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
 def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
     """`--set train.lora.r=8` turns LoRA on with its other defaults where the config has no

@@ -57,6 +57,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ValueError(
             f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. train.epochs=3"
         )
+    if "[" in key:
+        listed = key.split("[", 1)[0]
+        raise ValueError(
+            f"--set {text!r}: --set replaces a list whole, not one element; give all of it, "
+            f"e.g. {listed}='[...]'"
+        )
     try:
         value = strict_json.loads(raw)
     except json.JSONDecodeError:
