@@ -501,6 +501,16 @@ def test_a_set_that_names_a_list_element_says_to_set_the_list_whole(tmp_path: Pa
     ]
 
 
+def test_a_wrong_element_of_a_list_from_set_is_said_to_come_from_set() -> None:
+    """It was blamed on the file: `1 problem in sft_local.json: evaluate.stop[1]: ...`."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(REPO / "configs" / "sft_local.json", ['evaluate.stop=["a", 1]'])
+    assert str(caught.value).splitlines() == [
+        "1 problem in --set:",
+        '  - evaluate.stop[1]: must be a string, got 1 (from --set evaluate.stop=["a", 1])',
+    ]
+
+
 @pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
 def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
     """`--set train.lora.r=8` turns LoRA on with its other defaults where the config has no

@@ -304,6 +304,6 @@ def _override_of(problem: str, overridden: dict[str, str], *, below: bool) -> st
     for key, text in overridden.items():
         if below and key.startswith(f"{path}."):
             return text
-        if not below and (path == key or path.startswith(f"{key}.")):
+        if not below and (path == key or path.startswith((f"{key}.", f"{key}["))):
             return text
     return None
