@@ -511,6 +511,24 @@ def test_a_wrong_element_of_a_list_from_set_is_said_to_come_from_set() -> None:
     ]
 
 
+def test_a_set_value_meant_as_json_that_does_not_parse_says_why(tmp_path: Path) -> None:
+    """Taken as a string, it was only `must be an object, got '{"train": 200'`."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(MINIMAL))
+    assert problems_from_file(path, ('data.max_samples={"train": 200',)) == [
+        "data.max_samples: must be an object, got '{\"train\": 200' (not valid JSON at column "
+        "14: Expecting ',' delimiter) (from --set data.max_samples={\"train\": 200)"
+    ]
+    assert problems_from_file(path, ("data.max_samples={'train': 200}",)) == [
+        "data.max_samples: must be an object, got \"{'train': 200}\" (not valid JSON at column "
+        "2: Expecting property name enclosed in double quotes) "
+        "(from --set data.max_samples={'train': 200})"
+    ]
+    # A string that opens with a bracket is still a string where one is meant.
+    prefix = load_config(path, ["data.prefix=[summarize] "]).config.data.prefix
+    assert prefix == "[summarize] "
+
+
 @pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
 def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
     """`--set train.lora.r=8` turns LoRA on with its other defaults where the config has no
