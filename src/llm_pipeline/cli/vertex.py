@@ -8,6 +8,7 @@ Vertex AI is one line (exit 1); `--wait` exits 0 only when the run succeeded.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -125,6 +126,10 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
     if args.no_deploy and not args.preflight:
         problems.append("--no-deploy only applies with --preflight")
+    if not (math.isfinite(args.poll_seconds) and args.poll_seconds > 0):
+        problems.append(
+            f"--poll-seconds must be a number of seconds > 0, got {args.poll_seconds:g}"
+        )
     root = str(args.pipeline_root or "")
     if root.startswith("gs://") and not _given(args, ALL_FLAGS) and not config.vertex.project:
         problems.append(
