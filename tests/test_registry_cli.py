@@ -88,6 +88,19 @@ def test_a_registry_folder_that_does_not_exist_is_refused_and_nothing_is_created
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_registry_folder_that_is_a_file_is_said_to_be_one(tmp_path: Path) -> None:
+    """It said `no registry folder ...: nothing was deployed there`, of a file that exists."""
+    named = tmp_path / "registry.json"
+    named.write_text("{}")
+    result = run_pipeline("registry", "--registry-dir", str(named))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == (
+        f"error: registry folder {named} (from --registry-dir) is a file, not a folder: name "
+        "the folder a run deployed to with --registry-dir, or its config with --config\n"
+    )
+    assert named.read_text() == "{}"
+
+
 def test_rollback_swaps_with_the_previous_version_so_twice_undoes_it(two_deploys: Path) -> None:
     served = []
     for _ in range(2):

@@ -125,3 +125,25 @@ def test_building_into_an_existing_folder_is_refused(
 ) -> None:
     assert main(["build", str(tmp_path)]) == 1
     assert "exists already; give a new folder" in capsys.readouterr().err
+
+
+def test_running_a_config_of_a_folder_that_is_no_bundle_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said `skipped: ... is not in this bundle` and exited 0, for a mistyped folder too."""
+    missing = tmp_path / "gpu-bundel"
+    assert main(["pipeline", str(missing), "configs/local_gpu.json"]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"error: {missing} is not a bundle: manifest.json is missing\n" and out == ""
+
+
+@pytest.mark.parametrize("rows", ["-5", "0", "9"])
+def test_too_few_rows_are_refused_before_anything_is_built(
+    rows: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--rows -5` built a bundle of every row but the last few, silently."""
+    out = tmp_path / "bundle"
+    assert main(["build", str(out), "--rows", rows]) == 1
+    err = capsys.readouterr().err
+    assert f"error: --rows {rows}: give at least 10 rows" in err
+    assert list(tmp_path.iterdir()) == []

@@ -477,6 +477,58 @@ def test_a_mistake_in_set_is_said_to_come_from_set(tmp_path: Path) -> None:
     assert any(p.endswith("(after --set model.architecture={})") for p in caught.value.problems)
 
 
+def test_a_set_that_names_a_list_element_says_to_set_the_list_whole(tmp_path: Path) -> None:
+    """`evaluate.stop[0]=x` was `unknown key; did you mean 'stop'?`, and
+    `train.lora.target_modules.0=x` named `target_modules:` alone, not where it is."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(with_change("train.lora", {"target_modules": ["q", "v"]})))
+    assert problems_from_file(path, ("train.lora.target_modules[0]=x",)) == [
+        "--set 'train.lora.target_modules[0]=x': --set replaces a list whole, not one element; "
+        "give all of it, e.g. train.lora.target_modules='[...]'"
+    ]
+    assert problems_from_file(path, ("train.lora.target_modules.0=x",)) == [
+        "train.lora.target_modules: is ['q', 'v'], not an object, so "
+        "train.lora.target_modules.0 cannot be set; set the list whole, e.g. "
+        "train.lora.target_modules='[...]' (from --set train.lora.target_modules.0=x)"
+    ]
+    assert problems_from_file(path, ("evaluate.stop[0]=x",)) == [
+        "--set 'evaluate.stop[0]=x': --set replaces a list whole, not one element; give all "
+        "of it, e.g. evaluate.stop='[...]'"
+    ]
+    assert problems_from_file(path, ("train.epochs=2", "train.epochs.x=1")) == [
+        "train.epochs: is 2, not an object, so train.epochs.x cannot be set "
+        "(from --set train.epochs.x=1)"
+    ]
+
+
+def test_a_wrong_element_of_a_list_from_set_is_said_to_come_from_set() -> None:
+    """It was blamed on the file: `1 problem in sft_local.json: evaluate.stop[1]: ...`."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(REPO / "configs" / "sft_local.json", ['evaluate.stop=["a", 1]'])
+    assert str(caught.value).splitlines() == [
+        "1 problem in --set:",
+        '  - evaluate.stop[1]: must be a string, got 1 (from --set evaluate.stop=["a", 1])',
+    ]
+
+
+def test_a_set_value_meant_as_json_that_does_not_parse_says_why(tmp_path: Path) -> None:
+    """Taken as a string, it was only `must be an object, got '{"train": 200'`."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(MINIMAL))
+    assert problems_from_file(path, ('data.max_samples={"train": 200',)) == [
+        "data.max_samples: must be an object, got '{\"train\": 200' (not valid JSON at column "
+        "14: Expecting ',' delimiter) (from --set data.max_samples={\"train\": 200)"
+    ]
+    assert problems_from_file(path, ("data.max_samples={'train': 200}",)) == [
+        "data.max_samples: must be an object, got \"{'train': 200}\" (not valid JSON at column "
+        "2: Expecting property name enclosed in double quotes) "
+        "(from --set data.max_samples={'train': 200})"
+    ]
+    # A string that opens with a bracket is still a string where one is meant.
+    prefix = load_config(path, ["data.prefix=[summarize] "]).config.data.prefix
+    assert prefix == "[summarize] "
+
+
 @pytest.mark.parametrize("in_file", [..., None, {"alpha": 64}], ids=["absent", "null", "set"])
 def test_a_lora_rank_takes_one_override(tmp_path: Path, in_file: Any) -> None:
     """`--set train.lora.r=8` turns LoRA on with its other defaults where the config has no

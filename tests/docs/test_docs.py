@@ -109,3 +109,26 @@ def test_kfp_loads_each_shipped_spec_with_its_header(spec: Path) -> None:
 
     loaded = components.load_component_from_file(str(spec))
     assert loaded.name, spec
+
+
+def test_make_docs_on_a_file_it_cannot_rewrite_says_which_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each was a traceback: a missing file, a folder, a file without the markers."""
+    from llm_pipeline.cli import docs
+
+    monkeypatch.chdir(tmp_path)
+    assert docs.main(["README.md"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: no configs/ in {tmp_path}: run it from the repository's root\n"
+    )
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "notes.md").write_text("# mine\n")
+    assert docs.main(["README.md", "notes.md", "configs"]) == 2
+    err = capsys.readouterr().err
+    assert "error: README.md: not found\n" in err
+    assert "error: notes.md: the markers '<!-- config-reference:begin" in err
+    assert "error: configs: is a folder; name a markdown file\n" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["configs", "notes.md"]
+    assert (tmp_path / "notes.md").read_text() == "# mine\n"

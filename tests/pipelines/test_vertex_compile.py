@@ -331,3 +331,28 @@ def test_no_token_of_the_compiling_environment_reaches_the_spec(
     config = config_of("small2vm16gpu.json", "cluster.launcher=deepspeed")
     pipeline = build_pipeline(config, target="vertex")
     assert token not in compile_pipeline(pipeline, tmp_path / "p.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("", "--compile '{dir}' is a folder; name the spec file, e.g. '{dir}/pipeline.yaml'"),
+        ("notes.txt/spec.yaml", "cannot be written: '{dir}/notes.txt' is a file, not a folder"),
+        ("spec.txt", "--compile '{dir}/spec.txt' must end with .yaml"),
+    ],
+    ids=["a folder", "under a file", "not yaml"],
+)
+def test_compile_to_a_path_that_cannot_take_the_spec_is_one_line(
+    target: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder, a path under a file, or another suffix was KFP's traceback after the build."""
+    from llm_pipeline import cli
+
+    (tmp_path / "notes.txt").write_text("mine")
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+    out = str(tmp_path / target) if target else str(tmp_path)
+    assert cli.main(["--config", config, "--project", "acme-ml", "--compile", out]) == 2
+    err = capsys.readouterr().err
+    assert problem.format(dir=tmp_path) in err and "Traceback" not in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

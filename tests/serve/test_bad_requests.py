@@ -29,6 +29,15 @@ BAD_REQUESTS = [
     ),
     ("body is a list", "POST", PREDICT, JSON, b'["a"]', 400, "must be a JSON object"),
     (
+        "lone surrogate",  # valid JSON, but no text: it was a 500 from the tokenizer
+        "POST",
+        PREDICT,
+        JSON,
+        b'{"instances": ["a", {"text": "b\\ud800c"}]}',
+        400,
+        "instances[1].text: holds a lone surrogate \\ud800, which is not Unicode text",
+    ),
+    (
         "nested past the decoder",  # json.loads raises RecursionError on this
         "POST",
         PREDICT,

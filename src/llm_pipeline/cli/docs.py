@@ -72,9 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite each named file in place, and the compiled components and pipelines."""
-    for path in build_parser().parse_args(argv).files:
-        path.write_text(with_generated(path.read_text()))
+    """Rewrite each named file in place, and the compiled components and pipelines; exit 2,
+    writing nothing, where a file cannot be rewritten or this is not the repository's root."""
+    files = build_parser().parse_args(argv).files
+    if not CONFIGS_DIR.is_dir():
+        print(
+            f"error: no {CONFIGS_DIR}/ in {Path.cwd()}: run it from the repository's root",
+            file=sys.stderr,
+        )
+        return 2
+    texts, problems = {}, []
+    for path in files:
+        try:
+            texts[path] = with_generated(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            problems.append(f"{path}: not found")
+        except IsADirectoryError:
+            problems.append(f"{path}: is a folder; name a markdown file")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            problems.append(f"{path}: {getattr(exc, 'strerror', None) or exc}")
+    if problems:
+        print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
+        return 2
+    for path, text in texts.items():
+        path.write_text(text, encoding="utf-8")
         print(f"updated {path}")
     for path in compile_components(COMPONENTS_DIR):
         print(f"updated {path}")

@@ -137,6 +137,11 @@ def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig, str]:
     if args.registry_dir is not None:
         named_by = "--registry-dir"
     folder = Path(args.registry_dir or deploy.registry_dir).expanduser().absolute()
+    if folder.exists() and not folder.is_dir():
+        raise NoRegistryFolder(
+            f"registry folder {folder} (from {named_by}) is a file, not a folder: name the "
+            "folder a run deployed to with --registry-dir, or its config with --config"
+        )
     if not folder.is_dir():
         raise NoRegistryFolder(
             f"no registry folder {folder} (from {named_by}): nothing was deployed there. "

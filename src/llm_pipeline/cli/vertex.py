@@ -8,6 +8,7 @@ Vertex AI is one line (exit 1); `--wait` exits 0 only when the run succeeded.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -125,6 +126,10 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
     if args.no_deploy and not args.preflight:
         problems.append("--no-deploy only applies with --preflight")
+    if not (math.isfinite(args.poll_seconds) and args.poll_seconds > 0):
+        problems.append(
+            f"--poll-seconds must be a number of seconds > 0, got {args.poll_seconds:g}"
+        )
     root = str(args.pipeline_root or "")
     if root.startswith("gs://") and not _given(args, ALL_FLAGS) and not config.vertex.project:
         problems.append(
@@ -142,6 +147,8 @@ COMPILE_FLAGS = ("project", "region", "pipeline_root")
 def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
     """Write the Vertex spec to `args.compile`, for the project, region and root the flags
     give (else the config's); the exit code."""
+    from llm_pipeline.vertex.compile import spec_path_problem  # KFP: only the commands that build
+
     try:
         refused = _given(args, [name for name in ALL_FLAGS if name not in COMPILE_FLAGS])
         if args.upload_template:
@@ -155,6 +162,8 @@ def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
                 ],
                 source="the command line",
             )
+        if (problem := spec_path_problem(args.compile)) is not None:
+            raise ConfigError([f"--compile {problem}"], source="the command line")
         where = located(
             config.vertex,
             project=args.project,

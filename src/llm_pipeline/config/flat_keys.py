@@ -39,12 +39,16 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     """
     *parents, leaf = dotted.split(".")
     node = tree
-    for part in parents:
+    for depth, part in enumerate(parents, 1):
         if node.get(part) is None:
             node[part] = {}
         child = node[part]
         if not isinstance(child, dict):
-            raise ValueError(f"{part}: is {child!r}, not an object, so {dotted} cannot be set")
+            where = ".".join(parents[:depth])
+            whole = f"; set the list whole, e.g. {where}='[...]'" if isinstance(child, list) else ""
+            raise ValueError(
+                f"{where}: is {child!r}, not an object, so {dotted} cannot be set{whole}"
+            )
         node = child
     node[leaf] = value
 

@@ -57,6 +57,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ValueError(
             f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. train.epochs=3"
         )
+    if "[" in key:
+        listed = key.split("[", 1)[0]
+        raise ValueError(
+            f"--set {text!r}: --set replaces a list whole, not one element; give all of it, "
+            f"e.g. {listed}='[...]'"
+        )
     try:
         value = strict_json.loads(raw)
     except json.JSONDecodeError:
@@ -233,12 +239,15 @@ def load_config(
     _resolve_paths(tree, base, PATH_OR_HUB_KEYS + PATH_KEYS)
     overridden: dict[str, str] = {}  # dotted key -> the --set that gave it
     unparsed: list[str] = []  # the problems of a --set that does not parse, naming it
+    not_json: dict[str, str] = {}  # dotted key -> why its value, written as JSON, is not
     for text in overrides:
         try:
             key, value = parse_override(text)
             dotted = FLAT_KEYS.get(key, key)
             set_path(tree, dotted, value)
             overridden[dotted] = text
+            if (why := _json_mistake(value)) is not None:
+                not_json[dotted] = why
             if dotted in PATH_OR_HUB_KEYS + PATH_KEYS:
                 _resolve_paths(tree, Path.cwd(), [dotted])
         except ValueError as exc:
@@ -256,12 +265,39 @@ def load_config(
     try:
         config = PipelineConfig.model_validate(tree)
     except ValidationError as exc:
-        problems.extend(problems_from(exc, PipelineConfig))
+        found = problems_from(exc, PipelineConfig)
+        problems.extend(_with_json_mistakes(found, not_json))
         raise _blamed(problems, where, overridden, unparsed) from None
     problems.extend(_path_problems(config))
     if problems:
         raise _blamed(problems, where, overridden, unparsed)
     return LoadedConfig(config=config, path=source, notices=tuple(notices))
+
+
+def _json_mistake(value: Any) -> str | None:
+    """Why a `--set` value that opens as a JSON object or list does not parse as one (it is
+    then taken as a string), else None."""
+    if not isinstance(value, str) or not value.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        strict_json.loads(value)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON at column {exc.colno}: {exc.msg}"
+    except JSONTooDeep as exc:
+        return str(exc)
+    return None
+
+
+def _with_json_mistakes(problems: list[str], not_json: dict[str, str]) -> list[str]:
+    """A wrong type at a key whose `--set` value was meant as JSON and did not parse, told
+    why: `must be an object, got '{"train": 200'` alone hides the missing brace."""
+    marked = []
+    for problem in problems:
+        path = problem.split(":", 1)[0]
+        if path in not_json and problem.startswith(f"{path}: must be "):
+            problem = f"{problem} ({not_json[path]})"
+        marked.append(problem)
+    return marked
 
 
 def _blamed(
@@ -298,6 +334,6 @@ def _override_of(problem: str, overridden: dict[str, str], *, below: bool) -> st
     for key, text in overridden.items():
         if below and key.startswith(f"{path}."):
             return text
-        if not below and (path == key or path.startswith(f"{key}.")):
+        if not below and (path == key or path.startswith((f"{key}.", f"{key}["))):
             return text
     return None

@@ -256,9 +256,36 @@ async def _read_json(request: Request) -> Any:
     if not body.strip():
         raise Refused(400, 'request body is empty; send {"instances": [...]}')
     try:
-        return load_json(body, parse_constant=_refuse_constant)
+        value = load_json(body, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise Refused(400, f"request body is not valid JSON: {exc}") from None
+    if (surrogate := _lone_surrogate(value)) is not None:
+        where, char = surrogate
+        name = f"{json_path(where)}: " if where else ""
+        raise Refused(
+            400, f"{name}holds a lone surrogate \\u{ord(char):04x}, which is not Unicode text"
+        )
+    return value
+
+
+def _lone_surrogate(value: Any) -> tuple[tuple[str | int, ...], str] | None:
+    """Where a string (or key) with an unpaired `\\ud800`-`\\udfff` escape is, and
+    that character: JSON lets it through, but no tokenizer reads it."""
+    pending: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                pending.append((key, where))
+                pending.append((child, (*where, key)))
+        elif isinstance(item, list):
+            pending.extend((child, (*where, index)) for index, child in enumerate(item))
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return where, item[exc.start]
+    return None
 
 
 def _validate(body: Any, settings: Settings) -> PredictRequest:

@@ -25,6 +25,26 @@ def with_header(path: Path, sources: Sequence[str]) -> Path:
     return path
 
 
+#: What KFP writes a spec as, by the file's suffix (JSON is deprecated there).
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def spec_path_problem(path: Path) -> str | None:
+    """Why `path` cannot take a compiled spec (a folder, a suffix KFP does not write, a
+    parent that is a file), else None: said before the pipeline is built."""
+    if path.is_dir():
+        example = str(path / "pipeline.yaml")
+        return f"{str(path)!r} is a folder; name the spec file, e.g. {example!r}"
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        return f"{str(path)!r} must end with .yaml (the spec is YAML)"
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{str(path)!r} cannot be written: {str(parent)!r} is a file, not a folder"
+            break
+    return None
+
+
 def compile_pipeline(pipeline: Any, path: str | Path) -> Path:
     """Compile `pipeline` to YAML at `path` and return the path."""
     target = Path(path)
