@@ -171,7 +171,7 @@ def test_dry_run_prints_the_parameters_and_the_spec_and_calls_nothing(
         ([*WHERE, "--start-time", "2027-01-01T00:00:00Z"], "--start-time only apply with"),
         # It was taken, and `--wait` slept a negative time after the run was submitted.
         ([*WHERE, "--wait", "--poll-seconds", "-1"], "--poll-seconds must be a number of seconds"),
-        ([*WHERE, "--wait", "--poll-seconds", "nan"], "> 0, got nan"),
+        ([*WHERE, "--wait", "--poll-seconds", "nan"], "0 or more, got nan"),
     ],
 )
 def test_bad_flags_are_refused_before_any_call(

@@ -126,9 +126,9 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
     if args.no_deploy and not args.preflight:
         problems.append("--no-deploy only applies with --preflight")
-    if not (math.isfinite(args.poll_seconds) and args.poll_seconds > 0):
+    if not (math.isfinite(args.poll_seconds) and args.poll_seconds >= 0):
         problems.append(
-            f"--poll-seconds must be a number of seconds > 0, got {args.poll_seconds:g}"
+            f"--poll-seconds must be a number of seconds, 0 or more, got {args.poll_seconds:g}"
         )
     root = str(args.pipeline_root or "")
     if root.startswith("gs://") and not _given(args, ALL_FLAGS) and not config.vertex.project:
