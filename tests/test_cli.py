@@ -220,3 +220,30 @@ def test_no_command_asks_for_a_config() -> None:
     result = run_pipeline()
     assert result.returncode == 2
     assert "--config is required" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--wait"], "--wait"),
+        (["--no-deploy", "--preflight"], "--preflight, --no-deploy"),
+        (["--compile", "{folder}/out.yaml"], "--compile"),
+        (["--pipeline-root", "gs://acme/runs"], "--pipeline-root gs://acme/runs"),
+    ],
+)
+def test_a_vertex_flag_on_a_local_config_is_refused_naming_both(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A flag that asks for Vertex AI beside a config written to run here: the message names
+    the flag and the config, not the fit check's unknown machine type ('local-cpu') that
+    used to stand in for it. Nothing is written."""
+    argv = [flag.format(folder=tmp_path) for flag in flags]
+
+    code = cli.main(["--config", str(REPO / "configs" / "local.json"), *argv])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"error: {named} makes this a Vertex AI command" in err
+    assert 'configs/local.json is written to run here (deploy.target "local")' in err
+    assert "fit check" not in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -194,7 +194,7 @@ def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedCo
 def _fit_target(args: argparse.Namespace, config: PipelineConfig) -> Target:
     """Where the command runs the config: Vertex AI when it compiles or submits; for
     `--check-fit` alone, where the config is written to run (deploy.target)."""
-    if args.compile is not None or args.upload_template or vertex.wants_vertex(args):
+    if vertex.vertex_request(args):
         return "vertex"
     if args.check_fit and config.deploy.target == "vertex":
         return "vertex"
@@ -238,6 +238,14 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         print(f"error: {exc}", file=sys.stderr)
         return 2
     config = loaded.config
+    if (asked := vertex.vertex_request(args)) and config.deploy.target == "local":
+        print(
+            f"error: {', '.join(asked)} makes this a Vertex AI command, but {args.config} is "
+            'written to run here (deploy.target "local"): give a config written for Vertex '
+            f"AI (e.g. configs/small1vm1gpu.json), or leave out {', '.join(asked)}",
+            file=sys.stderr,
+        )
+        return 2
     if args.check_fit or not args.skip_fit_check:
         target = _fit_target(args, config)
         # This machine's memory decides a local verdict: a dry run only reports it.

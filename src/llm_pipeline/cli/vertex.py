@@ -115,6 +115,19 @@ def wants_vertex(args: argparse.Namespace) -> bool:
     return root.startswith("gs://") or bool(_given(args, ALL_FLAGS))
 
 
+def vertex_request(args: argparse.Namespace) -> list[str]:
+    """What on the command line makes it a Vertex AI command (compile, upload, submit or
+    schedule), as the user typed it; empty for a local run."""
+    asked = ["--compile"] if args.compile is not None else []
+    if args.upload_template:
+        asked.append("--upload-template")
+    asked += _given(args, ALL_FLAGS)
+    root = str(args.pipeline_root or "")
+    if root.startswith("gs://"):
+        asked.append(f"--pipeline-root {root}")
+    return asked
+
+
 def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
     """Flags that cannot go together, said before anything is compiled."""
     problems = []
