@@ -247,3 +247,22 @@ def test_a_vertex_flag_on_a_local_config_is_refused_naming_both(
     assert 'configs/local.json is written to run here (deploy.target "local")' in err
     assert "fit check" not in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compile_with_dry_run_describes_the_spec_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--dry-run` means nothing is written, with --compile as with a run: the steps of the
+    spec that would be written, and where."""
+    spec = tmp_path / "spec.yaml"
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+
+    code = cli.main(
+        ["--config", config, "--compile", str(spec), "--project", "acme-ml", "--dry-run"]
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "finetune: custom job, 1 replica of a2-highgpu-1g with 1 x NVIDIA_TESLA_A100" in out
+    assert out.rstrip().endswith(f"Would write the pipeline spec to {spec}")
+    assert list(tmp_path.iterdir()) == []

@@ -192,7 +192,13 @@ def compile_spec(args: argparse.Namespace, config: PipelineConfig) -> int:
     from llm_pipeline.pipelines import build_pipeline  # KFP: only the commands that build
     from llm_pipeline.vertex.compile import compile_pipeline
 
-    path = compile_pipeline(build_pipeline(config, target="vertex"), args.compile)
+    pipeline = build_pipeline(config, target="vertex")
+    if args.dry_run:  # compiled where nothing of the user's is touched, and described
+        with tempfile.TemporaryDirectory() as folder:
+            _describe(config, compile_pipeline(pipeline, Path(folder) / args.compile.name))
+        print(f"\nWould write the pipeline spec to {args.compile}")
+        return 0
+    path = compile_pipeline(pipeline, args.compile)
     print(f"Wrote the pipeline spec to {path}")
     return 0
 
