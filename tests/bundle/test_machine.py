@@ -147,3 +147,15 @@ def test_too_few_rows_are_refused_before_anything_is_built(
     err = capsys.readouterr().err
     assert f"error: --rows {rows}: give at least 10 rows" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("python", ["3", "3.10", "python3.12", "3.12.3"])
+def test_a_python_that_is_not_major_minor_from_3_11_is_refused_by_name(
+    python: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--python 3` said the lock lacks Python 3.10's backports and to run `make lock`."""
+    out = tmp_path / "bundle"
+    assert main(["build", str(out), "--python", python]) == 1
+    err = capsys.readouterr().err
+    assert f"error: --python {python}: give the GPU machine's Python as major.minor" in err
+    assert list(tmp_path.iterdir()) == []

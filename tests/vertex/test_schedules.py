@@ -102,8 +102,8 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
-        (["--schedule", "0 3 * *"], "4 fields; cron needs 5"),
-        (["--schedule", "61 3 * * 1"], "minute '61': 61 is outside 0-59"),
+        (["--schedule", "0 3 * *"], "--schedule '0 3 * *': 4 fields; cron needs 5"),
+        (["--schedule", "61 3 * * 1"], "--schedule '61 3 * * 1': minute '61': 61 is outside"),
         (["--schedule", "0 3 * * FUNDAY"], "day of week 'FUNDAY'"),
         (["--schedule", "0 3 */0 * *"], "step '0'"),
         (["--schedule", "TZ=Mars/Olympus 0 3 * * 1"], "time zone 'Mars/Olympus'"),

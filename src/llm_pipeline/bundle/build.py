@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -134,6 +135,11 @@ def build(out: Path, options: BuildOptions) -> list[Part]:
     """
     if out.exists():
         raise BundleError(f"{out} exists already; give a new folder")
+    if not re.fullmatch(r"3\.(1[1-9]|[2-9][0-9])", options.target.python):
+        raise BundleError(
+            f"--python {options.target.python}: give the GPU machine's Python as major.minor, "
+            "3.11 or later: 3.12 for a machine whose `python3 --version` says Python 3.12.3"
+        )
     if options.rows is not None and options.rows < MIN_ROWS:
         raise BundleError(
             f"--rows {options.rows}: give at least {MIN_ROWS} rows (a tenth of them goes to "

@@ -241,7 +241,7 @@ def _schedule_request(args: argparse.Namespace) -> tuple[vs.ScheduleRequest, lis
     try:
         cron = validate_cron(args.schedule)
     except ConfigError as exc:
-        problems += exc.problems
+        problems += [f"--schedule {args.schedule!r}: {problem}" for problem in exc.problems]
     request = vs.ScheduleRequest(
         cron=cron,
         max_concurrent_runs=1 if args.max_concurrent_runs is None else args.max_concurrent_runs,
