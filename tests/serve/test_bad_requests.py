@@ -25,7 +25,25 @@ BAD_REQUESTS = [
         JSON,
         b'{"instances": ["a"], "parameters": {"length_penalty": NaN}}',
         400,
-        "NaN is not a JSON number",
+        "parameters.length_penalty: NaN is not a finite number",
+    ),
+    (
+        "a key twice",  # the last counted, where a proxy in front may have checked the first
+        "POST",
+        PREDICT,
+        JSON,
+        b'{"instances": ["a"], "instances": ["b", "c"]}',
+        400,
+        "duplicate key 'instances' at the top level (given 2 times; only the last would count)",
+    ),
+    (
+        "a number past float",  # json.loads reads it as infinity
+        "POST",
+        PREDICT,
+        JSON,
+        b'{"instances": ["a"], "parameters": {"length_penalty": 1e400}}',
+        400,
+        "parameters.length_penalty: 1e400 is not a finite number",
     ),
     ("body is a list", "POST", PREDICT, JSON, b'["a"]', 400, "must be a JSON object"),
     (

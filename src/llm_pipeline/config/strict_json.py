@@ -2,7 +2,9 @@
 
 `json.loads` keeps the last of two equal keys, reads `NaN`/`Infinity` (not JSON at all),
 and turns `1e400` into infinity. In a config each of these is a mistake the user should
-hear about, by its JSON path, rather than a value they did not mean.
+hear about, by its JSON path, rather than a value they did not mean; in a prediction
+request, a body the server refuses by name (a duplicated key is also how a request reads
+one way to a proxy that checked the first value and another to the server).
 """
 
 import math
@@ -45,7 +47,7 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return marked
 
 
-def loads(text: str) -> Any:
+def loads(text: str | bytes | bytearray) -> Any:
     """Parse `text` as JSON, marking what `problems` reports.
 
     Raises json.JSONDecodeError where the text is not JSON, and JSONTooDeep (a ValueError)

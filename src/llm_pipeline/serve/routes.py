@@ -27,8 +27,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
+from llm_pipeline.config import strict_json
 from llm_pipeline.config.errors import problems_from
-from llm_pipeline.errors import ParameterError, json_path, load_json
+from llm_pipeline.errors import ParameterError, json_path
 from llm_pipeline.serve.access import is_trusted
 from llm_pipeline.serve.batching import QueueFull
 from llm_pipeline.serve.connections import BODY_TIMED_OUT, ConnectionCounts
@@ -256,9 +257,13 @@ async def _read_json(request: Request) -> Any:
     if not body.strip():
         raise Refused(400, 'request body is empty; send {"instances": [...]}')
     try:
-        value = load_json(body, parse_constant=_refuse_constant)
+        value = strict_json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise Refused(400, f"request body is not valid JSON: {exc}") from None
+    # A key given twice (the last would count, where a proxy may have checked the first),
+    # NaN, Infinity or 1e400: each named by its path rather than read as something else.
+    if found := strict_json.problems(value):
+        raise Refused(400, "; ".join(found[:5]))
     if (surrogate := _lone_surrogate(value)) is not None:
         where, char = surrogate
         name = f"{json_path(where)}: " if where else ""
@@ -332,7 +337,3 @@ def _too_large(size: str) -> str:
         f"request body is {size}; the limit is {MAX_BODY_BYTES} bytes (1.5 MB, Vertex AI's "
         "online prediction limit): send fewer or shorter instances per request"
     )
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
