@@ -44,6 +44,7 @@ LAYERS: list[set[str]] = [
         "output_files",
         "progress",
         "lockfile",
+        "caches",
         "__init__",
     },
 ]

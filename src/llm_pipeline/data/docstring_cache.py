@@ -23,8 +23,8 @@ and that is the key, kept in the file's first line. There is one file per set of
 `pairs-<digest of the roots>.jsonl.gz`; a new key overwrites it, so the folder does not grow
 as packages are upgraded.
 
-Where: `$LLM_PIPELINE_CACHE_DIR/docstrings/` when that variable is set, else
-`$XDG_CACHE_HOME/llm-pipeline/docstrings/`, else `~/.cache/llm-pipeline/docstrings/`.
+Where: `docstrings/` of the project's cache folder (`caches.py`): `$LLM_PIPELINE_CACHE_DIR/`
+when that variable is set, else `$XDG_CACHE_HOME/llm-pipeline/`, else `~/.cache/llm-pipeline/`.
 Deleting the folder is always safe. A folder that cannot be written turns the cache off for
 the process, with one warning.
 
@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_pipeline import caches
 from llm_pipeline.progress import status
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ class DocstringPair:
 
 
 #: The environment variable naming the project's cache folder (the pairs go in its
-#: `docstrings/`).
-ENV_VAR = "LLM_PIPELINE_CACHE_DIR"
+#: `docstrings/`): `caches.py` chooses the folder.
+ENV_VAR = caches.ENV_VAR
 #: The file format; bump it when what a file holds changes.
 FORMAT = 1
 #: A temporary file older than this was left by a killed writer (a writer keeps one for
@@ -97,13 +98,8 @@ _unwritable: set[Path] = set()
 
 
 def cache_folder() -> Path:
-    """Where the parsed pairs are kept (the module docstring says how it is chosen)."""
-    if override := os.environ.get(ENV_VAR):
-        return Path(override).expanduser() / "docstrings"
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    # The XDG spec ignores a relative path.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "llm-pipeline" / "docstrings"
+    """Where the parsed pairs are kept: `docstrings/` of the project's cache folder."""
+    return caches.cache_folder("docstrings")
 
 
 def cached_pairs(

@@ -12,6 +12,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from llm_pipeline import caches
 from llm_pipeline.config import ModelConfig
 from llm_pipeline.config.model import REGISTRY_SCHEME
 from llm_pipeline.errors import ModelSourceError, exception_chain
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 PACKAGE_SCHEME = "package:"
 
-#: Downloaded `gs://`/`s3://` checkpoints land under `<this>/models` unless a caller says where.
-CACHE_ENV = "LLM_PIPELINE_CACHE"
 
 _OFFLINE_HINT = (
     "point model.tokenizer at a local folder or at `package:<python_package>/<folder>` "
@@ -39,9 +38,8 @@ _OFFLINE_HINT = (
 
 
 def default_cache_dir() -> Path:
-    """Where remote checkpoints are cached: `$LLM_PIPELINE_CACHE/models` or ~/.cache."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "llm-pipeline"
-    return Path(root).expanduser() / "models"
+    """Where remote checkpoints are cached: `models/` of the project's cache folder."""
+    return caches.cache_folder("models")
 
 
 def resolve_model_path(source: str, *, cache_dir: Path | None = None) -> str:

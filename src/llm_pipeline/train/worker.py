@@ -32,6 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArgum
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer_utils import TrainOutput
 
+from llm_pipeline import caches
 from llm_pipeline.errors import PREEMPTED_EXIT_CODE, TrainError
 from llm_pipeline.fit.shapes import ShapeUnavailable, model_shape
 from llm_pipeline.launch.failures import out_of_memory_message
@@ -102,6 +103,8 @@ def run(spec: WorkerSpec, *, sampling: Sampling | None = None) -> None:
         frozen_dtype=_frozen_dtype(spec, train_precision, args),
         cuda=not args.use_cpu,
     )
+    if spec.train.compile:  # kernels kept for the next run, in a folder of this user's
+        caches.keep_compiled_kernels()
     if spec.train.kernels == "liger":  # the arguments checked the GPU and the package
         device_defaults.check_liger_model(str(model.config.model_type))
     clock = counts.Clock()
