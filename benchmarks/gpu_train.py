@@ -108,6 +108,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -122,6 +123,7 @@ import datasets
 import torch
 from pydantic import ValidationError
 
+from llm_pipeline import caches
 from llm_pipeline.config import (
     ClusterConfig,
     DataConfig,
@@ -845,8 +847,10 @@ def train_row(
     saved: dict[str, Path],
     expected: StageChoice | None = None,
 ) -> Row:
-    """Train one setting in fresh processes and a fresh folder; its figures. `expected`: the
-    stage `auto` was resolved to beforehand (a row that ran another says so)."""
+    """Train one setting in fresh processes and a fresh folder, with an empty cache of
+    compiled kernels (a compiled setting compiles cold, as on a new machine, not on kernels
+    an earlier row or run left in the project's cache); its figures. `expected`: the stage
+    `auto` was resolved to beforehand (a row that ran another says so)."""
     train = train_config(setting, steps, precision)
     if train is None:
         return Row(
@@ -866,6 +870,7 @@ def train_row(
             train=train,
             cluster=CLUSTER,
             task=shape.task,
+            env={**os.environ, caches.INDUCTOR_ENV_VAR: str(folder / "inductor-cache")},
         )
     except Exception as exc:  # a setting that fails is a row, the others still run
         shutil.rmtree(folder, ignore_errors=True)
