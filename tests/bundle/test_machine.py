@@ -137,25 +137,23 @@ def test_running_a_config_of_a_folder_that_is_no_bundle_is_refused(
     assert err == f"error: {missing} is not a bundle: manifest.json is missing\n" and out == ""
 
 
-@pytest.mark.parametrize("rows", ["-5", "0", "9"])
-def test_too_few_rows_are_refused_before_anything_is_built(
-    rows: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("flag", "value", "problem"),
+    [
+        # --rows -5 built a bundle of every row but the last few, silently.
+        *[("--rows", rows, "give at least 10 rows") for rows in ("-5", "0", "9")],
+        # --python 3 said the lock lacks Python 3.10's backports and to run `make lock`.
+        *[
+            ("--python", python, "give the GPU machine's Python as major.minor")
+            for python in ("3", "3.10", "python3.12", "3.12.3")
+        ],
+    ],
+)
+def test_a_bad_build_option_is_refused_by_name_before_anything_is_built(
+    flag: str, value: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--rows -5` built a bundle of every row but the last few, silently."""
     out = tmp_path / "bundle"
-    assert main(["build", str(out), "--rows", rows]) == 1
+    assert main(["build", str(out), flag, value]) == 1
     err = capsys.readouterr().err
-    assert f"error: --rows {rows}: give at least 10 rows" in err
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("python", ["3", "3.10", "python3.12", "3.12.3"])
-def test_a_python_that_is_not_major_minor_from_3_11_is_refused_by_name(
-    python: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`--python 3` said the lock lacks Python 3.10's backports and to run `make lock`."""
-    out = tmp_path / "bundle"
-    assert main(["build", str(out), "--python", python]) == 1
-    err = capsys.readouterr().err
-    assert f"error: --python {python}: give the GPU machine's Python as major.minor" in err
+    assert f"error: {flag} {value}: {problem}" in err
     assert list(tmp_path.iterdir()) == []
