@@ -46,6 +46,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from llm_pipeline.errors import BundleError
+from llm_pipeline.launch.lifetime import dies_with_this_process
 from llm_pipeline.lockfile import Pin, is_platform_package
 
 #: manylinux tags pip accepts for the target, newest first (`--platform` may repeat).
@@ -328,7 +329,12 @@ def _digest(path: Path) -> str:
 def _pip(command: list[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+            check=False,
+            preexec_fn=dies_with_this_process(),  # a build killed with SIGKILL stops pip too
         )
     except subprocess.TimeoutExpired as exc:
         raise BundleError(f"pip took over {PIP_TIMEOUT_S} s: {' '.join(command[:5])} ...") from exc
