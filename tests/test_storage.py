@@ -296,3 +296,23 @@ def test_evaluate_refuses_a_model_folder_its_finetune_step_did_not_finish(gcs_mo
             config=EvaluateConfig(processes=1),
             output_dir=gcs_mount / "bucket" / "evaluate" / "predictions",
         )
+
+
+def test_what_a_killed_atomic_output_dir_leaves_is_found_beside_the_output(
+    tmp_path: Path,
+) -> None:
+    """`abandoned_staging` names the staging folder of a writer that died without cleanup
+    (os._exit, as SIGKILL), and nothing else beside the output."""
+    final = tmp_path / "out"
+    killed = (
+        "import os, sys\n"
+        "from llm_pipeline.storage import atomic_output_dir\n"
+        "with atomic_output_dir(sys.argv[1]) as staging:\n"
+        "    (staging / 'part').write_text('half')\n"
+        "    os._exit(9)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", killed, str(final)]).returncode == 9
+    (tmp_path / ".out-notes").mkdir()
+    (tmp_path / ".other.tmp-0123abcd").mkdir()
+    (leftover,) = storage.abandoned_staging(final)
+    assert (leftover / "part").read_text() == "half" and not final.exists()

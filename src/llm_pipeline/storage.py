@@ -16,6 +16,7 @@ place and committed by a marker written last (`OUTPUT_MARKER`); readers of step 
 import contextlib
 import errno
 import os
+import re
 import shutil
 import time
 import uuid
@@ -180,6 +181,17 @@ def atomic_output_dir(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def abandoned_staging(final: str | Path) -> list[Path]:
+    """What `atomic_output_dir(final)` leaves beside a local `final` when it is killed on the
+    way: its staging folder (part of an output) and, killed while replacing, the previous
+    output moved aside. Remove them only while no other writer of `final` can be running."""
+    final = Path(final)
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-[0-9a-f]{{8}}$")
+    if not final.parent.is_dir():
+        return []
+    return sorted(path for path in final.parent.iterdir() if pattern.match(path.name))
 
 
 def _empty_output(folder: Path, *, missing_ok: bool = False) -> None:

@@ -233,3 +233,24 @@ def test_the_bundle_carries_liger_kernel_pinned_and_hashed() -> None:
     assert pin.hashes[0].startswith("sha256:") and len(pin.hashes[0]) == 7 + 64
     assert "liger-kernel" not in read_lock(REPO / "requirements.lock")  # on purpose: README
     assert build.BuildOptions(checkout=REPO).optional == build.OPTIONAL_WHEELS
+
+
+def test_what_a_killed_builds_pip_left_in_the_cache_goes_with_the_next_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build SIGKILLed while pip downloaded left its `.incoming-*` folder, half a wheel in
+    it, in the cache for good; each such kill left another. A running build's folder stays."""
+    import os
+    import sys
+
+    monkeypatch.setattr(wheels, "_pip", _fake_pip("py3-none-any"))
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    killed = tmp_path / f".incoming-{dead.pid}-abcd1234"
+    killed.mkdir()
+    (killed / "hjson-3.1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 half a wheel")
+    running = tmp_path / f".incoming-{os.getpid()}-efgh5678"
+    running.mkdir()
+    download([PINS[1]], TARGET, tmp_path)
+    assert not killed.exists()
+    assert running.is_dir()

@@ -132,3 +132,32 @@ def test_make_docs_on_a_file_it_cannot_rewrite_says_which_and_writes_nothing(
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["configs", "notes.md"]
     assert (tmp_path / "notes.md").read_text() == "# mine\n"
+
+
+def test_make_docs_killed_while_rewriting_the_readme_leaves_it_whole(tmp_path: Path) -> None:
+    """The README was rewritten in place: killed mid-write (here by the kernel, SIGXFSZ, once
+    the process writes past 4 KiB into a file), it kept its first 4 KiB and lost the rest."""
+    import os
+    import signal
+    import sys
+
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    readme = (REPO / "README.md").read_bytes()
+    (tmp_path / "README.md").write_bytes(readme)
+    killed_writing = (
+        "import resource, signal\n"
+        "from llm_pipeline.cli import docs\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "docs.main(['README.md'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", killed_writing],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGXFSZ, done.stderr[-2000:]
+    assert (tmp_path / "README.md").read_bytes() == readme

@@ -72,3 +72,48 @@ def test_the_launcher_and_a_rank_behind_another_layer_die_with_a_killed_step() -
         for process in started:
             if _running(process):
                 process.kill()
+
+
+_LOCAL_STEP = """
+import time
+from llm_pipeline.output_files import Step
+from llm_pipeline.steps.reporting import reports_user_errors
+
+@reports_user_errors(Step.FINETUNE)
+def body(arguments):
+    print("started", flush=True)
+    time.sleep(600)
+
+body({})
+"""
+#: KFP's local runner starts each step as `sh -ec '... python3 -m kfp.dsl.executor_main'`.
+_LOCAL_RUN = f"""
+import os, subprocess, sys, time
+from llm_pipeline.launch.lifetime import watched_by_steps
+with watched_by_steps():
+    subprocess.Popen(["sh", "-ec", f"{{sys.executable}} -c \\"$STEP\\""],
+                     env={{**os.environ, "STEP": {_LOCAL_STEP!r}}})
+time.sleep(600)
+"""
+
+
+def test_a_local_runs_step_behind_its_shell_stops_when_the_run_is_killed() -> None:
+    """A local run SIGKILLed (the OOM killer, kill -9) left its running step going on,
+    finetune training for hours with nobody to see it end: the `sh` in front of the step
+    is nobody's to arm, and the step's Python is its child."""
+    run = subprocess.Popen([sys.executable, "-c", _LOCAL_RUN], stdout=subprocess.PIPE, text=True)
+    started: list[psutil.Process] = []
+    try:
+        assert run.stdout is not None and "started" in run.stdout.readline()
+        started = psutil.Process(run.pid).children(recursive=True)
+        shell, step = sorted(started, key=lambda p: p.create_time())
+        run.kill()
+        run.wait()
+
+        assert _wait(lambda: not _running(step), timeout=10), "the step outlived the run"
+        assert _wait(lambda: not _running(shell), timeout=5), "the step's shell outlived it"
+    finally:
+        run.kill()
+        for process in started:
+            if _running(process):
+                process.kill()

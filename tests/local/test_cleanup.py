@@ -223,3 +223,27 @@ def test_what_a_run_keeps_is_measured_and_the_last_complete_checkpoint_found(
         "25 MB",
         "1.2 GB",
     ]
+
+
+def test_a_clean_killed_on_the_way_leaves_no_cache_entry_naming_what_it_removed(
+    runs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache entries went last: a clean killed while it removed an old run's data left
+    the entry naming that folder, half gone, and the next run was served from it."""
+    from llm_pipeline.local import cleanup
+
+    root = runs[0]
+    before = {path for path in root.rglob("*") if path.is_file()}
+    removals = plan_cleanup(root, keep=1, temp_dir=tmp_path / "no-temp")
+
+    def killed_while_removing(path: Path, ignore_errors: bool = False) -> None:
+        next(file for file in sorted(Path(path).rglob("*")) if file.is_file()).unlink()
+        raise KeyboardInterrupt  # as the kill would stop it: part of the folder gone
+
+    monkeypatch.setattr(cleanup.shutil, "rmtree", killed_while_removing)
+    with pytest.raises(KeyboardInterrupt):
+        cleanup.remove(removals)
+    for entry in (root / ".kfp_cache").glob("*.json"):
+        for output in json.loads(entry.read_text()).values():
+            named = Path(output["uri"])
+            assert all(file.exists() for file in before if file.is_relative_to(named)), entry

@@ -137,4 +137,49 @@ def test_a_gcs_folder_is_downloaded_once(
 def test_a_missing_gcs_folder_is_refused(gcs_bucket: str, tmp_path: Path) -> None:
     with pytest.raises(ModelSourceError, match="no such folder"):
         resolve_model_path(f"gs://{gcs_bucket}/absent", cache_dir=tmp_path)
-    assert not any(tmp_path.iterdir())
+    assert [p.suffix for p in tmp_path.iterdir()] == [".lock"]  # no copy, whole or part
+
+
+def test_what_a_killed_copy_left_goes_and_the_ranks_of_a_node_copy_once(
+    gcs_bucket: str, minilm_tokenizer_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy killed on the way (preempted mid-download) left its staging folder, part of a
+    checkpoint, in the cache for good, one more with each kill; and the ranks of a node that
+    loaded the model at once each copied it, replacing the copy another one was reading."""
+    import hashlib
+    import threading
+    import time
+
+    from llm_pipeline.models import sources
+
+    gcs = fsspec.filesystem("gs")
+    uri = f"gs://{gcs_bucket}/models/minilm"
+    gcs.put(
+        [str(minilm_tokenizer_dir / name) for name in TOKENIZER_FILES],
+        [f"{uri}/{name}" for name in TOKENIZER_FILES],
+    )
+    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    killed = tmp_path / f".{key}.tmp-0123abcd"  # what atomic_output_dir leaves when killed
+    (killed / "minilm").mkdir(parents=True)
+    (killed / "minilm" / "vocab.txt").write_text("[PAD]\n")
+    copies: list[str] = []
+    real_copy = sources.local_copy
+
+    def slow_copy(source: str, into: Path) -> Path:
+        copies.append(source)
+        time.sleep(0.5)  # the other rank asks meanwhile
+        return real_copy(source, into)
+
+    monkeypatch.setattr(sources, "local_copy", slow_copy)
+    found: list[str] = []
+    ranks = [
+        threading.Thread(target=lambda: found.append(resolve_model_path(uri, cache_dir=tmp_path)))
+        for _ in range(2)
+    ]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join()
+    assert len(copies) == 1 and found[0] == found[1]
+    assert sorted(p.name for p in Path(found[0]).iterdir()) == sorted(TOKENIZER_FILES)
+    assert not killed.exists()

@@ -356,3 +356,41 @@ def test_compile_to_a_path_that_cannot_take_the_spec_is_one_line(
     assert problem.format(dir=tmp_path) in err and "Traceback" not in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+#: Compiles argv[1] to argv[2] in a process that the kernel kills (SIGXFSZ, uncaught, as
+#: kill -9 would: no handler, no cleanup) once it writes past 4 KiB into any file: mid-spec.
+_COMPILE_KILLED_WRITING = """
+import resource, signal, sys
+from pathlib import Path
+from llm_pipeline.config import load_config
+from llm_pipeline.pipelines import build_pipeline
+from llm_pipeline.vertex import compile_pipeline
+pipeline = build_pipeline(load_config(Path(sys.argv[1]), ["vertex.project=acme"]).config,
+                          target="vertex")
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+compile_pipeline(pipeline, sys.argv[2])
+"""
+
+
+def test_a_compile_killed_while_writing_leaves_the_spec_that_was_there(tmp_path: Path) -> None:
+    """KFP wrote the spec in place: `--compile out.yaml` killed mid-write left the first 4 KiB
+    of a spec where the user's previous one had been."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    target = tmp_path / "out.yaml"
+    target.write_text("# the spec from before\n")
+    config = str(REPO / "configs" / "small1vm1gpu.json")
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_KILLED_WRITING, config, str(target)],
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGXFSZ, done.stderr[-2000:]
+    assert target.read_text() == "# the spec from before\n"

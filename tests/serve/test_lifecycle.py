@@ -168,3 +168,56 @@ def test_a_folder_that_is_not_a_model_fails_start_server_fast(tmp_path: Path) ->
     assert f"error: model folder {tmp_path}: no config.json; expected" in message
     assert "Traceback" not in message
     assert time.monotonic() - started < EXIT_TIMEOUT_S
+
+
+#: Starts a "server" (argv[1]: a script that only sleeps) for model argv[2], says its pid and
+#: waits, as the deploy step does while it checks a version.
+_DEPLOY_STEP = """
+import sys, time
+from llm_pipeline.serve import server_process
+sys.executable = sys.argv[1]
+def healthy(server, model_dir, timeout_s):
+    print(server.process.pid, flush=True)
+    time.sleep(600)
+server_process._wait_healthy = healthy
+with server_process.start_server(sys.argv[2]):
+    pass
+"""
+
+
+def test_the_server_dies_with_a_killed_deploy_step(tmp_path: Path) -> None:
+    """A deploy step killed with SIGKILL (the OOM killer) while it checked a version left
+    the server it started running, the model in memory and the port taken, for good."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    sleeper = tmp_path / "python"
+    sleeper.write_text("#!/bin/sh\nexec sleep 600\n")
+    sleeper.chmod(0o755)
+    step = subprocess.Popen(
+        [sys.executable, "-c", _DEPLOY_STEP, str(sleeper), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    server: psutil.Process | None = None
+    try:
+        assert step.stdout is not None
+        server = psutil.Process(int(step.stdout.readline()))
+        step.kill()
+        step.wait()
+
+        def gone() -> bool:
+            try:
+                return server is None or server.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        wait_for(gone, timeout_s=10, what="the server to die with the deploy step")
+    finally:
+        step.kill()
+        if server is not None and server.is_running():
+            server.kill()

@@ -48,6 +48,7 @@ from llm_pipeline import caches
 from llm_pipeline.bundle import wheels
 from llm_pipeline.config.data import BUILTIN_PREFIX
 from llm_pipeline.errors import BundleError
+from llm_pipeline.launch.lifetime import dies_with_this_process
 from llm_pipeline.lockfile import Pin, read_lock
 from llm_pipeline.tasks import builtin_datasets
 
@@ -214,7 +215,13 @@ def _project_wheel(checkout: Path, into: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="llm-bundle-wheel-") as scratch:
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
         command += ["-q", "-w", scratch, str(checkout)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            check=False,
+            preexec_fn=dies_with_this_process(),  # a build killed with SIGKILL stops pip too
+        )
         built = sorted(Path(scratch).glob("llm_pipeline-*.whl"))
         if done.returncode != 0 or not built:
             raise BundleError(f"building the project's wheel failed: {done.stderr[-1500:]}")

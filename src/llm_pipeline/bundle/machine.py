@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from llm_pipeline.bundle.build import MANIFEST
 from llm_pipeline.errors import BundleError
+from llm_pipeline.launch.lifetime import dies_with_this_process
 from llm_pipeline.lockfile import installed_versions, unsatisfied_requirements
 
 PROJECT = "llm-pipeline"
@@ -111,4 +112,13 @@ def run_pipeline(bundle: Path, config: Path, extra: Sequence[str]) -> int:
         return 0
     command = pipeline_command(bundle, project / config, extra)
     print("running:", " ".join(command[1:]), flush=True)
-    return subprocess.run(command, cwd=project, env=dict(os.environ), check=False).returncode
+    # Killed with SIGKILL, this leaves no run going on (the GPU held) that nobody watches: the
+    # run gets SIGTERM, and stops as after a Ctrl-C (its ranks save first).
+    done = subprocess.run(
+        command,
+        cwd=project,
+        env=dict(os.environ),
+        check=False,
+        preexec_fn=dies_with_this_process(),
+    )
+    return done.returncode

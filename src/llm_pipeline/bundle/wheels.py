@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,11 +42,13 @@ from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
 
+import psutil
 from packaging.requirements import Requirement
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from llm_pipeline.errors import BundleError
+from llm_pipeline.launch.lifetime import dies_with_this_process
 from llm_pipeline.lockfile import Pin, is_platform_package
 
 #: manylinux tags pip accepts for the target, newest first (`--platform` may repeat).
@@ -57,6 +60,8 @@ _UNREACHABLE = ("NewConnectionError", "Could not fetch URL", "ConnectTimeoutErro
 _NO_WHEEL = re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-]+)==")
 #: The wheel cache's folder for the wheels built here from source (no hash of theirs to check).
 BUILT = "built"
+#: Start of the name of the folder a build's pip writes into, in the cache; its pid follows.
+INCOMING = ".incoming-"
 
 
 @dataclass(frozen=True)
@@ -234,14 +239,16 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
     (`requirements.lock`'s): a wheel cut short by a killed build, or changed since, is
     fetched again. pip writes its files in place, so it writes into a folder of this call's
     own and each wheel is renamed into the cache whole. Wheels built here from source have
-    no hash to check: they go in the cache's `BUILT` folder.
+    no hash to check: they go in the cache's `BUILT` folder. A build killed with SIGKILL
+    leaves its folder (what pip had written): the next download removes it, its pid gone.
     """
     cache.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(cache)
     wanted: dict[str, Pin] = {pin.name: pin for pin in pins}
     have = _cached(cache, target, wanted)
     todo = sorted(set(wanted) - set(have))
     if todo:
-        with tempfile.TemporaryDirectory(prefix=".incoming-", dir=cache) as incoming:
+        with tempfile.TemporaryDirectory(prefix=f"{INCOMING}{os.getpid()}-", dir=cache) as incoming:
             _fetch(todo, wanted, target, cache, Path(incoming))
         have.update(_cached(cache, target, wanted))
     for name, pin in wanted.items():
@@ -252,6 +259,14 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
                 f"{target.machine} Linux installs, after the download and build"
             )
     return sorted(have[name] for name in wanted)
+
+
+def _remove_abandoned(cache: Path) -> None:
+    """Delete the `INCOMING` folders in `cache` whose build (the pid in the name) is gone."""
+    for folder in cache.glob(f"{INCOMING}*"):
+        pid = folder.name.removeprefix(INCOMING).partition("-")[0]
+        if folder.is_dir() and not (pid.isdigit() and psutil.pid_exists(int(pid))):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _fetch(
@@ -328,7 +343,12 @@ def _digest(path: Path) -> str:
 def _pip(command: list[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+            check=False,
+            preexec_fn=dies_with_this_process(),  # a build killed with SIGKILL stops pip too
         )
     except subprocess.TimeoutExpired as exc:
         raise BundleError(f"pip took over {PIP_TIMEOUT_S} s: {' '.join(command[:5])} ...") from exc

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from llm_pipeline.config.reference import config_reference_markdown
 from llm_pipeline.serve.settings import settings_markdown
+from llm_pipeline.storage import write_atomic
 from llm_pipeline.vertex.compile import compile_components, compile_shipped_pipelines
 
 GENERATED: dict[str, Callable[[], str]] = {
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
         return 2
     for path, text in texts.items():
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text)  # killed on the way: the old file, never half of it
         print(f"updated {path}")
     for path in compile_components(COMPONENTS_DIR):
         print(f"updated {path}")

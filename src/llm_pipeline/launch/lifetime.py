@@ -7,6 +7,10 @@ its parent ends. Two ways to arm it:
   DeepSpeed's runner, sshd); it runs in the child between fork and exec, and survives exec;
 - `die_with_parent()`: first thing in a process started by a launcher this package does not
   control (the ranks torchrun and DeepSpeed's `launch` start).
+A local run's steps are started by KFP's local runner behind a `sh` that nobody arms: each
+step's process watches the run's (`RUN_PID_ENV`, set by `watched_by_steps`) once a second
+and stops as on a SIGTERM when it is gone (`die_with_run`), so a run SIGKILLed leaves no
+step training on.
 
 The signal is SIGTERM: torchrun passes it to its ranks and DeepSpeed's runner stops every
 node's ranks over pdsh, and a rank that gets it saves at the next step boundary if it can
@@ -35,19 +39,22 @@ interpreter's teardown does not.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 _PR_SET_PDEATHSIG = 1
 #: The pid of the process that ran the launcher, for the processes the launcher starts.
 STEP_PID_ENV = "LLM_PIPELINE_STEP_PID"
+#: The pid of the local run (`pipeline.py`), for the steps KFP's local runner starts.
+RUN_PID_ENV = "LLM_PIPELINE_RUN_PID"
 _WATCH_S = 1.0
 _LINUX = sys.platform.startswith("linux")
 # Loaded before any fork: a preexec_fn must not import or allocate much.
@@ -82,7 +89,7 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
     if not _LINUX:
         return
     _arm(signum)
-    _watch_step(signum)
+    _watch(STEP_PID_ENV, signum)
     if os.getppid() == 1 and not _launcher_is_init():
         print(
             f"pid {os.getpid()}: the launcher that started this process is gone; stopping",
@@ -103,9 +110,31 @@ def _launcher_is_init() -> bool:
     return any(name in command for name in ("torch.distributed.run", "torchrun", "deepspeed"))
 
 
-def _watch_step(signum: int) -> None:
-    """Send this process `signum` once the process named by `STEP_PID_ENV` is gone."""
-    pid = os.environ.get(STEP_PID_ENV, "")
+@contextlib.contextmanager
+def watched_by_steps() -> Iterator[None]:
+    """While inside, the processes this one starts (a local run's steps) learn its pid
+    (`RUN_PID_ENV`), which `die_with_run` watches."""
+    previous = os.environ.get(RUN_PID_ENV)
+    os.environ[RUN_PID_ENV] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(RUN_PID_ENV, None)
+        else:
+            os.environ[RUN_PID_ENV] = previous
+
+
+def die_with_run(signum: int = signal.SIGTERM) -> None:
+    """Have this step's process get `signum` once the local run that started it
+    (`RUN_PID_ENV`) is gone; nothing where no run set it (a step on Vertex)."""
+    if _LINUX:
+        _watch(RUN_PID_ENV, signum)
+
+
+def _watch(variable: str, signum: int) -> None:
+    """Send this process `signum` once the process named by `variable` is gone."""
+    pid = os.environ.get(variable, "")
     if not pid.isdigit():
         return
     started = _start_time(int(pid))
@@ -115,7 +144,7 @@ def _watch_step(signum: int) -> None:
             time.sleep(_WATCH_S)
         os.kill(os.getpid(), signum)
 
-    threading.Thread(target=watch, name="step-watch", daemon=True).start()
+    threading.Thread(target=watch, name=f"watch-{pid}", daemon=True).start()
 
 
 def _start_time(pid: int) -> str | None:

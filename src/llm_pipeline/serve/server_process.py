@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from llm_pipeline.errors import ServeError
+from llm_pipeline.launch.lifetime import dies_with_this_process
 from llm_pipeline.serve.settings import load_settings
 
 __all__ = ["RunningServer", "start_server", "stop_server"]
@@ -92,7 +93,9 @@ def start_server(
     stores them with a version). Waits up to `timeout_s` for the health route to answer 200
     and raises ServeError, quoting the server's last output lines, if the process exits or
     the time passes first. On leaving the block the server gets SIGTERM (it finishes what
-    is in flight) and SIGKILL if it is still running `grace_s` later.
+    is in flight) and SIGKILL if it is still running `grace_s` later; if this process dies
+    without leaving it (SIGKILL, the OOM killer), the kernel sends the server SIGTERM
+    (`dies_with_this_process`: call this from the thread that lives as long as the block).
     """
     child_env = {**os.environ, **(env or {})}
     settings = load_settings(child_env)  # the routes the child will answer on
@@ -114,6 +117,7 @@ def start_server(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=dies_with_this_process(),
             )
         server = RunningServer(
             url=url,

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from llm_pipeline.errors import UserError
+from llm_pipeline.launch.lifetime import die_with_run
 from llm_pipeline.output_files import ERROR_FILE, Step
 from llm_pipeline.steps.artifacts import Arguments
 
@@ -18,12 +19,14 @@ def reports_user_errors(
     """Make `body(arguments)` the step's body: it takes the component's arguments as they
     come (`dict(locals())`), and on a UserError exits the step with the error's status (1;
     75 for a preemption) and one line naming `step`, not a traceback; the line also goes to
-    `error.txt` in the step's folder, which the run summary repeats."""
+    `error.txt` in the step's folder, which the run summary repeats. In a local run the step
+    stops as on a SIGTERM once the run's process is gone (`die_with_run`)."""
 
     def decorate(body: Callable[[Arguments], R]) -> Callable[[Mapping[str, Any]], R]:
         @functools.wraps(body)
         def run(values: Mapping[str, Any]) -> R:
             arguments = Arguments(values)
+            die_with_run()
             try:
                 return body(arguments)
             except UserError as exc:

@@ -2,11 +2,14 @@
 and the specs the repository ships (components/, pipelines/), each headed by where it is from.
 """
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kfp import compiler
+
+from llm_pipeline.storage import write_atomic
 
 #: The first line of every shipped spec: a reader who opens it learns not to edit it, and
 #: what to edit instead.
@@ -18,11 +21,24 @@ def source_file(function: Any) -> str:
     return f"src/{function.__module__.replace('.', '/')}.py"
 
 
-def with_header(path: Path, sources: Sequence[str]) -> Path:
-    """Put the generated header, naming `sources`, on top of the spec at `path`."""
-    header = GENERATED_HEADER.format(sources=" and ".join(sources))
-    path.write_text(header + path.read_text())
-    return path
+def header_naming(sources: Sequence[str]) -> str:
+    """The generated header that names `sources`, for the top of a shipped spec."""
+    return GENERATED_HEADER.format(sources=" and ".join(sources))
+
+
+def _compile_whole(compilable: Any, target: Path, header: str = "") -> Path:
+    """Compile `compilable` (a pipeline or a component) to `target`, `header` on top.
+
+    KFP writes the spec in place, so it writes into a temporary folder; the file at `target`
+    is then replaced in one rename (`write_atomic`): a compile killed at any moment leaves the
+    spec that was there before, or none, never half of one for Vertex to refuse or run.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llm-pipeline-spec-") as scratch:
+        spec = Path(scratch) / target.name  # KFP picks the format by the suffix
+        compiler.Compiler().compile(compilable, package_path=str(spec))
+        write_atomic(target, header + spec.read_text(encoding="utf-8"))
+    return target
 
 
 #: What KFP writes a spec as, by the file's suffix (JSON is deprecated there).
@@ -46,11 +62,8 @@ def spec_path_problem(path: Path) -> str | None:
 
 
 def compile_pipeline(pipeline: Any, path: str | Path) -> Path:
-    """Compile `pipeline` to YAML at `path` and return the path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(pipeline_func=pipeline, package_path=str(target))
-    return target
+    """Compile `pipeline` to YAML at `path`, whole (`_compile_whole`), and return the path."""
+    return _compile_whole(pipeline, Path(path))
 
 
 def compile_shipped_pipelines(configs: str | Path, folder: str | Path) -> list[Path]:
@@ -64,9 +77,9 @@ def compile_shipped_pipelines(configs: str | Path, folder: str | Path) -> list[P
         config = load_config(path).config
         if config.deploy.target == "vertex":
             pipeline = build_pipeline(config, target="vertex")
-            spec = compile_pipeline(pipeline, Path(folder) / f"{path.stem}.yaml")
             config_file = f"{path.parent.name}/{path.name}"  # configs/<name>.json
-            written.append(with_header(spec, [config_file, source_file(build_pipeline)]))
+            header = header_naming([config_file, source_file(build_pipeline)])
+            written.append(_compile_whole(pipeline, Path(folder) / f"{path.stem}.yaml", header))
     return written
 
 
@@ -78,8 +91,7 @@ def compile_components(folder: str | Path) -> list[Path]:
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for step in components.STEPS:
-        path = target / f"{step.function}.yaml"
         component = getattr(components, step.function)
-        compiler.Compiler().compile(component, package_path=str(path))
-        written.append(with_header(path, [source_file(component.python_func)]))
+        header = header_naming([source_file(component.python_func)])
+        written.append(_compile_whole(component, target / f"{step.function}.yaml", header))
     return written
