@@ -151,7 +151,8 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
 def _locked(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on the file `path` (made if missing) while inside."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # Read-only is enough for flock, and opens a lock file another user of a shared cache made.
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
