@@ -103,8 +103,17 @@ def log_metrics(sink: MetricsSink, values: Mapping[str, float | int | None]) -> 
     if isinstance(path, str) and path:
         file = Path(path)
         file.parent.mkdir(parents=True, exist_ok=True)
-        logged = json.loads(file.read_text()) if file.is_file() else {}
-        file.write_text(json.dumps(logged | known, indent=2) + "\n")
+        file.write_text(json.dumps(_logged(file) | known, indent=2) + "\n")
+
+
+def _logged(file: Path) -> dict[str, Any]:
+    """What this attempt logged to `file` before; nothing where there is none, or where a
+    killed attempt left it cut short (a retry logs every value again)."""
+    try:
+        logged = json.loads(file.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return logged if isinstance(logged, dict) else {}
 
 
 def save_resolved_config(folder: str | Path, **sections: BaseModel | str) -> None:
