@@ -157,3 +157,34 @@ def test_a_bad_build_option_is_refused_by_name_before_anything_is_built(
     err = capsys.readouterr().err
     assert f"error: {flag} {value}: {problem}" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_builds_staging_folder_goes_with_the_next_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build SIGKILLed left `.<out>-*` beside OUT, up to the bundle's size, for good. The
+    next build into that folder removes it; a running build's and another bundle's stay."""
+    import os
+    import subprocess
+
+    from llm_pipeline.bundle import build
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    killed = tmp_path / f".gpu-bundle-{dead.pid}-abcd1234"
+    running = tmp_path / f".gpu-bundle-{os.getpid()}-efgh5678"
+    other = tmp_path / f".gpu-bundle-2-{dead.pid}-ijkl9012"  # OUT gpu-bundle-2's
+    for folder in (killed, running, other):
+        (folder / "whl").mkdir(parents=True)
+
+    def stop(*args: object) -> dict[str, object]:
+        raise BundleError("stopped here: the test needs no bundle")
+
+    monkeypatch.setattr(build, "_assemble", stop)
+    repo = Path(__file__).resolve().parents[2]
+    with pytest.raises(BundleError, match="stopped here"):
+        build.build(tmp_path / "gpu-bundle", build.BuildOptions(checkout=repo))
+
+    assert not killed.exists()
+    assert running.is_dir() and other.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, other.name])

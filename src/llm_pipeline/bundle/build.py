@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -150,7 +151,11 @@ def build(out: Path, options: BuildOptions) -> list[Part]:
         if not (checkout / name).exists():
             raise BundleError(f"{checkout} is not the project's checkout: {name} is missing")
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    # Named for this process: a build killed with SIGKILL leaves its staging folder (up to
+    # the bundle's size), and the next build into the same folder removes it.
+    staging_prefix = f".{out.name}-"
+    wheels.remove_abandoned(out.parent, staging_prefix)
+    staging = Path(tempfile.mkdtemp(prefix=f"{staging_prefix}{os.getpid()}-", dir=out.parent))
     try:
         manifest = _assemble(staging, checkout, options)
         parts = check_size(staging, options.max_mib)

@@ -28,6 +28,7 @@ it has there is the machine's own (torch, Triton) or carried.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
@@ -243,7 +244,7 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
     leaves its folder (what pip had written): the next download removes it, its pid gone.
     """
     cache.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(cache)
+    remove_abandoned(cache, INCOMING)
     wanted: dict[str, Pin] = {pin.name: pin for pin in pins}
     have = _cached(cache, target, wanted)
     todo = sorted(set(wanted) - set(have))
@@ -261,12 +262,15 @@ def download(pins: Iterable[Pin], target: Target, cache: Path) -> list[Path]:
     return sorted(have[name] for name in wanted)
 
 
-def _remove_abandoned(cache: Path) -> None:
-    """Delete the `INCOMING` folders in `cache` whose build (the pid in the name) is gone."""
-    for folder in cache.glob(f"{INCOMING}*"):
-        pid = folder.name.removeprefix(INCOMING).partition("-")[0]
-        if folder.is_dir() and not (pid.isdigit() and psutil.pid_exists(int(pid))):
-            shutil.rmtree(folder, ignore_errors=True)
+def remove_abandoned(folder: Path, prefix: str) -> None:
+    """Delete the folders in `folder` that `tempfile` made with the prefix `<prefix><pid>-`
+    and whose process is gone: what a build killed with SIGKILL left (a running build's
+    folder stays)."""
+    named = re.compile(rf"{re.escape(prefix)}(\d+)-[a-z0-9_]{{8}}")
+    for found in folder.glob(f"{glob.escape(prefix)}*"):
+        match = named.fullmatch(found.name)
+        if match and found.is_dir() and not psutil.pid_exists(int(match[1])):
+            shutil.rmtree(found, ignore_errors=True)
 
 
 def _fetch(
