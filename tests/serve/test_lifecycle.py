@@ -113,12 +113,24 @@ def _assert_exits_with(spawned: Any, message: str) -> str:
     return errors[0]
 
 
-def test_a_missing_model_path_ends_the_server(spawned: Any, tmp_path: Path) -> None:
-    missing = tmp_path / "nowhere"
+@pytest.mark.parametrize(
+    ("weights", "said"),
+    [
+        (None, ": no such folder"),
+        # The weights' file given for their folder: it said "no such folder" of a file.
+        (b"weights", " is a file: give the folder that holds config.json and the weights"),
+    ],
+)
+def test_a_model_path_that_is_no_folder_ends_the_server(
+    spawned: Any, tmp_path: Path, weights: bytes | None, said: str
+) -> None:
+    path = tmp_path / "model.safetensors"
+    if weights is not None:
+        path.write_bytes(weights)
     server = spawned(
-        ["--host", "127.0.0.1", "--port", str(free_port())], env={"AIP_STORAGE_URI": str(missing)}
+        ["--host", "127.0.0.1", "--port", str(free_port())], env={"AIP_STORAGE_URI": str(path)}
     )
-    _assert_exits_with(server, f"model folder {missing}: no such folder")
+    _assert_exits_with(server, f"model folder {path}{said}")
 
 
 def test_an_unreachable_storage_uri_ends_the_server(spawned: Any, gcs_bucket: str) -> None:

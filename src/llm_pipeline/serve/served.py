@@ -107,6 +107,11 @@ def fetch_model(uri: str | None, download_dir: Path) -> Path:
         local = Path(to_uri(uri)).expanduser()
         if not local.exists():  # said before torch loads: seconds sooner
             raise ServeError(f"model folder {local}: no such folder")
+        if not local.is_dir():
+            raise ServeError(
+                f"model folder {local} is a file: give the folder that holds config.json "
+                "and the weights"
+            )
         return local
     try:
         folder = local_copy(uri, download_dir)
