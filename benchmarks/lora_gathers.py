@@ -78,7 +78,7 @@ fires after the adapters' gradients.
 `--checkpointing` turns activation checkpointing on as `train.gradient_checkpointing` does
 (the Trainer's `activation_checkpointing_enable` before the engine: every decoder layer, and
 the input embeddings' output requiring a gradient) with the finetune step's kwargs
-(`train/trainer.py::activation_checkpointing_kwargs`: reentrant for LoRA under ZeRO-3,
+(`train/trainer_settings.py::activation_checkpointing_kwargs`: reentrant for LoRA under ZeRO-3,
 transformers' non-reentrant default otherwise); `--checkpointing non-reentrant` or
 `reentrant` puts one on every setting. Module fetches per step: 87 in full fine-tuning,
 257 in `lora`, 89 in `lora-leaf`, either way. Gathers per step (`--settings
@@ -145,7 +145,7 @@ SETTINGS = {
 }
 DEFAULT_SETTINGS = ("full", "lora-before", "lora", "lora-leaf")
 #: --checkpointing -> the kwargs for `torch.utils.checkpoint` (None: transformers' default,
-#: non-reentrant); "finetune" takes the finetune step's (`trainer.activation_checkpointing_kwargs`)
+#: non-reentrant); "finetune" takes the finetune step's (`trainer_settings.activation_checkpointing_kwargs`)
 CHECKPOINTING: dict[str, dict[str, Any] | None] = {
     "finetune": None,
     "non-reentrant": None,
@@ -238,7 +238,10 @@ def run_setting(
     from llm_pipeline.fit.shapes import model_shape
     from llm_pipeline.tasks.kinds import CAUSAL_LM
     from llm_pipeline.train.lora import apply_lora, zero3_leaf_adapters
-    from llm_pipeline.train.trainer import activation_checkpointing_kwargs, deepspeed_settings
+    from llm_pipeline.train.trainer_settings import (
+        activation_checkpointing_kwargs,
+        deepspeed_settings,
+    )
 
     _, lora_on, threaded, leaf = SETTINGS[name]
     model_config = ModelConfig(architecture=architecture(options), tokenizer=MINILM)

@@ -157,7 +157,8 @@ def worker(options: argparse.Namespace) -> None:
     from llm_pipeline.models.loading import hidden_size, load_model
     from llm_pipeline.models.sources import load_tokenizer
     from llm_pipeline.train.lora import apply_lora
-    from llm_pipeline.train.trainer import build_trainer, deepspeed_settings, training_arguments
+    from llm_pipeline.train.trainer import build_trainer
+    from llm_pipeline.train.trainer_settings import deepspeed_settings, training_arguments
 
     class SkipSaves(TrainerCallback):
         """The Trainer saves at max_steps; under ZeRO-3 that gathers the whole model."""

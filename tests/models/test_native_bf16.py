@@ -17,7 +17,7 @@ from llm_pipeline.config import ModelConfig, TrainConfig
 from llm_pipeline.errors import TrainError
 from llm_pipeline.models.generation import inference_dtype, native_bf16
 from llm_pipeline.train.spec import WorkerSpec
-from llm_pipeline.train.trainer import training_precision
+from llm_pipeline.train.trainer_settings import training_precision
 
 from ..train.specs import unrun_spec
 

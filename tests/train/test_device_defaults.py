@@ -29,7 +29,8 @@ from llm_pipeline.train.checkpoint_sync import CompleteCheckpoints, plan_layout
 from llm_pipeline.train.counts import Clock
 from llm_pipeline.train.preemption import SaveOnSignal
 from llm_pipeline.train.status import TrainingStatus
-from llm_pipeline.train.trainer import build_trainer, training_arguments
+from llm_pipeline.train.trainer import build_trainer
+from llm_pipeline.train.trainer_settings import training_arguments
 
 from ..offline_models import TINY_LLAMA
 

@@ -612,7 +612,7 @@ def test_only_lora_under_zero3_checkpoints_reentrant() -> None:
     """`train.gradient_checkpointing` under LoRA and ZeRO-3 passes `use_reentrant=True` to
     torch's checkpoint (the test below says why); every other run keeps transformers'
     default (None), and no checkpointing asks for none."""
-    from llm_pipeline.train.trainer import activation_checkpointing_kwargs
+    from llm_pipeline.train.trainer_settings import activation_checkpointing_kwargs
 
     lora = LoraSettings(r=4, alpha=8, dropout=0.0)
 
@@ -701,7 +701,10 @@ def _zero3_worker_model(
     from transformers.integrations import HfDeepSpeedConfig
 
     from llm_pipeline.models.sources import load_tokenizer
-    from llm_pipeline.train.trainer import activation_checkpointing_kwargs, deepspeed_settings
+    from llm_pipeline.train.trainer_settings import (
+        activation_checkpointing_kwargs,
+        deepspeed_settings,
+    )
     from llm_pipeline.train.worker import _build_model, largest_adapter
 
     from ..offline_models import MINILM, TINY_LLAMA, TINY_T5

@@ -42,7 +42,8 @@ def test_full_dpo_starts_from_the_reference_and_logs_its_rewards(
     """One process, no DeepSpeed: the first step's policy is the reference, so its loss is
     -log σ(0) = log 2 and its margin 0; the reference was kept for a resumed run."""
     from llm_pipeline.train.status import TrainingStatus
-    from llm_pipeline.train.trainer import build_trainer, training_arguments
+    from llm_pipeline.train.trainer import build_trainer
+    from llm_pipeline.train.trainer_settings import training_arguments
 
     config = _model(tokenized_preferences)
     tokenizer = load_tokenizer(config, kind=TASK.model_kind)

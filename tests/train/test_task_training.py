@@ -25,12 +25,8 @@ from llm_pipeline.tasks.kinds import CAUSAL_LM, CLASSIFIER, SEQ2SEQ
 from llm_pipeline.tasks.text_classification.labels import LabelSet
 from llm_pipeline.train.lora import apply_lora
 from llm_pipeline.train.outputs import save_final_model
-from llm_pipeline.train.trainer import (
-    FinetuneTrainer,
-    Seq2SeqFinetuneTrainer,
-    build_trainer,
-    training_arguments,
-)
+from llm_pipeline.train.trainer import FinetuneTrainer, Seq2SeqFinetuneTrainer, build_trainer
+from llm_pipeline.train.trainer_settings import training_arguments
 
 from ..offline_models import MINILM, TINY_LLAMA, TINY_T5
 from .specs import unrun_spec

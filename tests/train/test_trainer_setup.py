@@ -14,11 +14,8 @@ from llm_pipeline.errors import TrainError
 from llm_pipeline.launch.node_files import NODE_DIR_ENV
 from llm_pipeline.tasks import get_task
 from llm_pipeline.train.spec import WorkerSpec
-from llm_pipeline.train.trainer import (
-    EpochSeededLengthGroupedSampler,
-    deepspeed_settings,
-    token_mean_loss,
-)
+from llm_pipeline.train.trainer import EpochSeededLengthGroupedSampler, token_mean_loss
+from llm_pipeline.train.trainer_settings import deepspeed_settings
 from llm_pipeline.train.worker import largest_adapter
 
 from ..fit.tiny_classifiers import TINY_BERT

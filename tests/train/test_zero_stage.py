@@ -11,7 +11,7 @@ from llm_pipeline.fit.memory import Lengths
 from llm_pipeline.fit.shapes import model_shape
 from llm_pipeline.fit.states import training_memory
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
-from llm_pipeline.train.trainer import deepspeed_settings
+from llm_pipeline.train.trainer_settings import deepspeed_settings
 from llm_pipeline.train.zero_stage import resolve_zero_stage
 
 from ..offline_models import MINILM, TINY_T5

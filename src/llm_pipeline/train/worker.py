@@ -63,10 +63,8 @@ from llm_pipeline.train.preemption import Preempted, SaveOnSignal
 from llm_pipeline.train.spec import WorkerSpec
 from llm_pipeline.train.startup import StartupWatchdog
 from llm_pipeline.train.status import TrainingStatus
-from llm_pipeline.train.trainer import (
-    FinetuneTrainer,
-    Sampling,
-    build_trainer,
+from llm_pipeline.train.trainer import FinetuneTrainer, Sampling, build_trainer
+from llm_pipeline.train.trainer_settings import (
     deepspeed_settings,
     training_arguments,
     training_precision,
