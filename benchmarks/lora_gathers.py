@@ -145,7 +145,8 @@ SETTINGS = {
 }
 DEFAULT_SETTINGS = ("full", "lora-before", "lora", "lora-leaf")
 #: --checkpointing -> the kwargs for `torch.utils.checkpoint` (None: transformers' default,
-#: non-reentrant); "finetune" takes the finetune step's (`trainer_settings.activation_checkpointing_kwargs`)
+#: non-reentrant); "finetune" takes the finetune step's
+#: (`trainer_settings.activation_checkpointing_kwargs`)
 CHECKPOINTING: dict[str, dict[str, Any] | None] = {
     "finetune": None,
     "non-reentrant": None,

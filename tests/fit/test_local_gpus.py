@@ -93,7 +93,8 @@ def test_every_place_runs_on_the_local_gpu_in_the_dtype_the_worker_picks(
     ):
         assert (where.device, where.dtype, where.processes) == (device, dtype, 1)
     accelerator = this_machine().accelerator
-    # The finetune worker's choice from the same facts (train/trainer_settings.py::training_precision).
+    # The finetune worker's choice from the same facts
+    # (train/trainer_settings.py::training_precision).
     worker = resolve_precision(
         "auto",
         cuda_available=bool(gpus),
