@@ -266,3 +266,17 @@ def test_compile_with_dry_run_describes_the_spec_and_writes_nothing(
     assert "finetune: custom job, 1 replica of a2-highgpu-1g with 1 x NVIDIA_TESLA_A100" in out
     assert out.rstrip().endswith(f"Would write the pipeline spec to {spec}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_check_fit_with_skip_fit_check_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--check-fit won silently, and the --skip-fit-check the user also typed did nothing."""
+    config = str(REPO / "configs" / "local.json")
+
+    assert cli.main(["--config", config, "--check-fit", "--skip-fit-check"]) == 2
+
+    out, err = capsys.readouterr()
+    assert (
+        err
+        == "error: --check-fit runs only the fit check and --skip-fit-check skips it: give one\n"
+    )
+    assert out == ""

@@ -409,11 +409,36 @@ def test_relative_paths_are_taken_from_the_config_folder(tmp_path: Path) -> None
     assert config.model.source == "google-t5/t5-small"
 
 
-def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # Python's words alone ("Expecting property name enclosed in double quotes") hide
+        # the two mistakes a hand-written config makes most.
+        (
+            '{\n  "data": {"dataset": "x",}\n}',
+            "line 2, column 27: Expecting property name enclosed in double quotes "
+            "(JSON allows no comma after the last item)",
+        ),
+        (
+            '{\n  "stop": ["a", "b",]\n}',
+            "line 2, column 21: Expecting value (JSON allows no comma after the last item)",
+        ),
+        (
+            '{\n  // the demo\n  "task": "summarization"\n}',
+            "line 2, column 3: Expecting property name enclosed in double quotes "
+            "(JSON has no comments: say what a config is for in its description)",
+        ),
+        ('{\n  "task": "summarization"\n  "data": {}\n}', "line 3, column 3: Expecting ','"),
+    ],
+)
+def test_invalid_json_names_line_and_column_and_the_likely_mistake(
+    tmp_path: Path, text: str, said: str
+) -> None:
     path = tmp_path / "c.json"
-    path.write_text('{\n  "data": {"dataset": "x",}\n}')
-    found = problems_from_file(path)
-    assert found[0].startswith("not valid JSON at line 2, column")
+    path.write_text(text)
+    (found,) = problems_from_file(path)
+    assert found.startswith(f"not valid JSON at {said}"), found
+    assert found.endswith(")") == said.endswith(")"), "a hint only where it is one"
 
 
 def test_top_level_must_be_an_object(tmp_path: Path) -> None:

@@ -232,6 +232,12 @@ def run_or_submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     """Run, compile or submit as the flags say; returns the exit code."""
     if args.help_config is not None:
         return _help_config(args.help_config)
+    if args.check_fit and args.skip_fit_check:
+        print(
+            "error: --check-fit runs only the fit check and --skip-fit-check skips it: give one",
+            file=sys.stderr,
+        )
+        return 2
     try:
         loaded = _load(args, parser)
     except ConfigError as exc:

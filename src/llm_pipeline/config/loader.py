@@ -174,10 +174,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         raw = strict_json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            [f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"],
-            source=str(path),
-        ) from None
+        where = f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        raise ConfigError([where + _json_hint(exc)], source=str(path)) from None
     except JSONTooDeep as exc:
         raise ConfigError([f"not a config: {exc}"], source=str(path)) from None
     if not isinstance(raw, dict):
@@ -185,6 +183,19 @@ def _read_json(path: Path) -> dict[str, Any]:
             [f"the top level must be a JSON object, got {type(raw).__name__}"], source=str(path)
         )
     return raw
+
+
+def _json_hint(exc: json.JSONDecodeError) -> str:
+    """What a person writing JSON by hand most often meant, where the parser's own words
+    (`Expecting property name enclosed in double quotes`) do not say it: a comment, or a
+    comma before a closing bracket."""
+    rest = exc.doc[exc.pos :].lstrip()
+    if rest.startswith(("//", "/*", "#")):
+        return " (JSON has no comments: say what a config is for in its description)"
+    before = exc.doc[: exc.pos].rstrip()
+    if before.endswith(",") and rest.startswith(("}", "]")):
+        return " (JSON allows no comma after the last item)"
+    return ""
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -282,7 +293,7 @@ def _json_mistake(value: Any) -> str | None:
     try:
         strict_json.loads(value)
     except json.JSONDecodeError as exc:
-        return f"not valid JSON at column {exc.colno}: {exc.msg}"
+        return f"not valid JSON at column {exc.colno}: {exc.msg}{_json_hint(exc)}"
     except JSONTooDeep as exc:
         return str(exc)
     return None
