@@ -15,6 +15,7 @@ place and committed by a marker written last (`OUTPUT_MARKER`); readers of step 
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -278,6 +279,21 @@ def write_atomic(path: str | Path, text: str) -> None:
 def is_temp_file(path: Path) -> bool:
     """Whether `path` is a temp file that a killed `write_atomic` left behind."""
     return path.name.startswith(".") and TEMP_MARK in path.name
+
+
+@contextlib.contextmanager
+def held_flock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the file `path` (made if missing) for the `with` block,
+    waiting for it as long as another process holds it. The kernel drops a flock with its
+    holder however it dies, so the file's mere existence never blocks anyone. Opened
+    read-only, which is all flock needs: a lock file another user made opens too."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def fsync_dir(folder: Path) -> None:

