@@ -108,11 +108,19 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
     return [_flag(name) for name in names if getattr(args, name) not in (None, False)]
 
 
+def _submission_flags(args: argparse.Namespace) -> list[str]:
+    """The flags, as the user typed them, that ask to submit or schedule on Vertex AI (a
+    `gs://` pipeline root among them)."""
+    root = str(args.pipeline_root or "")
+    return _given(args, ALL_FLAGS) + (
+        [f"--pipeline-root {root}"] if root.startswith("gs://") else []
+    )
+
+
 def wants_vertex(args: argparse.Namespace) -> bool:
     """Whether the command line asks for Vertex AI rather than a local run: a flag that
     would otherwise be ignored must not let a local run start silently."""
-    root = str(args.pipeline_root or "")
-    return root.startswith("gs://") or bool(_given(args, ALL_FLAGS))
+    return bool(_submission_flags(args))
 
 
 def vertex_request(args: argparse.Namespace) -> list[str]:
@@ -121,11 +129,7 @@ def vertex_request(args: argparse.Namespace) -> list[str]:
     asked = ["--compile"] if args.compile is not None else []
     if args.upload_template:
         asked.append("--upload-template")
-    asked += _given(args, ALL_FLAGS)
-    root = str(args.pipeline_root or "")
-    if root.startswith("gs://"):
-        asked.append(f"--pipeline-root {root}")
-    return asked
+    return asked + _submission_flags(args)
 
 
 def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
