@@ -285,7 +285,11 @@ def test_user_config_missing(tmp_path: Path):
 _INITIALIZE = textwrap.dedent(
     """
     import json, sys, torch, deepspeed
+    from llm_pipeline.train import op_builds
 
+    # As every loader of the project: the CPU op is loaded under op_builds' flock, which is
+    # also what lets another process clear a build lock that a dead loader left.
+    op_builds.install()
     config = json.loads(sys.argv[1])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))

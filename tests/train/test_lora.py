@@ -532,6 +532,9 @@ def zero3_in_process(monkeypatch: pytest.MonkeyPatch, one_process_group: None) -
     backward), and DeepSpeed keeps the world group it cloned (each test's group is new)."""
     import deepspeed.utils.groups
 
+    from llm_pipeline.train import op_builds
+
+    op_builds.install()  # DeepSpeed's CPU op loads under the flock every loader here takes
     monkeypatch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)
     monkeypatch.setattr(deepspeed.utils.groups, "_WORLD_GROUP", None)
 
