@@ -93,10 +93,13 @@ The seven compile and Liger settings come after the `auto` ones. Measured on one
 2026-11-27 (`--steps 15`): the `auto` rows took 38-45 s each; full fine-tuning compiled took
 95 s (about 50 s of it compiling); LoRA compiled was still compiling after 123 s, when the
 call's time limit cut it; full with Liger failed in its evaluation after 76 s (fixed since:
-under Liger the model computes its own loss). T5-large compiled and any setting compiled by
-blocks have not run on a GPU. So the seven need well over 480 s, and the budget cannot stop
-a setting once started: give the compiled settings a call of their own, with room past its
-budget. All 20 settings: over 1,000 s, `--budget-s 1100`.
+under Liger the model computes its own loss). On one H200 on 2026-11-27, T5-large compiled by
+blocks took 170 s, about 113 s of it in its first five steps: its second step compiled
+again (host 1.00), so its row's steady figure, which counts from the end of the first
+step, is mostly compiling; the other blocks settings have not run on a GPU. So the seven
+need well over 480 s, and the budget cannot stop a setting once started: give the compiled
+settings a call of their own, with room past its budget, and more steps than 15 for a
+steady figure. All 20 settings: over 1,000 s, `--budget-s 1100`.
 
     python benchmarks/gpu_train.py [--tiny] [--only SUBSTRING ...] [--steps N]
         [--budget-s S] [--json PATH]
