@@ -7,10 +7,15 @@ the benchmark's budget, and a run pays it again for each new batch shape until t
 the lengths dynamic. Compiling each repeated block once for all its copies (accelerate's
 regional compilation) should cut that to about one block's worth. Each setting prints
 
-- `first step s`: the first optimizer step, compilation included (the run's time less the
-  steady time after it, as the step's metrics give both), each run with an empty cache of
-  compiled kernels, as a new machine starts;
-- `step ms`: a steady step after it;
+- `warm-up s`: the steps up to the last one that compiled (`warm`: how many; the first
+  step where nothing compiled again), compilation included (the run's time less the steady
+  time after them, as the step's metrics give both), each run with an empty cache of
+  compiled kernels, as a new machine starts. Measured before 2026-11-27's change to the
+  finetune metrics' steady window (`counts.Clock`), the figures below took the first step
+  alone as warm-up: the same for every setting that compiled only there, and a T5 compiled
+  whole, which compiled again at every step, now reads all its steps as warm-up and no
+  steady step;
+- `step ms`: a steady step after them;
 - both as ratios to the same shape trained eagerly in the same run, and the final training
   loss beside the eager one (the same seed, data and order: compiling must not change what
   is learnt beyond float rounding).
@@ -142,11 +147,16 @@ def timed_run(
     steps = int(metrics["global_step"])
     tokens = float(metrics["train_tokens"])
     runtime = tokens / float(metrics["train_tokens_per_second"])
-    steady = tokens * (steps - 1) / steps / float(metrics["train_steady_tokens_per_second"])
+    # The finetune metrics' steady window starts after the last step that compiled; where
+    # every step compiled (a T5 compiled whole, at a new batch length each) there is none.
+    steady_rate = metrics.get("train_steady_tokens_per_second")
+    warm = int(metrics.get("train_warm_up_steps") or steps)
+    steady = tokens * (steps - warm) / steps / float(steady_rate) if steady_rate else 0.0
     losses = [entry["loss"] for entry in result.log_history if "loss" in entry]
     return {
         "first_step_s": runtime - steady,
-        "step_s": steady / (steps - 1),
+        "warm_up_steps": warm,
+        "step_s": steady / (steps - warm) if steady_rate else None,
         "loss": losses[-1],
         "elapsed_s": time.perf_counter() - started,
     }
@@ -170,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t5, llama = cpu_shapes()
     chosen = [s for s in (llama, t5) if args.only is None or s.name.startswith(args.only)]
     print(
-        f"{'setting':<36} {'first step s':>12} {'x eager':>8} {'step ms':>8} {'x eager':>8} "
+        f"{'setting':<36} {'warm-up s':>12} {'x eager':>8} {'warm':>5} {'step ms':>8} "
+        f"{'x eager':>8} "
         f"{'loss':>8} {'eager loss':>10}" + (f" {'again s':>8}" if args.again else "")
     )
     with tempfile.TemporaryDirectory(prefix="compile-blocks-") as work:
@@ -194,10 +205,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         kernels = where / "inductor-cache"
                         rerun = timed_run(shape, dataset, where / "again", train, kernels=kernels)
                         again = f" {rerun['first_step_s']:>8.1f}"
+                    step = run["step_s"]
+                    steady = (
+                        f"{1000 * step:>8.0f} {step / eager['step_s']:>8.2f}"
+                        if step is not None and eager["step_s"]
+                        else f"{'-':>8} {'-':>8}"
+                    )
                     print(
                         f"{name:<36} {run['first_step_s']:>12.1f} "
                         f"{run['first_step_s'] / eager['first_step_s']:>8.2f} "
-                        f"{1000 * run['step_s']:>8.0f} {run['step_s'] / eager['step_s']:>8.2f} "
+                        f"{run['warm_up_steps']:>5} {steady} "
                         f"{run['loss']:>8.4f} {eager['loss']:>10.4f}{again}",
                         flush=True,
                     )

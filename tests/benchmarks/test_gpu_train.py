@@ -282,6 +282,7 @@ def test_tiny_run_prints_the_table_and_finite_figures(tmp_path: Path) -> None:
     for value in (trained["tokens_per_second"], generated["new_tokens_per_second"]):
         assert math.isfinite(value) and value > 0
     assert trained["global_step"] == 3 and trained["peak_gib"] is None  # no GPU here
+    assert trained["warm_up_steps"] == 1  # eager: the first step alone warms up
     assert trained["host_share"] is None  # a GPU's figure
     assert trained["zero_stage"] == 0 and trained["note"] == ""  # ran as resolved
     assert (trained["compile"], trained["kernels"]) == (False, None)

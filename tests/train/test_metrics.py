@@ -237,13 +237,15 @@ def test_steady_throughput_leaves_the_first_steps_warm_up_out() -> None:
         decoder_only=True,
         steady_seconds=7.0,
         steps=4,
+        steady_steps=3,
     )
     figures = throughput(counts)
     assert figures["train_tokens_per_second"] == 40.0
     assert figures["train_steady_tokens_per_second"] == pytest.approx(300 / 7)
     assert figures["train_steady_tflops_per_second"] == pytest.approx(6 * 10 * 300 / 7 / 1e12)
     # One step has no window after it: no steady figure rather than a wrong one.
-    one_step = throughput(replace(counts, steps=1, steady_seconds=None))
+    assert figures["train_warm_up_steps"] == 1
+    one_step = throughput(replace(counts, steps=1, steady_seconds=None, steady_steps=0))
     assert "train_steady_tokens_per_second" not in one_step
 
 
@@ -257,10 +259,10 @@ def test_the_clock_starts_its_steady_window_after_the_first_step() -> None:
     clock.on_train_begin(args, None, None)
     clock.on_step_end(args, None, None)
     assert clock.steady_seconds is None  # one step: nothing after it yet
-    first = clock.first_step_ended
+    first = clock.warm_step_ended
     clock.on_step_end(args, None, None)
     clock.on_train_end(args, None, None)
-    assert clock.steps == 2 and clock.first_step_ended == first
+    assert clock.steps == 2 and clock.warm_step_ended == first and clock.steady_steps == 1
     assert clock.steady_seconds == pytest.approx(clock.ended - first)  # type: ignore[operator]
     assert 0 <= clock.steady_seconds <= clock.seconds  # type: ignore[operator]
 
@@ -291,3 +293,54 @@ def test_on_a_gpu_the_clock_times_the_second_step_as_issued_and_as_run(
     assert clock.host_share == pytest.approx(3 / 4)
     assert len(waits) == 2
     assert clock.steady_seconds == pytest.approx(20 - 10)
+
+
+def test_a_step_that_compiles_again_is_warm_up_and_the_next_is_timed_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch.compile compiles in steps 1 and 3 (a new batch shape): the steady window runs
+    from step 3's end over steps 4 and 5, and the host share is step 4's (issued in 1 s, run
+    by 2 s), not step 2's, which ran before the compiling was over."""
+    from types import SimpleNamespace
+
+    from llm_pipeline.train import counts
+
+    # Read at each step's begin and, after the first (warm-up whatever it did), its end.
+    frames = iter([0, 1, 1, 1, 2, 2, 2, 2, 2])
+    monkeypatch.setattr(counts, "compiled_frames", lambda: next(frames))
+    now = iter([0.0, 10.0, 11.0, 12.0, 14.0, 30.0, 31.0, 32.0, 33.0, 40.0])
+    waits: list[object] = []
+    monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
+    monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
+    clock = counts.Clock()
+    args = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    clock.on_train_begin(args, None, None)  # 0
+    for _ in range(5):
+        clock.on_step_begin(args, None, None)
+        clock.on_step_end(args, None, None)
+    clock.on_train_end(args, None, None)  # 40
+    assert clock.warm_steps == 3 and clock.steady_steps == 2
+    assert clock.steady_seconds == pytest.approx(40 - 30)
+    assert clock.host_share == pytest.approx(1 / 2)
+    assert len(waits) == 4  # the ends of steps 1 and 3 (warm-up) and of the timed 2 and 4
+
+
+def test_the_clock_reads_torch_compiles_own_count_of_compiled_frames() -> None:
+    """A compiled module that meets a new input shape compiles again (dynamic=False): with
+    real torch.compile, that step is warm-up too."""
+    from types import SimpleNamespace
+
+    from llm_pipeline.train.counts import Clock, compiled_frames
+
+    layer = torch.compile(torch.nn.Linear(4, 2), dynamic=False)
+    clock = Clock()
+    args = SimpleNamespace(device=torch.device("cpu"))
+    clock.on_train_begin(args, None, None)
+    before = compiled_frames()
+    for rows in (3, 3, 5, 5, 5):
+        clock.on_step_begin(args, None, None)
+        layer(torch.ones(rows, 4)).sum().backward()
+        clock.on_step_end(args, None, None)
+    clock.on_train_end(args, None, None)
+    assert compiled_frames() == before + 2
+    assert clock.warm_steps == 3 and clock.steady_steps == 2

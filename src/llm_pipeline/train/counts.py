@@ -7,6 +7,7 @@ the model, the Trainer and the process group.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from typing import Any
 
@@ -18,50 +19,69 @@ from llm_pipeline.train.metrics import FlopParameters, RunCounts
 from llm_pipeline.train.trainer import FinetuneTrainer
 
 
+def compiled_frames() -> int:
+    """Frames torch.compile has compiled in this process so far, recompiles included; 0 where
+    it never loaded. Torch keeps the count in `torch._dynamo.utils.counters` (internal, but
+    what its own tests and logs read); read without importing dynamo, which costs seconds."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    frames = counters.get("frames") if isinstance(counters, dict) else None
+    return int(frames.get("total", 0)) if frames else 0
+
+
 class Clock(TrainerCallback):
     """Wall time of the training loop itself: after engine setup, before the final save.
 
-    Also the time from the end of this run's first optimizer step, which pays for warm-up
-    (kernels chosen, the allocator grown, loader workers started): a short run's average
-    understates what a long one gets. The GPU is waited for at that one point (the steps
-    are queued, not waited for), so the window holds whole steps; the loop's end is already
-    waited for, by the final loss's read-back.
+    Also the time after warm-up (`steady_seconds`, over `steady_steps`): from the end of the
+    last step that warmed up, the first step (kernels chosen, the allocator grown, loader
+    workers started) or a later one in which torch.compile compiled (`compiled_frames`: a
+    compiled model compiles again at a new batch shape, and on one H200 a T5-large compiled
+    by blocks spent about 113 s in its first five steps, so a window from the first step's
+    end read 1% of the GPU where the steps after ran near eager's pace). A short run's
+    average understates what a long one gets. The GPU is waited for at the end of each such
+    step (the steps are queued, not waited for), so the window holds whole steps; the loop's
+    end is already waited for, by the final loss's read-back.
 
-    On a GPU it also times the second step alone (`host_share`): the host's time to issue it
-    (its operations are queued, not waited for) against the time until the GPU has run it,
-    both from an empty queue (the first step's end is waited for). Near 1, the GPU waited on
-    the host: the step runs at the pace the host issues operations, and fewer, larger ones
-    (compiled or fused kernels, larger micro-batches) are what makes it faster. Well below
-    1, the GPU's own work sets the pace. One more wait, at that step's end. A step that
-    waits on the GPU within itself (DeepSpeed's overflow check reads the gradient norm back)
-    reads near 1 whatever sets its pace.
+    On a GPU it also times the step after the last warm-up step alone (`host_share`): the
+    host's time to issue it (its operations are queued, not waited for) against the time
+    until the GPU has run it, both from an empty queue (the warm-up step's end is waited
+    for). Near 1, the GPU waited on the host: the step runs at the pace the host issues
+    operations, and fewer, larger ones (compiled or fused kernels, larger micro-batches) are
+    what makes it faster. Well below 1, the GPU's own work sets the pace. One more wait, at
+    that step's end. A step that waits on the GPU within itself (DeepSpeed's overflow check
+    reads the gradient norm back) reads near 1 whatever sets its pace.
     """
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.ended: float | None = None
-        self.first_step_ended: float | None = None
+        self.warm_step_ended: float | None = None  # the end of the last warm-up step
+        self.warm_steps = 0  # steps up to and including it
         self.steps = 0  # optimizer steps of this run (a resumed run counts its own)
-        self._second_step_began: float | None = None
+        self._frames_at_step_begin = 0
+        self._step_began: float | None = None  # the step after a warm-up step, timed alone
         self.host_share: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.steps == 1 and args.device.type == "cuda":
-            self._second_step_began = time.perf_counter()
+        self._frames_at_step_begin = compiled_frames()
+        if self.steps > 0 and self.steps == self.warm_steps and args.device.type == "cuda":
+            self._step_began = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
-        if self.steps == 1:
+        began, self._step_began = self._step_began, None
+        if self.steps == 1 or compiled_frames() != self._frames_at_step_begin:
             if args.device.type == "cuda":
                 torch.cuda.synchronize(args.device)
-            self.first_step_ended = time.perf_counter()
-        elif self.steps == 2 and self._second_step_began is not None:
-            issued = time.perf_counter() - self._second_step_began
+            self.warm_step_ended = time.perf_counter()
+            self.warm_steps = self.steps
+        elif began is not None:
+            issued = time.perf_counter() - began
             torch.cuda.synchronize(args.device)
-            ran = time.perf_counter() - self._second_step_began
+            ran = time.perf_counter() - began
             self.host_share = issued / ran if ran > 0 else None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -74,12 +94,17 @@ class Clock(TrainerCallback):
         return self.ended - self.started
 
     @property
+    def steady_steps(self) -> int:
+        """Steps after the last warm-up step."""
+        return self.steps - self.warm_steps
+
+    @property
     def steady_seconds(self) -> float | None:
-        """Seconds from the end of the first step to the end of the last; None with fewer
-        than two steps."""
-        if self.steps < 2 or self.first_step_ended is None or self.ended is None:
+        """Seconds from the end of the last warm-up step to the end of the last step; None
+        with no step after it."""
+        if self.steady_steps < 1 or self.warm_step_ended is None or self.ended is None:
             return None
-        return self.ended - self.first_step_ended
+        return self.ended - self.warm_step_ended
 
 
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
@@ -146,8 +171,14 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
     totals = torch.tensor([samples, source_tokens, target_tokens], dtype=torch.long, device=device)
     dist.all_reduce(totals)
     steady, share = clock.steady_seconds, clock.host_share
+    # The largest of each, the steady steps' fewest (as their negative): the slowest rank's.
     slowest = torch.tensor(
-        [clock.seconds, -1.0 if steady is None else steady, -1.0 if share is None else share],
+        [
+            clock.seconds,
+            -1.0 if steady is None else steady,
+            -1.0 if share is None else share,
+            -float(clock.steady_steps),
+        ],
         dtype=torch.float64,
         device=device,
     )
@@ -162,6 +193,7 @@ def gather_counts(trainer: FinetuneTrainer, clock: Clock) -> RunCounts:
         steady_seconds=float(slowest[1]) if slowest[1] > 0 else None,
         host_share=float(slowest[2]) if slowest[2] >= 0 else None,
         steps=clock.steps,
+        steady_steps=int(-slowest[3]),
         total_parameters=count_parameters(model),
         trainable_parameters=count_parameters(model, trainable_only=True),
         flop_parameters=flop_parameters(model),

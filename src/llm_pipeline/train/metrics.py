@@ -102,10 +102,12 @@ class RunCounts:
     decoder_only: bool = False
     # the most GPU memory any rank's caching allocator held (bytes), None on the CPU
     peak_memory_reserved: int | None = None
-    # wall time from the end of the first optimizer step to the last (`counts.Clock`), and
-    # this run's optimizer steps; None and 0 where unknown or fewer than two steps
+    # wall time from the end of the last warm-up step (the first, or a later one that
+    # compiled: `counts.Clock`) to the end of the last, the steps in it, and this run's
+    # optimizer steps; None and 0 where unknown or no step came after warm-up
     steady_seconds: float | None = None
     steps: int = 0
+    steady_steps: int = 0
     # on a GPU, the share of the second step the host spent issuing it (`counts.Clock`), the
     # largest of any rank's; None off a GPU
     host_share: float | None = None
@@ -135,12 +137,13 @@ def throughput(counts: RunCounts) -> dict[str, float | None]:
         "train_tflops_per_second": flops_per_s / 1e12,
         "mfu": mfu,
     }
-    if counts.steady_seconds and counts.steps >= 2:
-        # After the first step's warm-up: that step's share of the work taken off, as if
-        # every step were the same size (packed rows are; padded ones are on average).
-        share = (counts.steps - 1) / counts.steps / counts.steady_seconds
+    if counts.steady_seconds and 0 < counts.steady_steps < counts.steps:
+        # After warm-up: the warm-up steps' share of the work taken off, as if every step
+        # were the same size (packed rows are; padded ones are on average).
+        share = counts.steady_steps / counts.steps / counts.steady_seconds
         figures["train_steady_tokens_per_second"] = counts.tokens * share
         figures["train_steady_tflops_per_second"] = flops * share / 1e12
+        figures["train_warm_up_steps"] = counts.steps - counts.steady_steps
     return figures
 
 
