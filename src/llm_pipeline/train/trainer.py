@@ -111,11 +111,14 @@ class FinetuneTrainer(Trainer):
         row_lengths: Callable[[Any], list[int]] | None = None,
         keep_folder: str | None = None,
         compile_blocks: bool = False,
+        compile_dynamic: bool = False,
         **kwargs: Any,
     ) -> None:
-        #: `train.compile: blocks`: read by `_build_accelerator_args`, which the Trainer's
-        #: own __init__ calls, so set before it.
+        #: `train.compile: blocks`, and whether torch.compile traces batch lengths as
+        #: dynamic from the first compile: read by `_build_accelerator_args`, which the
+        #: Trainer's own __init__ calls, so set before it.
         self.compile_blocks = compile_blocks
+        self.compile_dynamic = compile_dynamic
         super().__init__(*args, **kwargs)
         if compile_blocks and not getattr(
             self.accelerator.state.dynamo_plugin, "use_regional_compilation", False
@@ -154,11 +157,24 @@ class FinetuneTrainer(Trainer):
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
         """The Trainer's Accelerator arguments; under `train.compile: blocks` its torch.compile
         plugin compiles each repeated block instead of the whole model (accelerate's
-        `compile_regions`, or `compile_regions_deepspeed` under DeepSpeed)."""
+        `compile_regions`, or `compile_regions_deepspeed` under DeepSpeed).
+
+        Batches padded to their longest row (all but packed ones) come in many lengths, and
+        torch compiles a graph for the lengths it first sees, again at the next new one,
+        and only then for any (its automatic dynamic shapes), each graph on its own. On one
+        H200 a T5-large compiled by blocks spent about 113 s in its first five steps so:
+        trained with eager attention, as on a GPU (`models/attention.py`), its encoder and
+        decoder blocks are separate graphs, and the decoder's compiled again at step 2
+        (reproduced on the CPU with `attn_implementation: eager`). Traced dynamic from the
+        first compile (`compile_dynamic`), each compiles once. Packed rows have one length,
+        where a graph for it is the better one."""
         args: dict[str, Any] = super()._build_accelerator_args(**kwargs)
         plugin = args.get("dynamo_plugin")
-        if self.compile_blocks and plugin is not None:
-            plugin.use_regional_compilation = True
+        if plugin is not None:
+            if self.compile_blocks:
+                plugin.use_regional_compilation = True
+            if self.compile_dynamic:
+                plugin.dynamic = True
         return args
 
     def training_step(
@@ -373,4 +389,6 @@ def build_trainer(
         row_lengths=task.training_lengths,
         keep_folder=keep_folder,
         compile_blocks=train.compile == "blocks",
+        # Packed rows (`position_ids`, train/collators.py) have one length; others many.
+        compile_dynamic="position_ids" not in (getattr(train_dataset, "column_names", None) or ()),
     )
