@@ -45,6 +45,25 @@ wrappers among the recompiled frames), 126-163x an eager step; by blocks its ste
 0.94x eager's time, and its first step compiled in about the same time (each stack's first
 block, which makes the position bias, is a graph of its own).
 
+Since then, batches of many lengths are traced dynamic from the first compile
+(`train/trainer.py::FinetuneTrainer._build_accelerator_args`): with eager attention, as a
+T5 trains on a GPU, its decoder blocks compiled again at step 2, and on one H200 a T5-large
+by blocks spent about 113 s in its first five steps. The T5 rows again (2026-11-27,
+`--only t5 --steps 6`, nothing else running; `warm`: the steps up to the last that
+compiled):
+
+    setting                          warm-up s  warm  step ms  x eager     loss eager loss
+    t5-8+8-d64 full eager                  0.0     1       50     1.00  10.6620    10.6620
+    t5-8+8-d64 full compile (whole)      135.9     2       51     1.03  10.6620    10.6620
+    t5-8+8-d64 full compile: blocks       45.5     1       49     0.98  10.6620    10.6620
+    t5-8+8-d64 lora eager                  0.1     1       66     1.00  10.9062    10.9062
+    t5-8+8-d64 lora compile (whole)      127.6     2       64     0.98  10.9062    10.9062
+    t5-8+8-d64 lora compile: blocks       43.1     1       67     1.02  10.9062    10.9062
+
+The T5 compiled whole no longer recompiles at every step (eager's pace after two steps,
+where it was 126-163x), but compiles about three times as long as by blocks, which stays
+the way to compile a T5.
+
 `--again` runs each compiled setting a second time on the kernels the first left, as a
 later run on the same machine finds them in the project's cache folder (`caches.py`; before
 it, a local run's private TMPDIR took torch's default cache away with the run). Measured

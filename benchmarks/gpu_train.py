@@ -278,9 +278,10 @@ def variants(t5: Shape, llama: Shape) -> list[Setting]:
     once started. On one H100 (2026-11-27) a Liger row cost what its `auto` row costs, about
     40 s; the Llama compiled whole took 95 s full and over 123 s with LoRA. On this CPU
     (benchmarks/compile_blocks.py) compiling block by block (`train.compile: blocks`) cut
-    the Llama's first step to 0.34-0.39x of compiling whole, and a T5 compiled whole ran its
-    next steps at 126-163x eager's time, recompiling, where by blocks it ran at 0.94x. So T5
-    and LoRA compile by blocks, and the Llama full both ways, to compare. Order: Liger full,
+    the Llama's first step to 0.34-0.39x of compiling whole, and a T5's to a third (a T5
+    compiled whole recompiled at every step until lengths were traced dynamic from the
+    first compile, 2026-11-27). So T5 and LoRA compile by blocks, and the Llama full both
+    ways, to compare. Order: Liger full,
     T5-large full by blocks (its steps were the host's there: what compiling is for), Liger
     LoRA, the Llama full compiled whole (measured), then by blocks, and T5-large and the
     Llama with LoRA by blocks."""

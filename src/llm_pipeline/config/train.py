@@ -193,12 +193,13 @@ class TrainConfig(Section):
         "(accelerate's regional compilation, as torchtune compiles per layer); what runs "
         "between blocks (embeddings, the last norm, the head and loss) stays eager. On this "
         "project's CPU (benchmarks/compile_blocks.py) a 22-layer Llama's first step compiled "
-        "in 0.34-0.39x the time by blocks, and a T5 compiled whole recompiled at each new "
-        "batch length, its steps 126-163x an eager step, where by blocks they ran at 0.94x: "
-        "compile a T5 by blocks. Off by default: measured on a GPU for the one case above; "
-        "`blocks`, LoRA and a T5 (whose steps the host paced there) have not run compiled on "
-        "a GPU. Each new batch shape "
-        "compiles again until torch marks the lengths dynamic, at the second.",
+        "in 0.34-0.39x the time by blocks, and a T5's in a third of the time it takes whole: "
+        "compile a T5 by blocks. Rows padded to their batch's longest are compiled for any "
+        "length from the first step; packed rows for their one length. Off by default: "
+        "measured on a GPU for the one case above; on one H200 a T5-large by blocks compiled "
+        "for about 113 s over its first five steps (before lengths were dynamic from the "
+        "first compile), and its steady speed, LoRA's and the Llama's by blocks are "
+        "unmeasured on a GPU.",
     )
     kernels: Literal["liger"] | None = Field(
         default=None,
