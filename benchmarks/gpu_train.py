@@ -797,7 +797,7 @@ def train_config(setting: Setting, steps: int, precision: str) -> TrainConfig | 
         per_device_batch_size=setting.shape.batch,
         learning_rate=1e-4,
         logging_steps=max(1, steps // 3),
-        eval_steps=steps,  # one evaluation, at the end: none inside the timed steps but the last
+        eval_steps=steps,  # one evaluation, after the last step: outside the steady window
         save_steps=100 * steps,
         precision=precision,
         lora=LORA if setting.lora else None,

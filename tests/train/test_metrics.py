@@ -305,8 +305,7 @@ def test_a_step_that_compiles_again_is_warm_up_and_the_next_is_timed_alone(
 
     from llm_pipeline.train import counts
 
-    # Read at each step's begin and, after the first (warm-up whatever it did), its end.
-    frames = iter([0, 1, 1, 1, 2, 2, 2, 2, 2])
+    frames = iter([0, 1, 1, 2, 2, 2])  # read at the start and at each step's end
     monkeypatch.setattr(counts, "compiled_frames", lambda: next(frames))
     now = iter([0.0, 10.0, 11.0, 12.0, 14.0, 30.0, 31.0, 32.0, 33.0, 40.0])
     waits: list[object] = []
@@ -323,6 +322,33 @@ def test_a_step_that_compiles_again_is_warm_up_and_the_next_is_timed_alone(
     assert clock.steady_seconds == pytest.approx(40 - 30)
     assert clock.host_share == pytest.approx(1 / 2)
     assert len(waits) == 4  # the ends of steps 1 and 3 (warm-up) and of the timed 2 and 4
+
+
+def test_the_steady_window_ends_at_the_last_planned_step_not_after_its_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three planned steps, the first ending at 10 and the last at 12; the evaluation and
+    save after it take 50 s (a compiled model compiling its evaluation graphs): not
+    training. A run stopped before its planned last step ends its window with the loop."""
+    from types import SimpleNamespace
+
+    from llm_pipeline.train import counts
+
+    monkeypatch.setattr(counts, "compiled_frames", lambda: 0)
+    args = SimpleNamespace(device=torch.device("cpu"))
+    # perf_counter: the start, step 1's end, the last planned step's end, the loop's end.
+    for planned, times in ((3, [0.0, 10.0, 12.0, 62.0]), (5, [0.0, 10.0, 62.0])):
+        now, end = iter(times), times[-2] if planned == 3 else times[-1]
+        monkeypatch.setattr(counts.time, "perf_counter", lambda now=now: next(now))
+        clock = counts.Clock()
+        clock.on_train_begin(args, None, None)
+        for step in (1, 2, 3):
+            state = SimpleNamespace(global_step=step, max_steps=planned)
+            clock.on_step_begin(args, state, None)
+            clock.on_step_end(args, state, None)
+        clock.on_train_end(args, None, None)
+        assert clock.steady_steps == 2
+        assert clock.steady_seconds == pytest.approx(end - 10), planned
 
 
 def test_the_clock_reads_torch_compiles_own_count_of_compiled_frames() -> None:

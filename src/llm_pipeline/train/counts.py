@@ -34,13 +34,14 @@ class Clock(TrainerCallback):
 
     Also the time after warm-up (`steady_seconds`, over `steady_steps`): from the end of the
     last step that warmed up, the first step (kernels chosen, the allocator grown, loader
-    workers started) or a later one in which torch.compile compiled (`compiled_frames`: a
-    compiled model compiles again at a new batch shape, and on one H200 a T5-large compiled
-    by blocks spent about 113 s in its first five steps, so a window from the first step's
-    end read 1% of the GPU where the steps after ran near eager's pace). A short run's
-    average understates what a long one gets. The GPU is waited for at the end of each such
-    step (the steps are queued, not waited for), so the window holds whole steps; the loop's
-    end is already waited for, by the final loss's read-back.
+    workers started) or a later one by whose end torch.compile had compiled again
+    (`compiled_frames`: a compiled model compiles again at a new batch shape, and for
+    evaluation; on one H200 a T5-large compiled by blocks spent about 113 s in its first
+    five steps, so a window from the first step's end read 1% of the GPU where the steps
+    after ran near eager's pace), to the end of the run's planned last step, before the
+    evaluation and save that follow it (the loop's end where the run stopped early). A
+    short run's average understates what a long one gets. The GPU is waited for at each of
+    those ends (the steps are queued, not waited for), so the window holds whole steps.
 
     On a GPU it also times the step after the last warm-up step alone (`host_share`): the
     host's time to issue it (its operations are queued, not waited for) against the time
@@ -57,24 +58,29 @@ class Clock(TrainerCallback):
         self.ended: float | None = None
         self.warm_step_ended: float | None = None  # the end of the last warm-up step
         self.warm_steps = 0  # steps up to and including it
+        self.last_step_ended: float | None = None  # the run's planned last step, waited for
         self.steps = 0  # optimizer steps of this run (a resumed run counts its own)
-        self._frames_at_step_begin = 0
+        self._frames = 0  # compiled_frames() at the last step's end
         self._step_began: float | None = None  # the step after a warm-up step, timed alone
         self.host_share: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
+        self._frames = compiled_frames()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._frames_at_step_begin = compiled_frames()
         if self.steps > 0 and self.steps == self.warm_steps and args.device.type == "cuda":
             self._step_began = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
         began, self._step_began = self._step_began, None
-        if self.steps == 1 or compiled_frames() != self._frames_at_step_begin:
-            if args.device.type == "cuda":
+        # Compiled since the last step's end: in this step, or in an evaluation before it.
+        frames = compiled_frames()
+        compiled, self._frames = frames != self._frames, frames
+        cuda = args.device.type == "cuda"
+        if self.steps == 1 or compiled:
+            if cuda:
                 torch.cuda.synchronize(args.device)
             self.warm_step_ended = time.perf_counter()
             self.warm_steps = self.steps
@@ -83,6 +89,13 @@ class Clock(TrainerCallback):
             torch.cuda.synchronize(args.device)
             ran = time.perf_counter() - began
             self.host_share = issued / ran if ran > 0 else None
+        max_steps = getattr(state, "max_steps", 0) or 0
+        if 0 < max_steps <= getattr(state, "global_step", 0) and self.steps > self.warm_steps:
+            # The window ends here: the evaluation and save after the last step are not
+            # training (a compiled model compiles its evaluation graphs there, too).
+            if cuda:
+                torch.cuda.synchronize(args.device)
+            self.last_step_ended = time.perf_counter()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.ended = time.perf_counter()
@@ -100,11 +113,13 @@ class Clock(TrainerCallback):
 
     @property
     def steady_seconds(self) -> float | None:
-        """Seconds from the end of the last warm-up step to the end of the last step; None
-        with no step after it."""
-        if self.steady_steps < 1 or self.warm_step_ended is None or self.ended is None:
+        """Seconds from the end of the last warm-up step to the end of the last step (of the
+        training loop, where the run stopped before its planned last step); None with no
+        step after warm-up."""
+        end = self.last_step_ended or self.ended
+        if self.steady_steps < 1 or self.warm_step_ended is None or end is None:
             return None
-        return self.ended - self.warm_step_ended
+        return end - self.warm_step_ended
 
 
 #: Decoder cross-attention key and value projections, which run on the encoder's output (one
