@@ -108,8 +108,8 @@ class RunCounts:
     steady_seconds: float | None = None
     steps: int = 0
     steady_steps: int = 0
-    # on a GPU, the share of the second step the host spent issuing it (`counts.Clock`), the
-    # largest of any rank's; None off a GPU
+    # on a GPU, the share of the step after warm-up the host spent issuing it
+    # (`counts.Clock`), the largest of any rank's; None off a GPU
     host_share: float | None = None
 
     @property
