@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -267,21 +268,30 @@ def test_the_clock_starts_its_steady_window_after_the_first_step() -> None:
     assert 0 <= clock.steady_seconds <= clock.seconds  # type: ignore[operator]
 
 
+def _clock_on_a_stand_in_gpu(
+    monkeypatch: pytest.MonkeyPatch, times: list[float]
+) -> tuple[Any, Any, list[object]]:
+    """A Clock on a "cuda" device whose perf_counter reads `times` in turn and whose GPU
+    waits are recorded (there is no GPU here); the Clock, its args and the waits."""
+    from types import SimpleNamespace
+
+    from llm_pipeline.train import counts
+
+    now = iter(times)
+    waits: list[object] = []
+    monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
+    monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
+    return counts.Clock(), SimpleNamespace(device=SimpleNamespace(type="cuda")), waits
+
+
 def test_on_a_gpu_the_clock_times_the_second_step_as_issued_and_as_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The host issues step 2 in 3 s and the GPU has run it 4 s after it began: 0.75. The
     waits (one per step, the first two steps only) are stood in for: no GPU here."""
-    from types import SimpleNamespace
-
-    from llm_pipeline.train import counts
-
-    now = iter([0.0, 10.0, 11.0, 14.0, 15.0, 20.0, 30.0])
-    waits: list[object] = []
-    monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
-    monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
-    clock = counts.Clock()
-    args = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    clock, args, waits = _clock_on_a_stand_in_gpu(
+        monkeypatch, [0.0, 10.0, 11.0, 14.0, 15.0, 20.0, 30.0]
+    )
     clock.on_train_begin(args, None, None)  # 0
     clock.on_step_begin(args, None, None)  # step 1: not timed alone
     clock.on_step_end(args, None, None)  # waited for; 10
@@ -301,18 +311,13 @@ def test_a_step_that_compiles_again_is_warm_up_and_the_next_is_timed_alone(
     """torch.compile compiles in steps 1 and 3 (a new batch shape): the steady window runs
     from step 3's end over steps 4 and 5, and the host share is step 4's (issued in 1 s, run
     by 2 s), not step 2's, which ran before the compiling was over."""
-    from types import SimpleNamespace
-
     from llm_pipeline.train import counts
 
     frames = iter([0, 1, 1, 2, 2, 2])  # read at the start and at each step's end
     monkeypatch.setattr(counts, "compiled_frames", lambda: next(frames))
-    now = iter([0.0, 10.0, 11.0, 12.0, 14.0, 30.0, 31.0, 32.0, 33.0, 40.0])
-    waits: list[object] = []
-    monkeypatch.setattr(counts.time, "perf_counter", lambda: next(now))
-    monkeypatch.setattr(counts.torch.cuda, "synchronize", waits.append)
-    clock = counts.Clock()
-    args = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    clock, args, waits = _clock_on_a_stand_in_gpu(
+        monkeypatch, [0.0, 10.0, 11.0, 12.0, 14.0, 30.0, 31.0, 32.0, 33.0, 40.0]
+    )
     clock.on_train_begin(args, None, None)  # 0
     for _ in range(5):
         clock.on_step_begin(args, None, None)
