@@ -3,6 +3,7 @@
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import datasets
@@ -21,9 +22,15 @@ MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 PACKED_COLUMNS = ("input_ids", "labels", "position_ids")
 
 
+def is_packed(column_names: Iterable[str]) -> bool:
+    """Whether a split with these columns is packed (`data.packing`): rows of one length,
+    whose `position_ids` keep their examples apart."""
+    return "position_ids" in column_names
+
+
 def model_columns(column_names: list[str]) -> tuple[str, ...]:
     """The columns a model takes from a split with these columns: packed or not."""
-    return PACKED_COLUMNS if "position_ids" in column_names else MODEL_COLUMNS
+    return PACKED_COLUMNS if is_packed(column_names) else MODEL_COLUMNS
 
 
 def load_saved_dataset(

@@ -26,6 +26,7 @@ from transformers import (
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from llm_pipeline.config import TrainConfig
+from llm_pipeline.data.saved import is_packed
 from llm_pipeline.errors import TrainError
 from llm_pipeline.tasks import Task
 from llm_pipeline.tasks.base import ModelLoss
@@ -389,6 +390,6 @@ def build_trainer(
         row_lengths=task.training_lengths,
         keep_folder=keep_folder,
         compile_blocks=train.compile == "blocks",
-        # Packed rows (`position_ids`, train/collators.py) have one length; others many.
-        compile_dynamic="position_ids" not in (getattr(train_dataset, "column_names", None) or ()),
+        # Packed rows have one length; others many.
+        compile_dynamic=not is_packed(getattr(train_dataset, "column_names", None) or ()),
     )
