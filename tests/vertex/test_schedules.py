@@ -10,6 +10,7 @@ import pytest
 from llm_pipeline import cli
 from llm_pipeline.vertex.schedules import validate_cron
 
+from ..pipelines.spec_reading import defaults
 from ..registry.vertex_standin import VertexStandIn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,9 @@ def test_a_schedule_carries_cron_time_zone_concurrency_and_who_runs_it(
     assert request["parent"] == PARENT
     job = request["pipelineJob"]
     assert job["serviceAccount"] == SA and job["network"] == NETWORK
+    # The training jobs run as the same account, on the same network.
+    finetune = defaults(job["pipelineSpec"], "comp-finetune")
+    assert (finetune["service_account"], finetune["network"]) == (SA, NETWORK)
     assert job["runtimeConfig"]["parameterValues"]["epochs"] == 3.0
     # Each scheduled run retrains on fresh data: download never comes from the cache.
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]

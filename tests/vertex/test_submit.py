@@ -88,6 +88,18 @@ def test_submit_sends_the_spec_parameters_and_who_runs_it(
     )
 
 
+def test_the_training_jobs_run_as_the_service_account_and_network_the_flags_name(
+    api: VertexStandIn,
+) -> None:
+    # The flags reached the pipeline run only: finetune and evaluate, custom jobs of their
+    # own, ran as Vertex's Custom Code Service Agent and on no network.
+    assert run(*WHERE, "--service-account", SA, "--network", NETWORK) == 0
+    spec = created_job(api)["pipelineSpec"]
+    for component in ("comp-finetune", "comp-evaluate"):
+        settings = defaults(spec, component)
+        assert (settings["service_account"], settings["network"]) == (SA, NETWORK), component
+
+
 def test_no_cache_turns_caching_off_for_every_step(api: VertexStandIn) -> None:
     assert run(*WHERE, "--no-cache") == 0
     tasks = created_job(api)["pipelineSpec"]["root"]["dag"]["tasks"]

@@ -287,13 +287,16 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
     # The images are named for the project and region the run goes to (`{project}`, `{region}`),
-    # and the training job's folders go under the root it goes to, as they would had the config
-    # named them (`pipelines.vertex.base_output_directory`).
+    # the training job's folders go under the root it goes to, and its custom jobs run as the
+    # service account and on the network the run does, as they would had the config named them
+    # (`pipelines.custom_jobs.custom_job_settings`).
     located = config.vertex.model_copy(
         update={
             "project": target.project,
             "region": target.region,
             "pipeline_root": target.pipeline_root,
+            "service_account": target.service_account,
+            "network": target.network,
         }
     )
     config = config.model_copy(update={"vertex": located})
