@@ -38,7 +38,7 @@ def test_a_schedule_carries_cron_time_zone_concurrency_and_who_runs_it(
         "--start-time",
         "2026-12-01T00:00:00Z",
         "--end-time",
-        "2027-06-01T00:00:00+02:00",
+        "2036-06-01T00:00:00+02:00",
     )
     assert code == 0, capsys.readouterr().err
     (call,) = [c for c in api.calls if c.method == "POST" and c.path.endswith("/schedules")]
@@ -51,7 +51,7 @@ def test_a_schedule_carries_cron_time_zone_concurrency_and_who_runs_it(
     assert body["maxConcurrentActiveRunCount"] == "1"
     assert body["allowQueueing"] is True
     assert body["startTime"].startswith("2026-12-01T00:00:00")
-    assert body["endTime"].startswith("2027-05-31T22:00:00")
+    assert body["endTime"].startswith("2036-05-31T22:00:00")
     request = body["createPipelineJobRequest"]
     assert request["parent"] == PARENT
     job = request["pipelineJob"]
@@ -118,6 +118,11 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
                 *("--end-time", "2026-01-01T00:00:00Z"),
             ],
             "--end-time must be after --start-time",
+        ),
+        # It was sent to Vertex AI, asking for a schedule that could never start a run.
+        (
+            ["--schedule", "0 3 * * 1", "--end-time", "2020-01-01T00:00:00Z"],
+            "--end-time '2020-01-01T00:00:00Z' is past: the schedule would never start a run",
         ),
         (["--schedule", "0 3 * * 1", "--max-concurrent-runs", "0"], "--max-concurrent-runs"),
         (["--schedule", "0 3 * * 1", "--wait"], "--wait apply to one run, not to a --schedule"),

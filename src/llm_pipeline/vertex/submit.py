@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ class ScheduleRequest:
 
 
 def check_times(request: ScheduleRequest) -> None:
-    """ConfigError for a time that is not RFC 3339, or an end not after the start."""
+    """ConfigError for a time that is not RFC 3339, or an end not after the start or now."""
     problems, parsed = [], {}
     for flag, value in (("--start-time", request.start_time), ("--end-time", request.end_time)):
         if value is None:
@@ -160,6 +160,10 @@ def check_times(request: ScheduleRequest) -> None:
         parsed[flag] = moment
     if len(parsed) == 2 and parsed["--end-time"] <= parsed["--start-time"]:
         problems.append("--end-time must be after --start-time")
+    elif "--end-time" in parsed and parsed["--end-time"] <= datetime.now(UTC):
+        problems.append(
+            f"--end-time {request.end_time!r} is past: the schedule would never start a run"
+        )
     if request.max_concurrent_runs < 1:
         problems.append(f"--max-concurrent-runs must be >= 1, got {request.max_concurrent_runs}")
     if problems:
