@@ -126,6 +126,11 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
         ),
         (["--schedule", "0 3 * * 1", "--max-concurrent-runs", "0"], "--max-concurrent-runs"),
         (["--schedule", "0 3 * * 1", "--wait"], "--wait apply to one run, not to a --schedule"),
+        # The config's experiment was dropped without a word: no scheduled run is logged to it.
+        (
+            ["--schedule", "0 3 * * 1", "--set", "vertex.experiment=t5-weekly"],
+            "vertex.experiment 't5-weekly' applies to one run, not to a --schedule",
+        ),
     ],
 )
 def test_a_bad_schedule_is_refused_before_any_call(

@@ -141,6 +141,12 @@ def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
         problems.append(f"{', '.join(given)} only apply with --schedule")
     if args.schedule is not None and (given := _given(args, (*RUN_FLAGS, "preflight"))):
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
+    if args.schedule is not None and args.experiment is None and config.vertex.experiment:
+        problems.append(
+            f"the config's vertex.experiment {config.vertex.experiment!r} applies to one run, "
+            "not to a --schedule (a schedule's runs are linked to no experiment): add --set "
+            "vertex.experiment=null to schedule without it"
+        )
     if args.no_deploy and not args.preflight:
         problems.append("--no-deploy only applies with --preflight")
     if not (math.isfinite(args.poll_seconds) and args.poll_seconds >= 0):
