@@ -135,8 +135,17 @@ def vertex_request(args: argparse.Namespace) -> list[str]:
 def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
     """Flags that cannot go together, said before anything is compiled."""
     problems = []
-    if args.upload_template and wants_vertex(args):
-        problems.append("--upload-template only uploads the spec: leave out the run flags")
+    if args.upload_template and (given := _submission_flags(args)):
+        compiled_in = _given(args, ("service_account", "network"))
+        problems.append(
+            f"--upload-template only uploads the spec: leave out {', '.join(given)}"
+            + (
+                " (the template's training jobs run as the vertex.service_account and on the "
+                "vertex.network it is compiled with: give them with --set)"
+                if compiled_in
+                else ""
+            )
+        )
     if args.schedule is None and (given := _given(args, SCHEDULE_FLAGS)):
         problems.append(f"{', '.join(given)} only apply with --schedule")
     if args.schedule is not None and (given := _given(args, (*RUN_FLAGS, "preflight"))):
