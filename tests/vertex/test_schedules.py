@@ -111,6 +111,9 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
         (["--schedule", "0 3 * * FUNDAY"], "day of week 'FUNDAY'"),
         (["--schedule", "0 3 */0 * *"], "step '0'"),
         (["--schedule", "TZ=Mars/Olympus 0 3 * * 1"], "time zone 'Mars/Olympus'"),
+        # Each field was in range, so a date that never comes was sent to Vertex AI.
+        (["--schedule", "0 3 30 FEB *"], "day of month '30' never comes in month 'FEB'"),
+        (["--schedule", "0 3 31 4,6,9,11 *"], "day of month '31' never comes in month"),
         (["--schedule", "0 3 * * 1", "--start-time", "tomorrow"], "--start-time 'tomorrow'"),
         (
             [
@@ -150,6 +153,10 @@ def test_a_bad_schedule_is_refused_before_any_call(
         "0 0 1,15 JAN,jul *",
         "5 4 * * 7",
         "0 0-23/2 * * *",
+        "0 3 29 2 *",  # leap days
+        "0 3 31 2,3 *",
+        "0 3 31 2 1",  # with a day of week: every Monday in February as well
+        "0 3 */10 2 *",
     ],
 )
 def test_valid_cron_strings_pass_unchanged(cron: str) -> None:
