@@ -111,6 +111,9 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
         (["--schedule", "0 3 * * FUNDAY"], "day of week 'FUNDAY'"),
         (["--schedule", "0 3 */0 * *"], "step '0'"),
         (["--schedule", "TZ=Mars/Olympus 0 3 * * 1"], "time zone 'Mars/Olympus'"),
+        # These were "6 fields; cron needs 5".
+        (["--schedule", "TZ= 0 3 * * 1"], "'TZ=' is not a time zone: TZ=ZONE or CRON_TZ=ZONE"),
+        (["--schedule", "tz=UTC 0 3 * * 1"], "'tz=UTC' is not a time zone"),
         # Each field was in range, so a date that never comes was sent to Vertex AI.
         (["--schedule", "0 3 30 FEB *"], "day of month '30' never comes in month 'FEB'"),
         (["--schedule", "0 3 31 4,6,9,11 *"], "day of month '31' never comes in month"),

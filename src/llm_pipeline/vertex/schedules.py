@@ -95,6 +95,12 @@ def validate_cron(schedule: str) -> str:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
             problems.append(f"time zone {zone!r} is not an IANA zone (e.g. Europe/Paris)")
     fields = body.split()
+    if not match and fields and "=" in fields[0]:
+        problems.append(
+            f"{fields[0]!r} is not a time zone: TZ=ZONE or CRON_TZ=ZONE, an IANA zone such as "
+            "Europe/Paris, before the five fields"
+        )
+        fields = fields[1:]
     if len(fields) != len(FIELDS):
         problems.append(
             f"{len(fields)} fields; cron needs 5: minute hour day-of-month month day-of-week "
