@@ -10,6 +10,7 @@ import pytest
 from llm_pipeline import cli
 from llm_pipeline.vertex.schedules import validate_cron
 
+from ..pipelines.spec_reading import defaults
 from ..registry.vertex_standin import VertexStandIn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def test_a_schedule_carries_cron_time_zone_concurrency_and_who_runs_it(
         "--start-time",
         "2026-12-01T00:00:00Z",
         "--end-time",
-        "2027-06-01T00:00:00+02:00",
+        "2036-06-01T00:00:00+02:00",
     )
     assert code == 0, capsys.readouterr().err
     (call,) = [c for c in api.calls if c.method == "POST" and c.path.endswith("/schedules")]
@@ -50,11 +51,14 @@ def test_a_schedule_carries_cron_time_zone_concurrency_and_who_runs_it(
     assert body["maxConcurrentActiveRunCount"] == "1"
     assert body["allowQueueing"] is True
     assert body["startTime"].startswith("2026-12-01T00:00:00")
-    assert body["endTime"].startswith("2027-05-31T22:00:00")
+    assert body["endTime"].startswith("2036-05-31T22:00:00")
     request = body["createPipelineJobRequest"]
     assert request["parent"] == PARENT
     job = request["pipelineJob"]
     assert job["serviceAccount"] == SA and job["network"] == NETWORK
+    # The training jobs run as the same account, on the same network.
+    finetune = defaults(job["pipelineSpec"], "comp-finetune")
+    assert (finetune["service_account"], finetune["network"]) == (SA, NETWORK)
     assert job["runtimeConfig"]["parameterValues"]["epochs"] == 3.0
     # Each scheduled run retrains on fresh data: download never comes from the cache.
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
@@ -107,6 +111,12 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
         (["--schedule", "0 3 * * FUNDAY"], "day of week 'FUNDAY'"),
         (["--schedule", "0 3 */0 * *"], "step '0'"),
         (["--schedule", "TZ=Mars/Olympus 0 3 * * 1"], "time zone 'Mars/Olympus'"),
+        # These were "6 fields; cron needs 5".
+        (["--schedule", "TZ= 0 3 * * 1"], "'TZ=' is not a time zone: TZ=ZONE or CRON_TZ=ZONE"),
+        (["--schedule", "tz=UTC 0 3 * * 1"], "'tz=UTC' is not a time zone"),
+        # Each field was in range, so a date that never comes was sent to Vertex AI.
+        (["--schedule", "0 3 30 FEB *"], "day of month '30' never comes in month 'FEB'"),
+        (["--schedule", "0 3 31 4,6,9,11 *"], "day of month '31' never comes in month"),
         (["--schedule", "0 3 * * 1", "--start-time", "tomorrow"], "--start-time 'tomorrow'"),
         (
             [
@@ -115,8 +125,18 @@ def test_schedules_are_listed_paused_resumed_and_deleted(
             ],
             "--end-time must be after --start-time",
         ),
+        # It was sent to Vertex AI, asking for a schedule that could never start a run.
+        (
+            ["--schedule", "0 3 * * 1", "--end-time", "2020-01-01T00:00:00Z"],
+            "--end-time '2020-01-01T00:00:00Z' is past: the schedule would never start a run",
+        ),
         (["--schedule", "0 3 * * 1", "--max-concurrent-runs", "0"], "--max-concurrent-runs"),
         (["--schedule", "0 3 * * 1", "--wait"], "--wait apply to one run, not to a --schedule"),
+        # The config's experiment was dropped without a word: no scheduled run is logged to it.
+        (
+            ["--schedule", "0 3 * * 1", "--set", "vertex.experiment=t5-weekly"],
+            "vertex.experiment 't5-weekly' applies to one run, not to a --schedule",
+        ),
     ],
 )
 def test_a_bad_schedule_is_refused_before_any_call(
@@ -136,6 +156,10 @@ def test_a_bad_schedule_is_refused_before_any_call(
         "0 0 1,15 JAN,jul *",
         "5 4 * * 7",
         "0 0-23/2 * * *",
+        "0 3 29 2 *",  # leap days
+        "0 3 31 2,3 *",
+        "0 3 31 2 1",  # with a day of week: every Monday in February as well
+        "0 3 */10 2 *",
     ],
 )
 def test_valid_cron_strings_pass_unchanged(cron: str) -> None:

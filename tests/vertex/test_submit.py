@@ -13,7 +13,7 @@ from llm_pipeline.config import load_config
 from llm_pipeline.config.run_parameters import parameter_defaults
 
 from ..pipelines.spec_reading import defaults
-from ..registry.vertex_standin import VertexStandIn
+from ..registry.vertex_standin import VertexStandIn, aiplatform_settings_restored
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "small2vm16gpu.json")
@@ -86,6 +86,18 @@ def test_submit_sends_the_spec_parameters_and_who_runs_it(
     assert finetune["base_output_directory"] == (
         f"{runtime['gcsOutputDirectory']}/t5-small-cnndm-2x16/finetune"
     )
+
+
+def test_the_training_jobs_run_as_the_service_account_and_network_the_flags_name(
+    api: VertexStandIn,
+) -> None:
+    # The flags reached the pipeline run only: finetune and evaluate, custom jobs of their
+    # own, ran as Vertex's Custom Code Service Agent and on no network.
+    assert run(*WHERE, "--service-account", SA, "--network", NETWORK) == 0
+    spec = created_job(api)["pipelineSpec"]
+    for component in ("comp-finetune", "comp-evaluate"):
+        settings = defaults(spec, component)
+        assert (settings["service_account"], settings["network"]) == (SA, NETWORK), component
 
 
 def test_no_cache_turns_caching_off_for_every_step(api: VertexStandIn) -> None:
@@ -191,3 +203,33 @@ def test_a_refusal_from_vertex_is_one_line(
     err = capsys.readouterr().err
     assert "submitting the pipeline run: Vertex AI answered" in err
     assert "invalid label key 'Team'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "doing"),
+    [
+        ([*WHERE], "submitting the pipeline run"),
+        ([*WHERE, "--schedule", "0 3 * * 1"], "creating the schedule"),
+        (["schedules", "list", "--project", PROJECT, "--region", REGION], "listing schedules"),
+    ],
+)
+def test_without_credentials_the_command_says_how_to_get_them(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    doing: str,
+) -> None:
+    # It was google.auth's traceback, from inside the SDK, before any request.
+    from google.cloud import aiplatform
+
+    missing = tmp_path / "key.json"
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(missing))
+    with aiplatform_settings_restored(), VertexStandIn(PROJECT, REGION) as api:
+        aiplatform.init(api_endpoint=api.url, api_transport="rest")
+        code = cli.main(args) if args[0] == "schedules" else run(*args)
+        assert api.calls == []
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {doing}: no usable Google Cloud credentials: run `gcloud auth")
+    assert f"File {missing} was not found" in err and "Traceback" not in err

@@ -105,3 +105,27 @@ def test_dry_run_uploads_nothing(
     assert cli.main([*CONFIG_ARGS, "--upload-template", registry.host, "--dry-run"]) == 0
     assert "Would upload the template to" in capsys.readouterr().out
     assert registry.uploads == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (
+            ["--service-account", "trainer@test-project.iam.gserviceaccount.com"],
+            "leave out --service-account (the template's training jobs run as the "
+            "vertex.service_account and on the vertex.network it is compiled with: give them "
+            "with --set)",
+        ),
+        (["--wait", "--no-cache"], "leave out --no-cache, --wait\n"),
+    ],
+)
+def test_run_flags_beside_an_upload_are_named(
+    registry: ArtifactRegistryStandIn,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    problem: str,
+) -> None:
+    # It said "leave out the run flags", naming none.
+    assert cli.main([*CONFIG_ARGS, "--upload-template", registry.host, *flags]) == 2
+    assert f"--upload-template only uploads the spec: {problem}" in capsys.readouterr().err
+    assert registry.uploads == []

@@ -135,12 +135,27 @@ def vertex_request(args: argparse.Namespace) -> list[str]:
 def _conflicts(args: argparse.Namespace, config: PipelineConfig) -> list[str]:
     """Flags that cannot go together, said before anything is compiled."""
     problems = []
-    if args.upload_template and wants_vertex(args):
-        problems.append("--upload-template only uploads the spec: leave out the run flags")
+    if args.upload_template and (given := _submission_flags(args)):
+        compiled_in = _given(args, ("service_account", "network"))
+        problems.append(
+            f"--upload-template only uploads the spec: leave out {', '.join(given)}"
+            + (
+                " (the template's training jobs run as the vertex.service_account and on the "
+                "vertex.network it is compiled with: give them with --set)"
+                if compiled_in
+                else ""
+            )
+        )
     if args.schedule is None and (given := _given(args, SCHEDULE_FLAGS)):
         problems.append(f"{', '.join(given)} only apply with --schedule")
     if args.schedule is not None and (given := _given(args, (*RUN_FLAGS, "preflight"))):
         problems.append(f"{', '.join(given)} apply to one run, not to a --schedule")
+    if args.schedule is not None and args.experiment is None and config.vertex.experiment:
+        problems.append(
+            f"the config's vertex.experiment {config.vertex.experiment!r} applies to one run, "
+            "not to a --schedule (a schedule's runs are linked to no experiment): add --set "
+            "vertex.experiment=null to schedule without it"
+        )
     if args.no_deploy and not args.preflight:
         problems.append("--no-deploy only applies with --preflight")
     if not (math.isfinite(args.poll_seconds) and args.poll_seconds >= 0):
@@ -287,13 +302,16 @@ def _run_vertex(args: argparse.Namespace, config: PipelineConfig) -> int:
     if problems or target is None:
         raise ConfigError(problems, source="the Vertex AI flags")
     # The images are named for the project and region the run goes to (`{project}`, `{region}`),
-    # and the training job's folders go under the root it goes to, as they would had the config
-    # named them (`pipelines.vertex.base_output_directory`).
+    # the training job's folders go under the root it goes to, and its custom jobs run as the
+    # service account and on the network the run does, as they would had the config named them
+    # (`pipelines.custom_jobs.custom_job_settings`).
     located = config.vertex.model_copy(
         update={
             "project": target.project,
             "region": target.region,
             "pipeline_root": target.pipeline_root,
+            "service_account": target.service_account,
+            "network": target.network,
         }
     )
     config = config.model_copy(update={"vertex": located})

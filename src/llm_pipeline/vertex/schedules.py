@@ -32,6 +32,8 @@ FIELDS = (
     Field("day of week", 0, 7, DAYS, 0),
 )
 _PREFIX = re.compile(r"(?:CRON_TZ|TZ)=(\S+)\s+")
+#: The most days each month has (February's 29th comes in leap years).
+DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 def _value(text: str, field: Field) -> int:
@@ -58,6 +60,27 @@ def _check_item(item: str, field: Field) -> None:
         raise ValueError(f"range {base!r} runs backwards")
 
 
+def _expand(value: str, field: Field) -> set[int]:
+    """The numbers a checked field's `value` matches."""
+    found: set[int] = set()
+    for item in value.split(","):
+        base, _, step = item.partition("/")
+        if base == "*":
+            low, high = field.low, field.high
+        else:
+            low_text, dash, high_text = base.partition("-")
+            low = _value(low_text, field)
+            high = _value(high_text, field) if dash else (field.high if step else low)
+        found.update(range(low, high + 1, int(step or 1)))
+    return found
+
+
+def _never_comes(day_of_month: str, month: str) -> bool:
+    """Whether no month the field names has any of the days it names (`30 FEB`)."""
+    days, months = _expand(day_of_month, FIELDS[2]), _expand(month, FIELDS[3])
+    return min(days) > max(DAYS_IN_MONTH[number - 1] for number in months)
+
+
 def validate_cron(schedule: str) -> str:
     """`schedule` stripped, or ConfigError naming what is wrong with it."""
     text = " ".join(schedule.split())
@@ -72,6 +95,12 @@ def validate_cron(schedule: str) -> str:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
             problems.append(f"time zone {zone!r} is not an IANA zone (e.g. Europe/Paris)")
     fields = body.split()
+    if not match and fields and "=" in fields[0]:
+        problems.append(
+            f"{fields[0]!r} is not a time zone: TZ=ZONE or CRON_TZ=ZONE, an IANA zone such as "
+            "Europe/Paris, before the five fields"
+        )
+        fields = fields[1:]
     if len(fields) != len(FIELDS):
         problems.append(
             f"{len(fields)} fields; cron needs 5: minute hour day-of-month month day-of-week "
@@ -84,6 +113,13 @@ def validate_cron(schedule: str) -> str:
                     _check_item(item, field)
                 except ValueError as exc:
                     problems.append(f"{field.name} {value!r}: {exc}")
+        # With the day of week left open, the day of month alone decides (unix cron).
+        day_of_month, month, day_of_week = fields[2:]
+        if not problems and day_of_week == "*" and _never_comes(day_of_month, month):
+            problems.append(
+                f"day of month {day_of_month!r} never comes in month {month!r}: the schedule "
+                "would never start a run"
+            )
     if problems:
         raise ConfigError(problems, source=f"--schedule {schedule!r}")
     return text

@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from llm_pipeline.config import ConfigError, PipelineConfig
 from llm_pipeline.config.run_parameters import parameter_defaults
-from llm_pipeline.errors import UserError
+from llm_pipeline.errors import UserError, first_line
 from llm_pipeline.vertex.target import VertexTarget
 
 Printer = Callable[[str], None]
@@ -75,21 +75,32 @@ def _job(config: PipelineConfig, target: VertexTarget, spec: Path, *, no_cache: 
 
 @contextmanager
 def calling(what: str) -> Iterator[None]:
-    """Turn the API's refusal into one line that says what was being done."""
+    """Turn the API's refusal, or credentials missing or refused, into one line that says
+    what was being done."""
     from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
 
     try:
         yield
     except exceptions.GoogleAPICallError as exc:
         raise VertexCallError(f"{what}: Vertex AI answered {exc.message}") from None
+    except auth_exceptions.DefaultCredentialsError as exc:
+        raise VertexCallError(
+            f"{what}: no usable Google Cloud credentials: run `gcloud auth application-default "
+            f"login` or set GOOGLE_APPLICATION_CREDENTIALS ({first_line(exc)})"
+        ) from None
+    except auth_exceptions.GoogleAuthError as exc:
+        raise VertexCallError(
+            f"{what}: Google Cloud credentials were refused: {first_line(exc)}"
+        ) from None
 
 
 def submit(
     config: PipelineConfig, target: VertexTarget, spec: Path, *, no_cache: bool = False
 ) -> Submitted:
     """Submit one run of the compiled `spec` with the config's parameter values."""
-    job = _job(config, target, spec, no_cache=no_cache)
     with calling("submitting the pipeline run"):
+        job = _job(config, target, spec, no_cache=no_cache)
         try:
             job.submit(
                 service_account=target.service_account,
@@ -133,7 +144,7 @@ class ScheduleRequest:
 
 
 def check_times(request: ScheduleRequest) -> None:
-    """ConfigError for a time that is not RFC 3339, or an end not after the start."""
+    """ConfigError for a time that is not RFC 3339, or an end not after the start or now."""
     problems, parsed = [], {}
     for flag, value in (("--start-time", request.start_time), ("--end-time", request.end_time)):
         if value is None:
@@ -149,6 +160,10 @@ def check_times(request: ScheduleRequest) -> None:
         parsed[flag] = moment
     if len(parsed) == 2 and parsed["--end-time"] <= parsed["--start-time"]:
         problems.append("--end-time must be after --start-time")
+    elif "--end-time" in parsed and parsed["--end-time"] <= datetime.now(UTC):
+        problems.append(
+            f"--end-time {request.end_time!r} is past: the schedule would never start a run"
+        )
     if request.max_concurrent_runs < 1:
         problems.append(f"--max-concurrent-runs must be >= 1, got {request.max_concurrent_runs}")
     if problems:
@@ -171,8 +186,8 @@ def create_schedule(
     The deploy step re-checks, just before traffic moves, that the endpoint still serves
     what its gate compared with.
     """
-    job = _job(config, target, spec, no_cache=no_cache)
     with calling("creating the schedule"):
+        job = _job(config, target, spec, no_cache=no_cache)
         return job.create_schedule(
             cron=request.cron,
             display_name=config.name,
