@@ -100,6 +100,18 @@ def test_summary_leads_with_the_gate_metric_it_is_given(tmp_path: Path) -> None:
     assert any("before fine-tuning" in line and "4.00" in line for line in text.splitlines())
 
 
+def test_summary_claims_no_interval_when_evaluate_drew_none(tmp_path: Path) -> None:
+    # evaluate.bootstrap_samples 0: the metrics carry no _low/_high, and the header says so.
+    metrics = {"rougeLsum": 5.56, "lead1_rougeLsum": 19.81, "samples": 4.0}
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, metrics=metrics) if step.name == "evaluate" else step for step in run.steps
+    )
+    text = format_summary(replace(run, steps=steps))
+    assert "Scores on 4 held-out examples (rougeLsum):" in text
+    assert "interval" not in text
+
+
 def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path) -> None:
     run = _run(tmp_path)
     report = write_run_report(run, title="demo")

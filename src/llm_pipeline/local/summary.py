@@ -127,7 +127,9 @@ def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
         return []
     m = evaluate.metrics
     samples = int(m.get("samples", 0))
-    lines = ["", f"Scores on {samples} held-out examples ({headline}, 95% interval):"]
+    # Intervals are there only when evaluate drew them (evaluate.bootstrap_samples > 0).
+    interval = ", 95% interval" if f"{headline}_low" in m else ""
+    lines = ["", f"Scores on {samples} held-out examples ({headline}{interval}):"]
     rows = [("fine-tuned model", "", "distinct_predictions")]
     rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
     for key in m:
