@@ -2,11 +2,13 @@
 
 import json
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from llm_pipeline.cli.clean import DEFAULT_ROOT, clean_command
 from llm_pipeline.config import DeployConfig
 from llm_pipeline.evaluation.charts import loss_chart
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
@@ -132,6 +134,21 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     curl = next(line for line in text.splitlines() if "curl" in line)
     # The body is one shell word whatever the document holds (quotes included).
     assert """-d '{"instances": ["It'"'"'s a '"'"'quoted'"'"' doc."]}'""" in curl
+
+
+def test_commands_run_from_another_folder_name_the_script_as_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python ~/llm/pipeline.py --config ...` run in another folder (where its runs/ and
+    registry are): `python pipeline.py ...` would not be found there."""
+    monkeypatch.setattr(sys, "argv", ["/home/me/llm/pipeline.py", "--config", "c.json"])
+    (tmp_path / "registry").mkdir()
+    text = format_summary(_run(tmp_path), registry=tmp_path / "registry")
+    assert "(python /home/me/llm/pipeline.py registry --registry-dir " in text
+    assert "Serve it:   python /home/me/llm/pipeline.py serve --endpoint demo-endpoint" in text
+    assert clean_command(DEFAULT_ROOT) == "python /home/me/llm/pipeline.py clean"
+    monkeypatch.setattr(sys, "argv", ["pipeline.py", "--config", "c.json"])  # from the repo
+    assert clean_command(DEFAULT_ROOT) == "python pipeline.py clean"
 
 
 def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None:

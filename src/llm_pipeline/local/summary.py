@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from llm_pipeline.config import DeployConfig
@@ -174,13 +175,21 @@ def _places(
         places.append(("metrics", str(folder / METRICS_FILE)))
         places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
     if registry is not None and registry.is_dir():  # a registry command refuses a missing one
-        listing = shlex.join(["python", "pipeline.py", "registry", *registry_flags(registry)])
+        listing = shlex.join(typed_command("registry", *registry_flags(registry)))
         places.append(("registry", f"{registry.resolve()}  ({listing})"))
     if run.log_file is not None:
         places.append(("log", str(run.log_file)))
     if not places:
         return []
     return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
+
+
+def typed_command(*words: str) -> list[str]:
+    """A `pipeline.py` command as the person types it: with the script as they ran it
+    (`python ~/llm/pipeline.py ...` from another folder, where `pipeline.py` alone is not
+    found), else `pipeline.py`, as from the repository's root."""
+    script = sys.argv[0] if Path(sys.argv[0]).name == "pipeline.py" else "pipeline.py"
+    return ["python", script, *words]
 
 
 def registry_flags(registry: Path) -> list[str]:
@@ -206,7 +215,7 @@ def _serving(
     else:
         return []
     body = json.dumps({"instances": [example or "Paste an input for the model here."]})
-    serve = ["python", "pipeline.py", "serve", "--endpoint", endpoint, *flags, "--port", str(port)]
+    serve = typed_command("serve", "--endpoint", endpoint, *flags, "--port", str(port))
     return [
         "",
         *lead,
