@@ -57,6 +57,41 @@ def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
     assert "rouge1 38.25" in lines[2] and "run run-1" in lines[2]
     assert lines[3].split()[0] == "summarizer@2" and "rougeLsum 31.50" in lines[3]
     assert lines[4] == f"endpoint {ENDPOINT}: serves summarizer@2 (summarizer@2 100%)"
+    # version.json's time is UTC, and the listing says so (not a local time to the eye).
+    created = LocalRegistry(two_deploys).version("summarizer", "1").created
+    assert f" {created[:10]} {created[11:19]} UTC " in lines[2]
+
+
+def test_registry_says_which_versions_were_scored_on_other_rows_or_settings(
+    tmp_path: Path,
+) -> None:
+    """A week with `evaluate.num_beams` changed: @2's 17.55 is not 3x @1's 5.56, it was
+    scored otherwise (the gate rescored @1 on @2's settings: 10.56). The listing says so."""
+    registry = LocalRegistry(tmp_path / "registry")
+    for number, rouge, evaluation in ((1, 5.56, "a0c9c66f34e4"), (2, 17.55, "f0f0b74189c2")):
+        registry.register(
+            model="summarizer",
+            model_dir=str(model_folder(tmp_path, f"run-{number}")),
+            metrics={"rougeLsum": rouge},
+            labels={"evaluation_data": evaluation},
+        )
+    result = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry"))
+    lines = result.stdout.splitlines()
+    assert "rougeLsum 5.56, evaluation a0c9c66f" in lines[2]
+    assert "rougeLsum 17.55, evaluation f0f0b741" in lines[3]
+    assert lines[4] == (
+        "  (scored on different evaluation rows or settings: compare scores only between "
+        "versions of the same evaluation)"
+    )
+    # The same evaluation throughout (the fixture above): nothing more is said.
+    registry.register(
+        model="other",
+        model_dir=str(model_folder(tmp_path, "run-3")),
+        metrics={"rougeLsum": 1.0},
+        labels={"evaluation_data": "a0c9c66f34e4"},
+    )
+    other = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry")).stdout
+    assert "evaluation" not in other.split("model other")[1].split("model summarizer")[0]
 
 
 def test_registry_of_an_empty_folder_says_so(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 from llm_pipeline.errors import UserError
-from llm_pipeline.registry import ModelVersion, Registry, open_registry
+from llm_pipeline.registry import EVALUATION_DATA_LABEL, ModelVersion, Registry, open_registry
 from llm_pipeline.tasks import TASKS
 
 #: Metrics shown per version in `registry`: every task's, its gate default first (a version
@@ -162,11 +162,23 @@ def list_registry(registry: Registry) -> None:
         print("No models registered yet.")
     for model in models:
         print(f"model {model}")
-        for version in registry.versions(model):
+        versions = registry.versions(model)
+        # Scores recorded on other rows or settings do not compare (the gate rescores the
+        # served version instead): say which evaluation each was, where they differ.
+        evaluations = {v.labels.get(EVALUATION_DATA_LABEL, "") for v in versions}
+        for version in versions:
             made = f", run {version.run}" if version.run else ""
             if version.started_from:
                 made += f", started from {version.started_from}"
-            print(f"  {version.ref:<28} {version.created[:19]}  {_metrics_text(version)}{made}")
+            if len(evaluations) > 1:
+                made += f", evaluation {version.labels.get(EVALUATION_DATA_LABEL, 'unknown')[:8]}"
+            created = f"{version.created[:19].replace('T', ' ')} UTC"
+            print(f"  {version.ref:<28} {created}  {_metrics_text(version)}{made}")
+        if len(evaluations) > 1:
+            print(
+                "  (scored on different evaluation rows or settings: compare scores only "
+                "between versions of the same evaluation)"
+            )
     endpoints = registry.endpoints()
     if not endpoints:
         print("No endpoints yet.")
