@@ -150,6 +150,9 @@ def test_rollback_swaps_with_the_previous_version_so_twice_undoes_it(two_deploys
         f"Registry: {two_deploys}",
         f"endpoint {ENDPOINT}: rolled back from summarizer@1 to summarizer@2 (now 100% of "
         "traffic); rollback again swaps back to summarizer@1",
+        # The local endpoint is a record: the server `serve` started keeps what it loaded.
+        f"A `serve` of {ENDPOINT} started before this still serves summarizer@1: restart it "
+        "to serve summarizer@2.",
     ]
     assert served == [
         [{"model": "summarizer", "version": "1", "traffic": 100}],

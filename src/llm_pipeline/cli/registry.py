@@ -218,9 +218,10 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     return serve_main(argv)
 
 
-def _rollback(registry: Registry, endpoint: str) -> int:
+def _rollback(registry: Registry, endpoint: str, *, local: bool) -> int:
     """Roll `endpoint` back and say what a second rollback would do: swap back, unless this
-    one took a canary off (the version that kept serving beside it stays)."""
+    one took a canary off (the version that kept serving beside it stays). A local endpoint
+    is a record that `serve` reads when it starts: a server already running is not moved."""
     served = registry.served_version(endpoint)
     outcome = registry.rollback(endpoint)
     moved = f"rolled back from {outcome.moved_from.ref} to {outcome.moved_to.ref}"
@@ -229,6 +230,11 @@ def _rollback(registry: Registry, endpoint: str) -> int:
     else:
         again = f"the canary {outcome.moved_from.ref} is off; rollback again has nothing to undo"
     print(f"endpoint {endpoint}: {moved} (now 100% of traffic); {again}")
+    if local:
+        print(
+            f"A `serve` of {endpoint} started before this still serves "
+            f"{outcome.moved_from.ref}: restart it to serve {outcome.moved_to.ref}."
+        )
     return 0
 
 
@@ -241,7 +247,7 @@ def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             list_registry(registry)
             return 0
         if args.command == "rollback":
-            return _rollback(registry, args.endpoint)
+            return _rollback(registry, args.endpoint, local=deploy.target == "local")
         return _serve(registry, deploy, args)
     except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)
