@@ -77,8 +77,8 @@ def test_registry_says_which_versions_were_scored_on_other_rows_or_settings(
         )
     result = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry"))
     lines = result.stdout.splitlines()
-    assert "rougeLsum 5.56, evaluation a0c9c66f" in lines[2]
-    assert "rougeLsum 17.55, evaluation f0f0b741" in lines[3]
+    assert "rougeLsum 5.56," in lines[2] and lines[2].endswith(", evaluation a0c9c66f")
+    assert "rougeLsum 17.55," in lines[3] and lines[3].endswith(", evaluation f0f0b741")
     assert lines[4] == (
         "  (scored on different evaluation rows or settings: compare scores only between "
         "versions of the same evaluation)"
@@ -92,6 +92,20 @@ def test_registry_says_which_versions_were_scored_on_other_rows_or_settings(
     )
     other = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry")).stdout
     assert "evaluation" not in other.split("model other")[1].split("model summarizer")[0]
+
+
+def test_registry_marks_the_versions_no_endpoint_ever_served(two_deploys: Path) -> None:
+    """A deploy whose check failed (or was stopped) leaves its version registered: listed
+    like the others, it read as a model that had served."""
+    registry = LocalRegistry(two_deploys)
+    registry.register(
+        model="summarizer", model_dir=str(model_folder(two_deploys.parent, "run-3")), metrics={}
+    )
+    registry.rollback(ENDPOINT)  # @1 again: it served, and still counts as served
+    lines = run_pipeline("registry", "--registry-dir", str(two_deploys)).stdout.splitlines()
+    assert lines[4].split()[0] == "summarizer@3"
+    assert lines[4].endswith("no metrics, never served (its deploy did not finish)")
+    assert not any("never served" in line for line in lines[2:4])
 
 
 def test_registry_of_an_empty_folder_says_so(tmp_path: Path) -> None:

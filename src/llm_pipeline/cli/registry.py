@@ -158,6 +158,7 @@ def _metrics_text(version: ModelVersion) -> str:
 def list_registry(registry: Registry) -> None:
     """Print every model's versions and every endpoint's traffic split."""
     models = registry.models()
+    served = registry.ever_served()
     if not models:
         print("No models registered yet.")
     for model in models:
@@ -170,6 +171,8 @@ def list_registry(registry: Registry) -> None:
             made = f", run {version.run}" if version.run else ""
             if version.started_from:
                 made += f", started from {version.started_from}"
+            if served is not None and version.ref not in served:
+                made += ", never served (its deploy did not finish)"
             if len(evaluations) > 1:
                 made += f", evaluation {version.labels.get(EVALUATION_DATA_LABEL, 'unknown')[:8]}"
             created = f"{version.created[:19].replace('T', ' ')} UTC"
