@@ -15,6 +15,8 @@ from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
 from llm_pipeline.local.summary import format_summary
 
+from ..pipeline_cli import REPO
+
 METRICS = {
     "rougeLsum": 24.5,
     "rougeLsum_low": 21.0,
@@ -147,8 +149,11 @@ def test_commands_run_from_another_folder_name_the_script_as_typed(
     assert "(python /home/me/llm/pipeline.py registry --registry-dir " in text
     assert "Serve it:   python /home/me/llm/pipeline.py serve --endpoint demo-endpoint" in text
     assert clean_command(DEFAULT_ROOT) == "python /home/me/llm/pipeline.py clean"
-    monkeypatch.setattr(sys, "argv", ["pipeline.py", "--config", "c.json"])  # from the repo
-    assert clean_command(DEFAULT_ROOT) == "python pipeline.py clean"
+    # From the repository's root, however the script is named.
+    monkeypatch.chdir(REPO)
+    for script in ("pipeline.py", str(REPO / "pipeline.py")):
+        monkeypatch.setattr(sys, "argv", [script, "--config", "c.json"])
+        assert clean_command(DEFAULT_ROOT) == "python pipeline.py clean"
 
 
 def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None:

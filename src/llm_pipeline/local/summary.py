@@ -185,11 +185,13 @@ def _places(
 
 
 def typed_command(*words: str) -> list[str]:
-    """A `pipeline.py` command as the person types it: with the script as they ran it
-    (`python ~/llm/pipeline.py ...` from another folder, where `pipeline.py` alone is not
-    found), else `pipeline.py`, as from the repository's root."""
-    script = sys.argv[0] if Path(sys.argv[0]).name == "pipeline.py" else "pipeline.py"
-    return ["python", script, *words]
+    """A `pipeline.py` command as the person types it: `pipeline.py` where the working
+    directory holds the script that runs (the repository's root), else the script as they
+    ran it (`python ~/llm/pipeline.py ...` from another folder, where `pipeline.py` alone is
+    not found)."""
+    script = Path(sys.argv[0])
+    elsewhere = script.name == "pipeline.py" and script.resolve() != Path(script.name).resolve()
+    return ["python", sys.argv[0] if elsewhere else "pipeline.py", *words]
 
 
 def registry_flags(registry: Path) -> list[str]:
