@@ -57,6 +57,55 @@ def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
     assert "rouge1 38.25" in lines[2] and "run run-1" in lines[2]
     assert lines[3].split()[0] == "summarizer@2" and "rougeLsum 31.50" in lines[3]
     assert lines[4] == f"endpoint {ENDPOINT}: serves summarizer@2 (summarizer@2 100%)"
+    # version.json's time is UTC, and the listing says so (not a local time to the eye).
+    created = LocalRegistry(two_deploys).version("summarizer", "1").created
+    assert f" {created[:10]} {created[11:19]} UTC " in lines[2]
+
+
+def test_registry_says_which_versions_were_scored_on_other_rows_or_settings(
+    tmp_path: Path,
+) -> None:
+    """A week with `evaluate.num_beams` changed: @2's 17.55 is not 3x @1's 5.56, it was
+    scored otherwise (the gate rescored @1 on @2's settings: 10.56). The listing says so."""
+    registry = LocalRegistry(tmp_path / "registry")
+    for number, rouge, evaluation in ((1, 5.56, "a0c9c66f34e4"), (2, 17.55, "f0f0b74189c2")):
+        registry.register(
+            model="summarizer",
+            model_dir=str(model_folder(tmp_path, f"run-{number}")),
+            metrics={"rougeLsum": rouge},
+            labels={"evaluation_data": evaluation},
+        )
+    result = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry"))
+    lines = result.stdout.splitlines()
+    assert "rougeLsum 5.56," in lines[2] and lines[2].endswith(", evaluation a0c9c66f")
+    assert "rougeLsum 17.55," in lines[3] and lines[3].endswith(", evaluation f0f0b741")
+    assert lines[4] == (
+        "  (scored on different evaluation rows or settings: compare scores only between "
+        "versions of the same evaluation)"
+    )
+    # The same evaluation throughout (the fixture above): nothing more is said.
+    registry.register(
+        model="other",
+        model_dir=str(model_folder(tmp_path, "run-3")),
+        metrics={"rougeLsum": 1.0},
+        labels={"evaluation_data": "a0c9c66f34e4"},
+    )
+    other = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry")).stdout
+    assert "evaluation" not in other.split("model other")[1].split("model summarizer")[0]
+
+
+def test_registry_marks_the_versions_no_endpoint_ever_served(two_deploys: Path) -> None:
+    """A deploy whose check failed (or was stopped) leaves its version registered: listed
+    like the others, it read as a model that had served."""
+    registry = LocalRegistry(two_deploys)
+    registry.register(
+        model="summarizer", model_dir=str(model_folder(two_deploys.parent, "run-3")), metrics={}
+    )
+    registry.rollback(ENDPOINT)  # @1 again: it served, and still counts as served
+    lines = run_pipeline("registry", "--registry-dir", str(two_deploys)).stdout.splitlines()
+    assert lines[4].split()[0] == "summarizer@3"
+    assert lines[4].endswith("no metrics, never served (its deploy did not finish)")
+    assert not any("never served" in line for line in lines[2:4])
 
 
 def test_registry_of_an_empty_folder_says_so(tmp_path: Path) -> None:
@@ -115,6 +164,9 @@ def test_rollback_swaps_with_the_previous_version_so_twice_undoes_it(two_deploys
         f"Registry: {two_deploys}",
         f"endpoint {ENDPOINT}: rolled back from summarizer@1 to summarizer@2 (now 100% of "
         "traffic); rollback again swaps back to summarizer@1",
+        # The local endpoint is a record: the server `serve` started keeps what it loaded.
+        f"A `serve` of {ENDPOINT} started before this still serves summarizer@1: restart it "
+        "to serve summarizer@2.",
     ]
     assert served == [
         [{"model": "summarizer", "version": "1", "traffic": 100}],

@@ -65,6 +65,23 @@ def test_scores_table_shows_model_and_baseline_with_intervals(
     assert f"{report_inputs['baseline'].scores['rouge1']:.2f}" in table
 
 
+def test_the_note_names_the_resamples_and_claims_none_without_a_bootstrap(
+    page: str, report_inputs: dict[str, Any]
+) -> None:
+    assert "intervals: percentile bootstrap of the mean, 100 resamples." in page
+    # evaluate.bootstrap_samples 0: compute_rouge resamples once, which is no interval.
+    predictions, references = report_inputs["predictions"], report_inputs["references"]
+    bare = render_report(
+        model=compute_rouge(predictions, references, workers=1, n_resamples=1),
+        documents=report_inputs["documents"],
+        references=references,
+        predictions=predictions,
+    )
+    note = bare[bare.index('<p class="ci">') : bare.index("</p>", bare.index('<p class="ci">'))]
+    assert "no intervals (evaluate.bootstrap_samples is 0)" in note
+    assert "resamples" not in note
+
+
 def test_each_baseline_gets_its_score_and_difference_columns(
     report_inputs: dict[str, Any],
 ) -> None:

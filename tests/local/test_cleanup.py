@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -217,6 +218,11 @@ def test_what_a_run_keeps_is_measured_and_the_last_complete_checkpoint_found(
         f"Kept on disk: 10 MB in {new} (checkpoints 6.0 MB of it, in "
         f"{new / 'finetune' / 'checkpoints'})."
     )
+    # A run shorter than save_steps: its checkpoints' folder holds a rank's lock file alone.
+    shutil.rmtree(new / "finetune" / "checkpoints")
+    (new / "finetune" / "checkpoints" / "run-abc" / ".locks").mkdir(parents=True)
+    (new / "finetune" / "checkpoints" / "run-abc" / ".locks" / "rank-0").write_text("x" * 75)
+    assert "checkpoints" not in kept_on_disk(new).describe()
     assert [format_size(n) for n in (999, 1500, 25 * MB, 1_234_000_000)] == [
         "999 B",
         "1.5 kB",

@@ -105,7 +105,8 @@ def test_a_signal_during_finetune_ends_the_whole_run(
     last = output.rstrip().splitlines()[-1]
     name = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}[signum]
     assert last.startswith(f"{name}: stopped finetune and every process it started; kept "), last
-    clean = f"clean up: python pipeline.py clean --pipeline-root {root}"
+    # Run from another folder: the commands name the script as it was run.
+    clean = f"clean up: python {PIPELINE} clean --pipeline-root {root}"
     assert last.endswith(clean), last
     # The checkpoint it names is complete, and the command it prints resumes from its folder.
     kept = last.split("; kept ")[1].split("; resume: ")[0]

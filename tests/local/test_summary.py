@@ -2,16 +2,20 @@
 
 import json
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from llm_pipeline.cli.clean import DEFAULT_ROOT, clean_command
 from llm_pipeline.config import DeployConfig
 from llm_pipeline.evaluation.charts import loss_chart
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome, _outcome
 from llm_pipeline.local.run_report import write_run_report
 from llm_pipeline.local.summary import format_summary
+
+from ..pipeline_cli import REPO
 
 METRICS = {
     "rougeLsum": 24.5,
@@ -100,6 +104,18 @@ def test_summary_leads_with_the_gate_metric_it_is_given(tmp_path: Path) -> None:
     assert any("before fine-tuning" in line and "4.00" in line for line in text.splitlines())
 
 
+def test_summary_claims_no_interval_when_evaluate_drew_none(tmp_path: Path) -> None:
+    # evaluate.bootstrap_samples 0: the metrics carry no _low/_high, and the header says so.
+    metrics = {"rougeLsum": 5.56, "lead1_rougeLsum": 19.81, "samples": 4.0}
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, metrics=metrics) if step.name == "evaluate" else step for step in run.steps
+    )
+    text = format_summary(replace(run, steps=steps))
+    assert "Scores on 4 held-out examples (rougeLsum):" in text
+    assert "interval" not in text
+
+
 def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path) -> None:
     run = _run(tmp_path)
     report = write_run_report(run, title="demo")
@@ -120,6 +136,24 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     curl = next(line for line in text.splitlines() if "curl" in line)
     # The body is one shell word whatever the document holds (quotes included).
     assert """-d '{"instances": ["It'"'"'s a '"'"'quoted'"'"' doc."]}'""" in curl
+
+
+def test_commands_run_from_another_folder_name_the_script_as_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python ~/llm/pipeline.py --config ...` run in another folder (where its runs/ and
+    registry are): `python pipeline.py ...` would not be found there."""
+    monkeypatch.setattr(sys, "argv", ["/home/me/llm/pipeline.py", "--config", "c.json"])
+    (tmp_path / "registry").mkdir()
+    text = format_summary(_run(tmp_path), registry=tmp_path / "registry")
+    assert "(python /home/me/llm/pipeline.py registry --registry-dir " in text
+    assert "Serve it:   python /home/me/llm/pipeline.py serve --endpoint demo-endpoint" in text
+    assert clean_command(DEFAULT_ROOT) == "python /home/me/llm/pipeline.py clean"
+    # From the repository's root, however the script is named.
+    monkeypatch.chdir(REPO)
+    for script in ("pipeline.py", str(REPO / "pipeline.py")):
+        monkeypatch.setattr(sys, "argv", [script, "--config", "c.json"])
+        assert clean_command(DEFAULT_ROOT) == "python pipeline.py clean"
 
 
 def test_run_report_has_steps_loss_curve_gate_and_config(tmp_path: Path) -> None:

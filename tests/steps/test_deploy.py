@@ -17,6 +17,7 @@ from kfp.dsl import Markdown, Metrics
 
 from llm_pipeline import components
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.progress import parse_status
 from llm_pipeline.registry import EVALUATION_DATA_LABEL
 from llm_pipeline.registry.local import LocalRegistry
 from llm_pipeline.steps.deploy import generation_defaults
@@ -95,11 +96,23 @@ def served_by_another_run(registry_dir: Path, model_dir: Path) -> None:
 
 
 def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
-    tmp_path: Path, tiny_model_dir: Path, evaluation_data: Path
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    evaluation_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     registry_dir = tmp_path / "registry"
 
     task = deploy_step(tmp_path, registry_dir, tiny_model_dir, evaluation_data)
+
+    # The console's lines: the wait for the server (most of the step) is said, with its limit.
+    lines = [parse_status(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line for line in lines if line] == [
+        f"registered summarizer@1 ({registry_dir / 'models' / 'summarizer' / '1' / 'model'})",
+        "starting the prediction server on summarizer@1 to check it: its health route (up to "
+        "2 min 00 s), then 1 probe prediction(s)",
+        f"{ENDPOINT} serves summarizer@1 with 100% of traffic (before: nothing; retired: none)",
+    ]
 
     assert (task / "version").read_text() == "summarizer@1"
     assert (task / "endpoint").read_text() == ENDPOINT

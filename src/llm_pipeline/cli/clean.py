@@ -14,7 +14,7 @@ from pathlib import Path
 from llm_pipeline.local import LocalRun
 from llm_pipeline.local.cleanup import plan_cleanup, remove
 from llm_pipeline.local.disk import checkpoint_root, format_size, last_checkpoint
-from llm_pipeline.local.summary import format_stop
+from llm_pipeline.local.summary import format_stop, typed_command
 
 #: A local run's default pipeline root (cli/run.py's DEFAULT_LOCAL_ROOT).
 DEFAULT_ROOT = Path("runs")
@@ -86,7 +86,7 @@ def clean(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def clean_command(pipeline_root: Path) -> str:
     """The `clean` command for runs under `pipeline_root`, as a person types it."""
-    words = ["python", "pipeline.py", "clean"]
+    words = typed_command("clean")
     if pipeline_root != DEFAULT_ROOT:
         words += ["--pipeline-root", str(pipeline_root)]
     return shlex.join(words)
@@ -101,7 +101,7 @@ def stop_line(
     checkpoint = last_checkpoint(root)
     resume = ""
     if checkpoint is not None and root is not None and not checkpoint_dir:
-        words = ["python", "pipeline.py", "--config", str(args.config)]
+        words = typed_command("--config", str(args.config))
         for override in [*args.overrides, f"train.checkpoint_dir={root.resolve()}"]:
             words += ["--set", override]
         if pipeline_root != DEFAULT_ROOT:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 from llm_pipeline.errors import UserError
-from llm_pipeline.registry import ModelVersion, Registry, open_registry
+from llm_pipeline.registry import EVALUATION_DATA_LABEL, ModelVersion, Registry, open_registry
 from llm_pipeline.tasks import TASKS
 
 #: Metrics shown per version in `registry`: every task's, its gate default first (a version
@@ -158,15 +158,30 @@ def _metrics_text(version: ModelVersion) -> str:
 def list_registry(registry: Registry) -> None:
     """Print every model's versions and every endpoint's traffic split."""
     models = registry.models()
+    served = registry.ever_served()
     if not models:
         print("No models registered yet.")
     for model in models:
         print(f"model {model}")
-        for version in registry.versions(model):
+        versions = registry.versions(model)
+        # Scores recorded on other rows or settings do not compare (the gate rescores the
+        # served version instead): say which evaluation each was, where they differ.
+        evaluations = {v.labels.get(EVALUATION_DATA_LABEL, "") for v in versions}
+        for version in versions:
             made = f", run {version.run}" if version.run else ""
             if version.started_from:
                 made += f", started from {version.started_from}"
-            print(f"  {version.ref:<28} {version.created[:19]}  {_metrics_text(version)}{made}")
+            if served is not None and version.ref not in served:
+                made += ", never served (its deploy did not finish)"
+            if len(evaluations) > 1:
+                made += f", evaluation {version.labels.get(EVALUATION_DATA_LABEL, 'unknown')[:8]}"
+            created = f"{version.created[:19].replace('T', ' ')} UTC"
+            print(f"  {version.ref:<28} {created}  {_metrics_text(version)}{made}")
+        if len(evaluations) > 1:
+            print(
+                "  (scored on different evaluation rows or settings: compare scores only "
+                "between versions of the same evaluation)"
+            )
     endpoints = registry.endpoints()
     if not endpoints:
         print("No endpoints yet.")
@@ -206,9 +221,10 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     return serve_main(argv)
 
 
-def _rollback(registry: Registry, endpoint: str) -> int:
+def _rollback(registry: Registry, endpoint: str, *, local: bool) -> int:
     """Roll `endpoint` back and say what a second rollback would do: swap back, unless this
-    one took a canary off (the version that kept serving beside it stays)."""
+    one took a canary off (the version that kept serving beside it stays). A local endpoint
+    is a record that `serve` reads when it starts: a server already running is not moved."""
     served = registry.served_version(endpoint)
     outcome = registry.rollback(endpoint)
     moved = f"rolled back from {outcome.moved_from.ref} to {outcome.moved_to.ref}"
@@ -217,6 +233,11 @@ def _rollback(registry: Registry, endpoint: str) -> int:
     else:
         again = f"the canary {outcome.moved_from.ref} is off; rollback again has nothing to undo"
     print(f"endpoint {endpoint}: {moved} (now 100% of traffic); {again}")
+    if local:
+        print(
+            f"A `serve` of {endpoint} started before this still serves "
+            f"{outcome.moved_from.ref}: restart it to serve {outcome.moved_to.ref}."
+        )
     return 0
 
 
@@ -229,7 +250,7 @@ def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             list_registry(registry)
             return 0
         if args.command == "rollback":
-            return _rollback(registry, args.endpoint)
+            return _rollback(registry, args.endpoint, local=deploy.target == "local")
         return _serve(registry, deploy, args)
     except UserError as exc:  # ConfigError included: its exit code is 2
         print(f"error: {exc}", file=sys.stderr)

@@ -340,10 +340,12 @@ def rouge_rows(
 def rouge_note(model: RougeResult, others: Sequence[OtherScore]) -> str:
     """What the ROUGE table's numbers are (HTML), and the notes of the scores beside them."""
     notes = "".join(f" {escape(other.note)}" for other in others if other.note)
-    return (
-        "ROUGE F1 ×100 (rouge-score definitions); intervals: percentile bootstrap of the "
-        f"mean, {model.n_resamples} resamples.{notes}"
+    interval = (  # one resample is no bootstrap (`rouge_rows` shows no interval)
+        f"intervals: percentile bootstrap of the mean, {model.n_resamples} resamples"
+        if model.n_resamples > 1
+        else "no intervals (evaluate.bootstrap_samples is 0)"
     )
+    return f"ROUGE F1 ×100 (rouge-score definitions); {interval}.{notes}"
 
 
 def delta_cell(delta: float, higher_is_better: bool = True, digits: int = 2) -> str:

@@ -83,6 +83,9 @@ def kept_on_disk(run_dir: Path, checkpoint_dir: str | None = None) -> KeptOnDisk
     """Sizes of the run folder and of the checkpoints' folder (`train.checkpoint_dir`,
     which other runs may share, or the run's own)."""
     root = checkpoint_root(run_dir, checkpoint_dir)
-    checkpoints_size = folder_size(root) if root is not None and root.exists() else 0
-    found = root if root is not None and checkpoints_size else None
+    # A run shorter than train.save_steps saves none: its folder holds only the ranks' lock
+    # files (and DPO's reference log-probs), which are no checkpoints to speak of.
+    saved = root is not None and any(root.glob(f"run-*/{PREFIX}*"))
+    checkpoints_size = folder_size(root) if root is not None and saved else 0
+    found = root if saved else None
     return KeptOnDisk(run_dir, folder_size(run_dir), found, checkpoints_size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from llm_pipeline.config import DeployConfig
@@ -127,7 +128,9 @@ def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
         return []
     m = evaluate.metrics
     samples = int(m.get("samples", 0))
-    lines = ["", f"Scores on {samples} held-out examples ({headline}, 95% interval):"]
+    # Intervals are there only when evaluate drew them (evaluate.bootstrap_samples > 0).
+    interval = ", 95% interval" if f"{headline}_low" in m else ""
+    lines = ["", f"Scores on {samples} held-out examples ({headline}{interval}):"]
     rows = [("fine-tuned model", "", "distinct_predictions")]
     rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
     for key in m:
@@ -172,13 +175,23 @@ def _places(
         places.append(("metrics", str(folder / METRICS_FILE)))
         places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
     if registry is not None and registry.is_dir():  # a registry command refuses a missing one
-        listing = shlex.join(["python", "pipeline.py", "registry", *registry_flags(registry)])
+        listing = shlex.join(typed_command("registry", *registry_flags(registry)))
         places.append(("registry", f"{registry.resolve()}  ({listing})"))
     if run.log_file is not None:
         places.append(("log", str(run.log_file)))
     if not places:
         return []
     return ["", "Where things are:", *(f"  {name:<12}{where}" for name, where in places)]
+
+
+def typed_command(*words: str) -> list[str]:
+    """A `pipeline.py` command as the person types it: `pipeline.py` where the working
+    directory holds the script that runs (the repository's root), else the script as they
+    ran it (`python ~/llm/pipeline.py ...` from another folder, where `pipeline.py` alone is
+    not found)."""
+    script = Path(sys.argv[0])
+    elsewhere = script.name == "pipeline.py" and script.resolve() != Path(script.name).resolve()
+    return ["python", sys.argv[0] if elsewhere else "pipeline.py", *words]
 
 
 def registry_flags(registry: Path) -> list[str]:
@@ -204,7 +217,7 @@ def _serving(
     else:
         return []
     body = json.dumps({"instances": [example or "Paste an input for the model here."]})
-    serve = ["python", "pipeline.py", "serve", "--endpoint", endpoint, *flags, "--port", str(port)]
+    serve = typed_command("serve", "--endpoint", endpoint, *flags, "--port", str(port))
     return [
         "",
         *lead,

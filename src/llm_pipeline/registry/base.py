@@ -220,6 +220,11 @@ class Registry(ABC):
         """Serve again, with all traffic, the version the endpoint served before its last
         change. RegistryError when there is nothing to roll back to."""
 
+    def ever_served(self) -> set[str] | None:
+        """Every version (`model@version`) an endpoint has given traffic at some time; None
+        where the registry keeps no endpoint history to tell (Vertex AI's)."""
+        return None
+
     def served_version(self, endpoint: str) -> ModelVersion | None:
         """The version `endpoint` serves now (most traffic); None when it serves nothing."""
         serving = self.endpoint(endpoint).serving

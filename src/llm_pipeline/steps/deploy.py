@@ -15,7 +15,7 @@ from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, Vertex
 from llm_pipeline.errors import ServeError
 from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.output_files import STARTED_FROM_KEY, Step
-from llm_pipeline.progress import status
+from llm_pipeline.progress import format_duration, status
 from llm_pipeline.registry import (
     EVALUATION_DATA_LABEL,
     DeployError,
@@ -130,6 +130,11 @@ def local_server_check(env: dict[str, str], *, timeout_s: float) -> VersionCheck
     """A check that starts the real prediction server on the version and asks it."""
 
     def check(version: ModelVersion, probe: Sequence[Any]) -> str:
+        # The model's load is most of the step: say what the wait is for, and its limit.
+        status(
+            f"starting the prediction server on {version.ref} to check it: its health route "
+            f"(up to {format_duration(timeout_s)}), then {len(probe)} probe prediction(s)"
+        )
         try:
             with start_server(version.uri, env=env, timeout_s=timeout_s) as server:
                 predictions = server.predict(list(probe)) if probe else []

@@ -168,6 +168,15 @@ class LocalRegistry(Registry):
         record = self._endpoints.read(name)
         return self._endpoints.state(name, record.deployed) if record else EndpointState(name)
 
+    def ever_served(self) -> set[str]:
+        """Every version an endpoint's history gave traffic, by deploy or rollback."""
+        served: set[str] = set()
+        for name in self._endpoints.names():
+            record = self._endpoints.read(name)
+            for change in record.history if record else []:
+                served |= {entry.ref for entry in change.after if entry.traffic > 0}
+        return served
+
     def deploy(
         self,
         version: ModelVersion,
