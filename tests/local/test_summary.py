@@ -361,3 +361,28 @@ def test_a_stopped_run_says_what_it_stopped_kept_and_how_to_clean_up(tmp_path: P
     )
     assert nothing.startswith("SIGTERM: stopped finetune and every process it started; ")
     assert "; no complete checkpoint was kept; " in nothing
+
+
+def test_a_run_stopped_after_training_does_not_read_as_training_lost(tmp_path: Path) -> None:
+    import signal
+
+    from llm_pipeline.local.summary import format_stop
+
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, status="stopped")
+        if step.name == "evaluate"
+        else replace(step, status="not run")
+        if step.name in ("should-deploy", "deploy")
+        else step
+        for step in run.steps
+    )
+    stopped = replace(run, steps=steps, succeeded=False, stopped_by=signal.SIGINT)
+    line = format_stop(
+        stopped, checkpoint=None, resume_command="", clean_command="python pipeline.py clean"
+    )
+    assert line == (
+        "Ctrl-C (SIGINT): stopped evaluate and every process it started; finetune had finished "
+        "but saved no checkpoint to resume from: a rerun trains again; clean up: "
+        "python pipeline.py clean"
+    )

@@ -76,7 +76,11 @@ def format_stop(
     assert run.stopped_by is not None
     stopped = [step.name for step in run.steps if step.status == "stopped"]
     what = f"stopped {', '.join(stopped)} and every process it started" if stopped else "stopped"
-    if checkpoint is None:
+    finetune = run.outcome(Step.FINETUNE)
+    if checkpoint is None and finetune is not None and finetune.status == "succeeded":
+        # Stopped after training: say so, lest "no checkpoint" read as the training lost.
+        kept = "finetune had finished but saved no checkpoint to resume from: a rerun trains again"
+    elif checkpoint is None:
         kept = "no complete checkpoint was kept"
     elif resume_command:
         kept = f"kept {checkpoint.name} in {checkpoint.parent}; resume: {resume_command}"
