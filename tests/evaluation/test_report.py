@@ -162,7 +162,7 @@ def test_fewer_rows_than_a_gate_can_trust_are_warned_of_and_enough_are_not(
     assert warning is not None
     assert warning.startswith(
         f"evaluated on {MIN_EVALUATION_ROWS - 1} validation row(s), fewer than the "
-        f"{MIN_EVALUATION_ROWS} a gate can trust: one row moves a 0-100 score by 3 points"
+        f"{MIN_EVALUATION_ROWS} a gate can trust: one row moves a score by up to 3% of its range"
     )
     assert "data.max_samples.validation" in warning  # what to change
     assert capsys.readouterr().out == f"::status:: warning: {warning}\n"

@@ -220,7 +220,7 @@ def few_rows_warning(rows: int, split: str) -> str | None:
     swing = 100 / max(rows, 1)
     return (
         f"evaluated on {rows} {split} row(s), fewer than the {MIN_EVALUATION_ROWS} a gate can "
-        f"trust: one row moves a 0-100 score by {swing:.0f} points and the 95% intervals of "
+        f"trust: one row moves a score by up to {swing:.0f}% of its range and the 95% intervals of "
         "so few rows are too narrow, so the deploy decision rests on noise; give evaluate "
         f"more rows (a larger {split} split in the source, or a higher "
         f"data.max_samples.{split} or evaluate.max_samples)"
