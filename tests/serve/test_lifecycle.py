@@ -233,3 +233,20 @@ def test_the_server_dies_with_a_killed_deploy_step(tmp_path: Path) -> None:
         step.kill()
         if server is not None and server.is_running():
             server.kill()
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llm_pipeline.cli.serve import main
+
+    with socket.socket() as holder:  # another server's listening socket
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = main(["--model", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"error: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(give another with --port)\n"
+    )

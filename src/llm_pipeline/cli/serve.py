@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    taken = port_taken(settings.host, settings.port)
+    if taken is not None:  # said before the model loads, not after, in uvicorn's words
+        print(f"error: {taken}", file=sys.stderr)
+        return 1
     _configure_logging()
     failures: list[str] = []
 
@@ -94,6 +99,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures or not server.started:
         return 1
     return 0
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why the server cannot listen on `host`:`port` (in use, say), or None when it can: a
+    bind tried and released at once, with the option uvicorn binds with."""
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return f"cannot listen on {host}:{port}: {reason.lower()} (give another with --port)"
+    return None
 
 
 def build_server(
