@@ -368,3 +368,22 @@ def test_a_prune_process_killed_midway_leaves_a_consistent_registry(tmp_path, pa
         "summarizer@6",
     }
     assert list((registry.root / ".pruning").iterdir()) == []
+
+
+def test_each_endpoints_rollback_target_is_kept_even_past_keep_served(tmp_path):
+    """Two endpoints of one model (staging, prod) at --keep-served 1: each one's rollback
+    target stays, so both can still roll back."""
+    registry = LocalRegistry(tmp_path / "registry")
+    versions = [
+        registry.register(model="summarizer", model_dir=str(run_folder(tmp_path, n)), metrics={})
+        for n in (1, 2, 3, 4, 5)
+    ]
+    for endpoint, first, second in (("staging", 0, 1), ("prod", 2, 3)):
+        registry.deploy(versions[first], endpoint)
+        registry.deploy(versions[second], endpoint)
+    registry.deploy(versions[4], "staging")
+    registry.prune(keep_served=1)
+    present = {ref for ref, (_, files_there) in state(registry).items() if files_there}
+    assert present == {"summarizer@2", "summarizer@3", "summarizer@4", "summarizer@5"}
+    assert registry.rollback("staging").moved_to.ref == "summarizer@2"
+    assert registry.rollback("prod").moved_to.ref == "summarizer@3"

@@ -3,8 +3,9 @@
 Every registered version is a full copy of its model (about 188 MB for the demo), so a
 weekly run fills a disk in months. Prune keeps, per model, every version an endpoint serves
 now (with any traffic) and the last `keep_served` versions that endpoints served before,
-the version `rollback` would return to first among them (it is the one an endpoint served
-just before its last change); every other version's files go, never-served ones included.
+always with the one each endpoint's `rollback` returns to (what it served just before its
+last change, as `endpoints.rollback_plan` picks it), unless `keep_served` is 0; every other
+version's files go, never-served ones included.
 A pruned version keeps its record (`version.json`, marked `pruned`), so the endpoint
 histories that name it stay true; `serve`, `rollback` and `deploy` refuse it.
 
@@ -102,7 +103,12 @@ def plan_prune(
             candidate = (ref in rollback_to, time, ref)
             by_model.setdefault(ref.rpartition("@")[0], []).append(candidate)
     for served in by_model.values():
-        for is_target, _time, ref in sorted(served, reverse=True)[:keep_served]:
+        ordered = sorted(served, reverse=True)
+        # Every endpoint's rollback target, even past `keep_served` (two endpoints of one
+        # model at --keep-served 1): rollback must keep working. None at --keep-served 0.
+        targets = [entry for entry in ordered if entry[0]] if keep_served else []
+        others = [entry for entry in ordered if not entry[0]]
+        for is_target, _time, ref in targets + others[: max(keep_served - len(targets), 0)]:
             reasons[ref] = (
                 f"`rollback` of endpoint {rollback_to[ref]} returns to it"
                 if is_target
