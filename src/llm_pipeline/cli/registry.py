@@ -109,9 +109,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="Delete the files of local versions no endpoint serves or can roll back to.",
         description="Delete, from the local registry, the model files of every version that "
         "no endpoint serves now and that is not among the last --keep-served versions "
-        "endpoints served before (the version `rollback` returns to first), never-served "
-        "versions included. Each pruned version's record stays, marked pruned: `registry` "
-        "lists it, `serve` and `rollback` refuse it. Local registries only.",
+        "endpoints served before (always with each endpoint's `rollback` target, unless "
+        "--keep-served is 0), never-served versions included. Each pruned version's record "
+        "stays, marked pruned: `registry` lists it, `serve` and `rollback` refuse it. Local "
+        "registries only.",
         epilog=PRUNE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
