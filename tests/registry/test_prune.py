@@ -111,6 +111,21 @@ def test_the_reasons_name_the_endpoint_and_rollbacks_target(tmp_path):
     ]
 
 
+def test_a_models_newest_version_never_served_waits_for_the_next(tmp_path):
+    """A deploy registers its version, then holds it from its check on: a prune in between
+    must not take the version it is about to check. The next version frees it."""
+    registry = history(tmp_path)
+    registry.register(model="summarizer", model_dir=str(run_folder(tmp_path, 7)), metrics={})
+    plan = registry.prune_plan(keep_served=0)
+    assert ("summarizer@7", "the newest version: a deploy may be about to check it") in [
+        (v.version.ref, v.reason) for v in plan.keep
+    ]
+    registry.register(model="summarizer", model_dir=str(run_folder(tmp_path, 8)), metrics={})
+    registry.prune(keep_served=0)
+    present = {ref for ref, (_marked, files_there) in state(registry).items() if files_there}
+    assert present == {"summarizer@6", "summarizer@8"}
+
+
 @pytest.mark.parametrize(
     ("keep_served", "kept"), [(0, {"6"}), (1, {"4", "6"}), (3, {"1", "3", "4", "6"})]
 )

@@ -12,8 +12,9 @@ do: a rollback run by mistake is undone by the same command, and both backends c
 (a Vertex endpoint records one earlier version, not a history to walk back through).
 
 `registry prune` deletes the model files of the local versions that no endpoint serves and
-that are not among the last `--keep-served` it served (`registry/local/prune.py`); their
-records stay, marked pruned. It is local only: Vertex AI's versions are not files here.
+that are not among the last `--keep-served` it served, nor a model's newest, which a deploy
+may have just registered (`registry/local/prune.py`); their records stay, marked pruned.
+It is local only: Vertex AI's versions are not files here.
 """
 
 from __future__ import annotations

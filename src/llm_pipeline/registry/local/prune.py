@@ -5,7 +5,8 @@ weekly run fills a disk in months. Prune keeps, per model, every version an endp
 now (with any traffic) and the last `keep_served` versions that endpoints served before,
 always with the one each endpoint's `rollback` returns to (what it served just before its
 last change, as `endpoints.rollback_plan` picks it), unless `keep_served` is 0; every other
-version's files go, never-served ones included.
+version's files go, never-served ones included, but for each model's newest version (a
+deploy may have just registered it).
 A pruned version keeps its record (`version.json`, marked `pruned`), so the endpoint
 histories that name it stay true; `serve`, `rollback` and `deploy` refuse it.
 
@@ -114,6 +115,15 @@ def plan_prune(
                 if is_target
                 else f"served before, one of the last {keep_served}"
             )
+    # Each model's newest version, never served, may be one a deploy has just registered and
+    # not yet started checking (`deploy` holds a version only from its check on): kept.
+    newest: dict[str, ModelVersion] = {}
+    for version in versions:
+        if version.model not in newest or int(version.version) > int(newest[version.model].version):
+            newest[version.model] = version
+    for version in newest.values():
+        if version.ref not in last_served and not version.pruned:
+            reasons.setdefault(version.ref, "the newest version: a deploy may be about to check it")
     keep, delete, finish = [], [], []
     for version in versions:
         if version.pruned:
