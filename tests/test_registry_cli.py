@@ -309,3 +309,113 @@ def test_serve_refuses_a_record_that_sets_more_than_the_servers_settings(tmp_pat
     assert result.returncode == 1
     assert "summarizer@1's record sets LD_PRELOAD, which are not" in result.stderr
     assert "Serving" not in result.stdout
+
+
+@pytest.fixture
+def weekly(tmp_path: Path) -> Path:
+    """Five weeks: @1 served, @2's deploy failed, @3 and @4 served, @5 serves now."""
+    registry_dir = tmp_path / "registry"
+    registry = LocalRegistry(registry_dir)
+    for number in range(1, 6):
+        folder = model_folder(tmp_path, f"run-{number}")
+        (folder / "model.safetensors").write_bytes(b"w" * 1_500_000)
+        version = registry.register(
+            model="summarizer", model_dir=str(folder), metrics={"rougeLsum": 30.0 + number}
+        )
+        if number != 2:
+            registry.deploy(version, ENDPOINT)
+    return registry_dir
+
+
+def test_registry_prune_dry_run_says_what_it_would_delete_and_deletes_nothing(
+    weekly: Path,
+) -> None:
+    before = sorted(str(path) for path in weekly.rglob("*"))
+    result = run_pipeline("registry", "prune", "--dry-run", "--registry-dir", str(weekly))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"Registry: {weekly}",
+        "keep summarizer@3: served before, one of the last 2",
+        f"keep summarizer@4: `rollback` of endpoint {ENDPOINT} returns to it",
+        f"keep summarizer@5: endpoint {ENDPOINT} serves it now",
+        "would delete summarizer@1 (served before, older than the last 2): 1.5 MB",
+        "would delete summarizer@2 (never served): 1.5 MB",
+        "Would free 3.0 MB (dry run: nothing deleted).",
+    ]
+    assert sorted(str(path) for path in weekly.rglob("*")) == before
+
+
+def test_registry_prune_deletes_lists_them_pruned_and_serve_and_rollback_refuse_them(
+    weekly: Path,
+) -> None:
+    result = run_pipeline("registry", "--registry-dir", str(weekly), "prune", "--keep-served", "0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-5:] == [
+        "deleted summarizer@1 (served before, --keep-served 0): 1.5 MB",
+        "deleted summarizer@2 (never served): 1.5 MB",
+        "deleted summarizer@3 (served before, --keep-served 0): 1.5 MB",
+        "deleted summarizer@4 (served before, --keep-served 0): 1.5 MB",
+        "Freed 6.0 MB in total; the pruned versions' records stay.",
+    ]
+    lines = run_pipeline("registry", "--registry-dir", str(weekly)).stdout.splitlines()
+    assert [line.split()[0] for line in lines[2:7]] == [f"summarizer@{n}" for n in range(1, 6)]
+    assert all(
+        ", pruned 20" in line and "(files deleted, record kept)" in line for line in lines[2:6]
+    )
+    assert "pruned" not in lines[6]
+
+    rollback = run_pipeline("rollback", "--endpoint", ENDPOINT, "--registry-dir", str(weekly))
+    assert rollback.returncode == 1
+    assert rollback.stderr.startswith(
+        f"error: cannot roll endpoint {ENDPOINT} back to summarizer@4: it was pruned ("
+    )
+    assert len(rollback.stderr.splitlines()) == 1 and "Traceback" not in rollback.stderr
+
+
+def test_registry_lists_a_version_whose_files_were_deleted_by_hand_and_serve_refuses_it(
+    weekly: Path,
+) -> None:
+    files = weekly / "models" / "summarizer" / "5" / "model"
+    for entry in files.iterdir():
+        entry.unlink()
+    files.rmdir()
+    lines = run_pipeline("registry", "--registry-dir", str(weekly)).stdout.splitlines()
+    assert lines[6].startswith("  summarizer@5 ")
+    assert lines[6].endswith(f", files missing (no {files}: deleted by hand?)")
+    assert "pruned" not in lines[6]
+    served = run_pipeline("serve", "--endpoint", ENDPOINT, "--registry-dir", str(weekly))
+    assert served.returncode == 1
+    assert served.stderr == (
+        f"error: cannot serve summarizer@5: its model files are missing from {files} (deleted "
+        "by hand?); its record is there but it cannot be loaded\n"
+    )
+
+
+def test_registry_prune_finishes_what_a_killed_prune_left(weekly: Path) -> None:
+    """A prune killed after marking @1: the listing says pruned, the next prune frees it."""
+    record = weekly / "models" / "summarizer" / "1" / "version.json"
+    marked = json.loads(record.read_text()) | {"pruned": "2026-11-27T10:00:00Z"}
+    record.write_text(json.dumps(marked))
+    lines = run_pipeline("registry", "--registry-dir", str(weekly)).stdout.splitlines()
+    assert "pruned 2026-11-27" in lines[2]
+    result = run_pipeline("registry", "prune", "--registry-dir", str(weekly))
+    assert result.stdout.splitlines()[-3:] == [
+        "deleted summarizer@2 (never served): 1.5 MB",
+        "finished an earlier, stopped prune: 1.5 MB",
+        "Freed 3.0 MB in total; the pruned versions' records stay.",
+    ]
+    assert not (weekly / "models" / "summarizer" / "1" / "model").exists()
+
+
+def test_registry_prune_on_a_vertex_target_says_it_is_local_only(tmp_path: Path) -> None:
+    result = run_pipeline(
+        "registry",
+        "prune",
+        "--config",
+        str(REPO / "configs" / "local.json"),
+        "--set",
+        "deploy.target=vertex",
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: registry prune is for a local registry only;")
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr

@@ -40,7 +40,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Free the disk old local runs hold: the download, preprocess and "
         "finetune steps' folders (data, model, checkpoints) of every run but the newest, and "
         "the temporary folders runs left. Kept: each run's report.html and pipeline.log, "
-        "the evaluation's scores and predictions, and the registry's versions.",
+        "the evaluation's scores and predictions, and the registry's versions (`registry "
+        "prune` deletes those no endpoint serves or can roll back to).",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

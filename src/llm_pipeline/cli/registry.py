@@ -1,4 +1,4 @@
-"""`pipeline.py registry | rollback | serve`: look at and act on the model registry.
+"""`pipeline.py registry [prune] | rollback | serve`: look at and act on the model registry.
 
 Locally the registry is `deploy.registry_dir` (from `--config`, else `runs/registry`, or
 `--registry-dir`); with a config whose `deploy.target` is `vertex`, Vertex AI's. Each
@@ -10,6 +10,11 @@ registry and a failed command leaves no folder or lock file behind.
 rollback undoes the first (@2 → @1 → @2), as `kubectl rollout undo` and `helm rollback`
 do: a rollback run by mistake is undone by the same command, and both backends can do it
 (a Vertex endpoint records one earlier version, not a history to walk back through).
+
+`registry prune` deletes the model files of the local versions that no endpoint serves and
+that are not among the last `--keep-served` it served, nor a model's newest, which a deploy
+may have just registered (`registry/local/prune.py`); their records stay, marked pruned.
+It is local only: Vertex AI's versions are not files here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from pathlib import Path
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 from llm_pipeline.errors import UserError
 from llm_pipeline.registry import EVALUATION_DATA_LABEL, ModelVersion, Registry, open_registry
+from llm_pipeline.registry.base import ensure_files
+from llm_pipeline.registry.local.prune import DEFAULT_KEEP_SERVED, Verdict
+from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.tasks import TASKS
 
 #: Metrics shown per version in `registry`: every task's, its gate default first (a version
@@ -38,6 +46,17 @@ examples:
       the registry a config deploys to (Vertex AI's for a config whose deploy.target is vertex)
   python pipeline.py registry --registry-dir runs/registry
       a local registry folder, named
+  python pipeline.py registry prune --dry-run
+      which versions' files `registry prune` would delete, and the space it would free
+"""
+PRUNE_EXAMPLES = """\
+examples:
+  python pipeline.py registry prune --dry-run
+      what would be deleted from runs/registry, and how much it frees; nothing is deleted
+  python pipeline.py registry prune
+      delete them: keeps what each endpoint serves and the last 2 versions it served
+  python pipeline.py registry prune --keep-served 5 --config configs/local.json
+      keep the last 5 served versions, in the registry a config deploys to
 """
 ROLLBACK_EXAMPLES = f"""\
 examples:
@@ -57,22 +76,9 @@ examples:
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`registry`, `rollback` and `serve`, each with where the registry is."""
-    where = argparse.ArgumentParser(add_help=False)
-    where.add_argument(
-        "--config", type=Path, help="Config whose deploy section names the registry."
-    )
-    where.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Override a config value, as for a run.",
-    )
-    where.add_argument(
-        "--registry-dir", type=Path, help="Local registry folder (default: deploy.registry_dir)."
-    )
+    """`registry` (and `registry prune`), `rollback` and `serve`, each with where the
+    registry is."""
+    where = _where_flags()
 
     def add(name: str, summary: str, description: str, examples: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(
@@ -86,11 +92,43 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         parser.set_defaults(handler=registry_command)
         return parser
 
-    add(
+    listing = add(
         "registry",
-        "List models, versions, metrics and endpoints.",
-        "List every registered model's versions with their metrics, and what each endpoint serves.",
+        "List models, versions, metrics and endpoints; `registry prune` frees disk space.",
+        "List every registered model's versions with their metrics, and what each endpoint "
+        "serves. `registry prune` deletes the files of old local versions.",
         REGISTRY_EXAMPLES,
+    )
+    # The same flags after `prune`, left unset unless given there, so that they do not undo
+    # what was given before it (`registry --registry-dir D prune`).
+    where_after = _where_flags(unset=True)
+    actions = listing.add_subparsers(dest="action", metavar="ACTION")
+    prune = actions.add_parser(
+        "prune",
+        parents=[where_after],
+        argument_default=argparse.SUPPRESS,
+        help="Delete the files of local versions no endpoint serves or can roll back to.",
+        description="Delete, from the local registry, the model files of every version that "
+        "no endpoint serves now and that is not among the last --keep-served versions "
+        "endpoints served before (always with each endpoint's `rollback` target, unless "
+        "--keep-served is 0), never-served versions included. Each pruned version's record "
+        "stays, marked pruned: `registry` lists it, `serve` and `rollback` refuse it. Local "
+        "registries only.",
+        epilog=PRUNE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prune.add_argument(
+        "--keep-served",
+        type=_count,
+        default=DEFAULT_KEEP_SERVED,
+        metavar="N",
+        help=f"Previously served versions kept per model (default {DEFAULT_KEEP_SERVED}).",
+    )
+    prune.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=False,
+        help="Say what would be deleted and the space freed; delete nothing.",
     )
     rollback = add(
         "rollback",
@@ -113,6 +151,48 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     serve.add_argument("--port", type=int, default=8080, help="Port (default 8080).")
 
 
+def _where_flags(*, unset: bool = False) -> argparse.ArgumentParser:
+    """`--config`, `--set`, `--registry-dir`; `unset`: absent from the namespace unless given."""
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS if unset else None,
+        help="Config whose deploy section names the registry.",
+    )
+    where.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=argparse.SUPPRESS if unset else [],
+        metavar="KEY=VALUE",
+        help="Override a config value, as for a run.",
+    )
+    where.add_argument(
+        "--registry-dir",
+        type=Path,
+        default=argparse.SUPPRESS if unset else None,
+        help="Local registry folder (default: deploy.registry_dir).",
+    )
+    return where
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a whole number, 0 or more, got {text!r}")
+    return value
+
+
+class LocalOnly(UserError):
+    """A command for a local registry, given a Vertex target."""
+
+    exit_code = 2
+
+
 class NoRegistryFolder(UserError):
     """A local registry folder that does not exist: a mistyped path, or nothing deployed yet."""
 
@@ -131,6 +211,12 @@ def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig, str]:
         raise ConfigError(["--set needs --config"])
     if args.registry_dir is not None and deploy.target != "local":
         raise ConfigError(["--registry-dir is for a local registry; the config's target is vertex"])
+    if deploy.target != "local" and getattr(args, "action", None) == "prune":
+        raise LocalOnly(
+            "registry prune is for a local registry only; the config's deploy.target is "
+            "vertex, whose versions Vertex AI Model Registry keeps (delete one there with "
+            "`gcloud ai models delete-version`)"
+        )
     if deploy.target != "local":
         where = f"Vertex AI, project {vertex.project}, region {vertex.region}"
         return open_registry(deploy, vertex), deploy, where
@@ -173,6 +259,10 @@ def list_registry(registry: Registry) -> None:
                 made += f", started from {version.started_from}"
             if served is not None and version.ref not in served:
                 made += ", never served (its deploy did not finish)"
+            if version.pruned:
+                made += f", pruned {version.pruned[:10]} (files deleted, record kept)"
+            elif version.files_missing:
+                made += f", files missing (no {version.uri}: deleted by hand?)"
             if len(evaluations) > 1:
                 made += f", evaluation {version.labels.get(EVALUATION_DATA_LABEL, 'unknown')[:8]}"
             created = f"{version.created[:19].replace('T', ' ')} UTC"
@@ -202,6 +292,7 @@ def _serve(registry: Registry, deploy: DeployConfig, args: argparse.Namespace) -
     if served is None:
         names = ", ".join(e.name for e in registry.endpoints()) or "none"
         raise UserError(f"endpoint {args.endpoint!r} serves nothing (endpoints: {names})")
+    ensure_files(served, "serve")
     from llm_pipeline.cli.serve import main as serve_main
     from llm_pipeline.serve.settings import PREFIX
 
@@ -241,11 +332,46 @@ def _rollback(registry: Registry, endpoint: str, *, local: bool) -> int:
     return 0
 
 
+def _prune(registry: Registry, *, keep_served: int, dry_run: bool) -> int:
+    """Print what prune deletes (would delete) and the bytes freed; delete unless dry."""
+    from llm_pipeline.local.disk import format_size
+
+    assert isinstance(registry, LocalRegistry)  # `_registry` refused a Vertex target
+    busy: tuple[Verdict, ...] = ()
+    if dry_run:
+        plan = registry.prune_plan(keep_served)
+        sized = [(verdict, registry.files_size(verdict.version)) for verdict in plan.delete]
+        unfinished = registry.unfinished_size(plan)
+        verb = "would delete"
+    else:
+        outcome = registry.prune(keep_served)
+        plan, sized, unfinished = outcome.plan, list(outcome.pruned), outcome.unfinished
+        verb, busy = "deleted", outcome.busy
+    for kept in plan.keep:
+        print(f"keep {kept.version.ref}: {kept.reason}")
+    for verdict, size in sized:
+        print(f"{verb} {verdict.version.ref} ({verdict.reason}): {format_size(size)}")
+    for verdict in busy:
+        print(f"left {verdict.version.ref} alone: a deploy is checking it now")
+    total = sum(size for _verdict, size in sized) + unfinished
+    if dry_run:
+        if unfinished:
+            print(f"would finish an earlier, stopped prune: {format_size(unfinished)}")
+        print(f"Would free {format_size(total)} (dry run: nothing deleted).")
+        return 0
+    if unfinished:
+        print(f"finished an earlier, stopped prune: {format_size(unfinished)}")
+    print(f"Freed {format_size(total)} in total; the pruned versions' records stay.")
+    return 0
+
+
 def registry_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run `registry`, `rollback` or `serve`; returns the exit code (2 for a user's mistake)."""
     try:
         registry, deploy, where = _registry(args)
         print(f"Registry: {where}", flush=True)
+        if args.command == "registry" and args.action == "prune":
+            return _prune(registry, keep_served=args.keep_served, dry_run=args.dry_run)
         if args.command == "registry":
             list_registry(registry)
             return 0

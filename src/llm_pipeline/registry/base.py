@@ -54,6 +54,11 @@ class ModelVersion:
     resource_name: str | None = None  #: Vertex: projects/P/locations/L/models/ID@VERSION
     #: Environment the prediction server needs for this version (prefix, input limit).
     serving_env: dict[str, str] = field(default_factory=dict)
+    #: Local: when `registry prune` deleted its files (ISO 8601, UTC); "" while it has them.
+    #: Its record stays, so the history that names it stays true.
+    pruned: str = ""
+    #: Local: its record is there but its model files are not (deleted by hand, not pruned).
+    files_missing: bool = False
 
     @property
     def ref(self) -> str:
@@ -66,6 +71,31 @@ class ModelVersion:
         start = self.labels.get(STARTED_FROM_LABEL)
         version = self.labels.get(STARTED_FROM_VERSION_LABEL)
         return f"{start}@{version}" if start and version else start
+
+
+def files_gone(version: ModelVersion) -> str | None:
+    """Why `version` has no model files to load (pruned, or deleted by hand), or None."""
+    if version.pruned:
+        when = f"{version.pruned[:19].replace('T', ' ')} UTC"
+        return (
+            f"it was pruned ({when}, by `registry prune`), so its files are deleted; its "
+            "record stays for the history"
+        )
+    if version.files_missing:
+        return (
+            f"its model files are missing from {version.uri} (deleted by hand?); its record "
+            "is there but it cannot be loaded"
+        )
+    return None
+
+
+def ensure_files(version: ModelVersion, doing: str) -> ModelVersion:
+    """`version`, or a one-line RegistryError saying that `doing` it ("serve", "roll back
+    to") is impossible because its files are gone (`files_gone`)."""
+    why = files_gone(version)
+    if why is not None:
+        raise RegistryError(f"cannot {doing} {version.ref}: {why}")
+    return version
 
 
 @dataclass(frozen=True)

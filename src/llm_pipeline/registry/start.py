@@ -13,7 +13,7 @@ from __future__ import annotations
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.config.model import RegistryRef, registry_ref
 from llm_pipeline.registry import open_registry
-from llm_pipeline.registry.base import ModelVersion, Registry, RegistryError
+from llm_pipeline.registry.base import ModelVersion, Registry, RegistryError, ensure_files
 
 
 def resolve_start(config: PipelineConfig, registry: Registry | None = None) -> PipelineConfig:
@@ -37,10 +37,13 @@ def resolve_start(config: PipelineConfig, registry: Registry | None = None) -> P
 
 
 def starting_version(registry: Registry, ref: RegistryRef) -> ModelVersion:
-    """The version `ref` names: by number, or the one the model's endpoint serves."""
+    """The version `ref` names: by number, or the one the model's endpoint serves; a
+    RegistryError when its files are gone (pruned, or deleted by hand)."""
     if not ref.serving:
-        return registry.version(ref.model, ref.version)
-    return served_version_of(registry, ref.model)
+        found = registry.version(ref.model, ref.version)
+    else:
+        found = served_version_of(registry, ref.model)
+    return ensure_files(found, "start a run from")
 
 
 def served_version_of(registry: Registry, model: str) -> ModelVersion:

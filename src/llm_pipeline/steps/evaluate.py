@@ -21,6 +21,7 @@ from llm_pipeline.models.sources import tokenization_difference
 from llm_pipeline.output_files import Step
 from llm_pipeline.progress import status
 from llm_pipeline.registry import Champion, ModelVersion, open_registry
+from llm_pipeline.registry.base import files_gone
 from llm_pipeline.serve.settings import env_name
 from llm_pipeline.steps.artifacts import (
     Arguments,
@@ -113,6 +114,9 @@ def score_champion(
 
 def _why_not_scorable(served: ModelVersion, *, task: str, model_dir: str) -> str | None:
     """Why `served` cannot be scored on rows made for the model in `model_dir`, or None."""
+    gone = files_gone(served)  # pruned or deleted: the gate goes on without its scores
+    if gone is not None:
+        return gone
     served_task = served.serving_env.get(env_name("task"))
     if served_task != task:
         if served_task is None:

@@ -108,6 +108,52 @@ def remove_abandoned(parent: Path) -> None:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def in_use(folder: Path) -> Iterator[None]:
+    """Hold a shared flock on `folder` for the block: a deploy checking a version holds its
+    folder so, and `registry prune` (`try_claim`) leaves a version so held alone."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+@contextlib.contextmanager
+def try_claim(folder: Path) -> Iterator[bool]:
+    """An exclusive flock on `folder` if nobody holds it (True), else False at once: the
+    folder is `in_use`. Call under the registry lock, so nothing waits on anything."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield _try_flock(fd)
+    finally:
+        os.close(fd)
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed); 0 when it does not exist."""
+    if not path.is_dir():
+        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    total = 0
+    for current, _folders, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(Path(current) / name).st_size
+    return total
+
+
+def remove_tree(folder: Path) -> None:
+    """Delete every entry under `folder` (the folder itself stays); nothing when missing."""
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def fsync_tree(folder: Path) -> None:
     """Flush every file and folder under `folder` (itself included) to disk."""
     for current, _folders, files in os.walk(folder):

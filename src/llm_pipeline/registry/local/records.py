@@ -55,6 +55,10 @@ class VersionRecord(_Record):
     labels: dict[str, str] = Field(description="Free-form labels.")
     config: dict[str, Any] = Field(description="The resolved config that made it.")
     serving_env: dict[str, str] = Field(description="Environment for its prediction server.")
+    pruned: AwareDatetime | None = Field(
+        default=None,
+        description="When `registry prune` deleted its files (absent: it has them).",
+    )
 
     @property
     def created_iso(self) -> str:
@@ -129,8 +133,9 @@ def load(path: Path, kind: type[R]) -> R:
 
 
 def dump(record: _Record) -> str:
-    """A record as the indented JSON a person can read and diff."""
-    return record.model_dump_json(indent=2) + "\n"
+    """A record as the indented JSON a person can read and diff; a field left at its
+    default (a version's `pruned`, absent until it is pruned) is left out."""
+    return record.model_dump_json(indent=2, exclude_defaults=True) + "\n"
 
 
 def damaged(path: Path, problems: list[str]) -> RegistryError:

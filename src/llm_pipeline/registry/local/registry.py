@@ -11,6 +11,7 @@ Layout under the registry root::
       endpoints/<endpoint>.json       deployed: [{model, version, traffic}] (percent, adding
                                       up to 100), history: [{time, action, before, after}]
       .staging/<id>/                  a version being written (ignored by readers)
+      .pruning/<model>@<n>-<id>/      a pruned version's model files, being deleted
       endpoints/.<endpoint>.json.tmp-<id>   an endpoint file being written (ignored)
 
 Readers take no lock: every file is replaced atomically and every version folder is renamed
@@ -20,6 +21,13 @@ version numbers under it, and re-read an endpoint under it before changing it. M
 are copied before the lock is taken, so a large copy never holds up a deploy or a
 rollback. What a killed writer leaves under hidden names is removed by the next writer.
 
+`prune` deletes the model files of versions no endpoint serves or can roll back to, under
+the lock: it marks the record `pruned` first (atomically), then renames `model/` aside into
+`.pruning/` and deletes it there, so a kill at any moment leaves an intact version or a
+pruned record, never a half-deleted version that looks intact; the next prune finishes
+what a killed one left. A deploy holds its version's folder (a shared flock) while it
+checks it, and prune leaves a version so held alone.
+
 A version's files are copies, never hard links to the run's (a link is the same file: editing
 the run's would change the version), and a symbolic link in the run folder is refused rather
 than followed (`safe_paths.copy_tree`).
@@ -27,8 +35,10 @@ than followed (`safe_paths.copy_tree`).
 
 import os
 import re
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,7 @@ from llm_pipeline.registry.base import (
     RegistryError,
     RollbackOutcome,
     VersionCheck,
+    ensure_files,
     ensure_still_served,
 )
 from llm_pipeline.registry.local import files
@@ -51,8 +62,18 @@ from llm_pipeline.registry.local.endpoints import (
     rollback_plan,
     share,
 )
+from llm_pipeline.registry.local.prune import (
+    DEFAULT_KEEP_SERVED,
+    PruneOutcome,
+    PrunePlan,
+    Verdict,
+    plan_prune,
+)
 from llm_pipeline.registry.local.records import VersionRecord
 from llm_pipeline.storage import fsync_dir, is_remote, to_uri, write_atomic
+
+#: Where `prune` moves a version's model files to delete them, under the registry root.
+PRUNING = ".pruning"
 
 
 def checked_name(name: str, what: str) -> str:
@@ -196,13 +217,17 @@ class LocalRegistry(Registry):
         """
         name = checked_name(endpoint, "endpoint")
         percent = _checked_percent(traffic_percent)
-        registered = self.version(version.model, version.version)
-        plan_deploy(self.endpoint(name), registered, percent)  # refuse a bad canary early
-        prediction = self.check(registered, tuple(probe)) if self.check else ""
-        with self._locked():
-            # Re-read: another process may have changed the endpoint during the check.
-            ensure_still_served(self.endpoint(name), expect_served)
-            moved = self._endpoints.deploy(name, registered, percent)
+        self.version(version.model, version.version)  # refuse an unknown version first
+        # Held until traffic has moved: `prune` leaves a version in use alone, and its
+        # record is read under the hold, so a version pruned before is refused here.
+        with files.in_use(self._folder(version.model, version.version)):
+            registered = ensure_files(self.version(version.model, version.version), "deploy")
+            plan_deploy(self.endpoint(name), registered, percent)  # refuse a bad canary early
+            prediction = self.check(registered, tuple(probe)) if self.check else ""
+            with self._locked():
+                # Re-read: another process may have changed the endpoint during the check.
+                ensure_still_served(self.endpoint(name), expect_served)
+                moved = self._endpoints.deploy(name, registered, percent)
         return DeployOutcome(
             endpoint=moved.after,
             version=registered,
@@ -227,8 +252,77 @@ class LocalRegistry(Registry):
         with self._locked():
             record = self._require_endpoint(name)
             moved_from, moved_to = rollback_plan(name, record, self._endpoints)
+            ensure_files(moved_to, f"roll endpoint {name} back to")
             after = self._endpoints.write_change(name, record, "rollback", [share(moved_to, 100)])
         return RollbackOutcome(endpoint=after, moved_from=moved_from, moved_to=moved_to)
+
+    # -- pruning ----------------------------------------------------------------------
+
+    def prune_plan(self, keep_served: int = DEFAULT_KEEP_SERVED) -> PrunePlan:
+        """What `prune` would keep and delete now (reads only; takes no lock)."""
+        versions = [v for model in self.models() for v in self.versions(model)]
+        endpoints = {}
+        for name in self._endpoints.names():
+            record = self._endpoints.read(name)
+            if record is not None:
+                endpoints[name] = record
+        return plan_prune(versions, endpoints, keep_served)
+
+    def files_size(self, version: ModelVersion) -> int:
+        """Bytes of `version`'s model files (0 when it has none)."""
+        return files.tree_size(self._folder(version.model, version.version) / "model")
+
+    def unfinished_size(self, plan: PrunePlan) -> int:
+        """Bytes an earlier prune, stopped, left to delete: the files of versions it marked
+        (`plan.finish`) and the folders it moved into `.pruning/`."""
+        size = sum(self.files_size(version) for version in plan.finish)
+        return size + files.tree_size(self.root / PRUNING)
+
+    def prune(self, keep_served: int = DEFAULT_KEEP_SERVED) -> PruneOutcome:
+        """Delete the model files of the versions `prune_plan` deletes, under the lock.
+
+        A version a deploy is checking (`files.in_use`) is left alone. For each other one,
+        its record is marked pruned (atomically), then `model/` is renamed into `.pruning/`
+        and deleted there; a kill in between leaves a pruned record, whose files (or the
+        renamed folder) the next prune deletes first.
+        """
+        pruned: list[tuple[Verdict, int]] = []
+        busy: list[Verdict] = []
+        with self._locked():
+            plan = self.prune_plan(keep_served)
+            leftover = self.unfinished_size(plan)
+            for version in plan.finish:
+                self._move_aside(version)
+            for verdict in plan.delete:
+                version = verdict.version
+                with files.try_claim(self._folder(version.model, version.version)) as claimed:
+                    if not claimed:
+                        busy.append(verdict)
+                        continue
+                    size = self.files_size(version)
+                    self._mark_pruned(version)
+                    self._move_aside(version)
+                pruned.append((verdict, size))
+                files.remove_tree(self.root / PRUNING)
+            files.remove_tree(self.root / PRUNING)
+        return PruneOutcome(plan, tuple(pruned), tuple(busy), leftover)
+
+    def _mark_pruned(self, version: ModelVersion) -> None:
+        record = self._record(version.model, version.version)
+        marked = record.model_copy(update={"pruned": local_records.now()})
+        path = self._folder(version.model, version.version) / "version.json"
+        write_atomic(path, local_records.dump(marked))
+
+    def _move_aside(self, version: ModelVersion) -> None:
+        """Rename a pruned version's `model/` into `.pruning/`, where it is deleted."""
+        folder = self._folder(version.model, version.version)
+        if not (folder / "model").exists():
+            return
+        aside = self.root / PRUNING
+        aside.mkdir(exist_ok=True)
+        os.rename(folder / "model", aside / f"{version.ref}-{uuid.uuid4().hex}")
+        fsync_dir(folder)
+        fsync_dir(aside)
 
     # -- internals --------------------------------------------------------------------
 
@@ -263,6 +357,9 @@ class LocalRegistry(Registry):
             if re.fullmatch(local_records.NUMBER_PATTERN, entry.name)
         )
 
+    def _folder(self, model: str, version: str) -> Path:
+        return self.root / "models" / model / version
+
     def _require(self, model: str, version: str) -> None:
         """RegistryError unless `model@version` is registered, naming what is."""
         numbers = self._numbers(model)
@@ -285,15 +382,18 @@ class LocalRegistry(Registry):
 
     def _version(self, model: str, version: str) -> ModelVersion:
         record = self._record(model, version)
+        files_at = self._folder(model, version) / "model"
         return ModelVersion(
             model=model,
             version=version,
-            uri=str(self.root / "models" / model / version / "model"),
+            uri=str(files_at),
             metrics=dict(record.metrics),
             labels=dict(record.labels),
             created=record.created_iso,
             run=record.run,
             serving_env=dict(record.serving_env),
+            pruned=record.pruned.astimezone(UTC).isoformat() if record.pruned else "",
+            files_missing=not files_at.is_dir(),
         )
 
     def _resolve(self, share: local_records.Share, named_in: Path) -> ModelVersion:
