@@ -338,6 +338,19 @@ def test_rollback_of_a_canary_takes_it_off_without_rerunning_the_check(registry,
     assert [(d.version, d.traffic) for d in registry.endpoint("prod").deployed] == [(v1, 100)]
 
 
+def test_a_number_an_endpoint_named_is_not_given_again_after_its_folder_is_deleted(
+    registry, run_dir
+):
+    """The newest version's folder deleted by hand: the next version is not numbered as it,
+    or the endpoint's history (and `rollback`) would name other files by that number."""
+    v1, v2 = register(registry, run_dir), register(registry, run_dir)
+    registry.deploy(v1, "prod")
+    registry.deploy(v2, "prod")
+    shutil.rmtree(registry.root / "models" / "summarizer" / "2")
+
+    assert register(registry, run_dir).version == "3"
+
+
 def test_rollback_with_nothing_to_roll_back_to(registry, run_dir):
     registry.deploy(register(registry, run_dir), "prod")
 

@@ -142,7 +142,8 @@ class LocalRegistry(Registry):
             files.put_model(stage / "model", source, model_dir)
             files.fsync_tree(stage)
             with self._locked():
-                number = str(max(self._numbers(name), default=0) + 1)
+                taken = [*self._numbers(name), *self._named_numbers(name)]
+                number = str(max(taken, default=0) + 1)
                 record = record.model_copy(update={"created": local_records.now()})
                 write_atomic(stage / "version.json", local_records.dump(record))
                 folder = self.root / "models" / name
@@ -356,6 +357,18 @@ class LocalRegistry(Registry):
             for entry in folder.iterdir()
             if re.fullmatch(local_records.NUMBER_PATTERN, entry.name)
         )
+
+    def _named_numbers(self, model: str) -> list[int]:
+        """The version numbers of `model` the endpoints' histories name: a version folder
+        deleted by hand must not have its number given to another model's files, which the
+        history would then name (and `rollback` serve) in its place."""
+        numbers = []
+        for endpoint in self._endpoints.names():
+            record = self._endpoints.read(endpoint)
+            for change in record.history if record else []:
+                shares = [*change.before, *change.after]
+                numbers += [int(s.version) for s in shares if s.model == model]
+        return numbers
 
     def _folder(self, model: str, version: str) -> Path:
         return self.root / "models" / model / version
