@@ -302,13 +302,27 @@ def test_the_preprocess_step_logs_the_classification_figures(tmp_path) -> None:
     assert logged["test_tokens_max"] == 3  # [CLS] fine [SEP]
 
 
-def test_one_label_of_data_labels_in_training_is_refused(tmp_path) -> None:
-    train = {"text": ["good", "fine", "odd"], "label": ["pos", "pos", "weird"]}
+def test_one_label_of_data_labels_in_training_is_refused_naming_the_rest(tmp_path) -> None:
+    # data.labels misspells a label ('negative' for 'neg'): the message names what was left
+    # out, so the user sees the spelling their rows use.
+    train = {"text": ["good", "fine", "odd", "bad"], "label": ["pos", "pos", "neg", "neg"]}
     with pytest.raises(DataError) as caught:
-        _preprocess(tmp_path, {"train": train}, labels=["pos", "neg"])
+        _preprocess(tmp_path, {"train": train}, labels=["pos", "negative"])
     assert str(caught.value).startswith(
         "split 'train': all 2 of its usable rows have label 'pos' (rows with labels outside "
-        "data.labels left out)"
+        "data.labels ['pos', 'negative'] left out: 'neg' (2))"
+    )
+
+
+def test_data_labels_none_of_which_training_has_are_refused_naming_its_labels(
+    tmp_path,
+) -> None:
+    train = {"text": ["good", "fine", "odd"], "label": ["pos", "pos", "neg"]}
+    with pytest.raises(DataError) as caught:
+        _preprocess(tmp_path, {"train": train}, labels=["positive", "negative"])
+    assert str(caught.value).startswith(
+        "split 'train': none of its usable rows has a label in data.labels (rows with labels "
+        "outside data.labels ['positive', 'negative'] left out: 'pos' (2), 'neg' (1))"
     )
 
 
