@@ -384,6 +384,39 @@ def test_unreadable_file(tmp_path, source_rows, write, source_config, fmt):
     assert message.startswith(f"data.dataset: cannot read {broken} as {builder}: ")
 
 
+def test_a_bad_json_line_in_the_middle_is_named_by_its_line(
+    tmp_path, source_rows, write, source_config
+):
+    # pyarrow's message says "in row 17" for line 18 (it counts from 0).
+    source = write(tmp_path / "source" / "train", source_rows["train"], "jsonl")
+    lines = source.read_text().splitlines(keepends=True)
+    lines[17] = '{"name": "b", "text": "cut, "summary": "s"}\n'
+    source.write_text("".join(lines))
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.dataset: cannot read {source} as json: line 18, column 30: Expecting ',' delimiter"
+    )
+
+
+def test_a_json_line_that_is_not_utf8_is_refused_naming_it(
+    tmp_path, source_rows, write, source_config
+):
+    # pyarrow reads the bytes into its strings; preprocess then failed with a traceback.
+    source = write(tmp_path / "source" / "train", source_rows["train"], "jsonl")
+    lines = source.read_bytes().splitlines(keepends=True)
+    lines[4] = b'{"name": "caf\xe9", "text": "t", "summary": "s"}\n'
+    source.write_bytes(b"".join(lines))
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.dataset: cannot read {source} as json: line 5: not UTF-8 text (byte 0xe9 at "
+        "byte 14 of the line); save the file as UTF-8"
+    )
+
+
 def test_missing_train_split_lists_the_splits(tmp_path, source_rows, write, source_config):
     source = write_splits(tmp_path / "source", source_rows, write)
     message = download_error(
