@@ -326,6 +326,25 @@ def test_data_labels_none_of_which_training_has_are_refused_naming_its_labels(
     )
 
 
+def test_a_text_that_is_an_object_is_refused_naming_its_row(tmp_path) -> None:
+    # A JSON column of mixed values: the object was tokenized as its printed form.
+    train = {"text": ["good", {"body": "bad"}, "fine"], "label": ["pos", "neg", "pos"]}
+    features = datasets.Features({"text": datasets.Json(), "label": datasets.Value("string")})
+    source = tmp_path / "downloaded"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(train, features=features)}
+    ).save_to_disk(str(source))
+    data = DataConfig(dataset="unused", columns={"text": "text", "label": "label"})
+    with pytest.raises(DataError) as caught:
+        preprocess_dataset(
+            dataset_dir=source, output_dir=tmp_path / "out", data=data, model=MODEL, task=TASK
+        )
+    assert str(caught.value) == (
+        "split 'train': column 'text' (data.columns.text) must hold text, but row 2 holds an "
+        "object: {'body': 'bad'}; map data.columns.text to a column of text"
+    )
+
+
 def test_a_max_length_without_room_for_text_is_refused(tmp_path) -> None:
     train = {"text": ["q1", "q2"], "text_pair": ["p1", "p2"], "label": [0, 1]}
     with pytest.raises(DataError) as caught:

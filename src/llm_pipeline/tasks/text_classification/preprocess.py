@@ -30,7 +30,12 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import LengthStats, tokenize_split, tokenizer_length
+from llm_pipeline.data.preprocess import (
+    LengthStats,
+    refuse_non_text,
+    tokenize_split,
+    tokenizer_length,
+)
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -66,6 +71,7 @@ def preprocess_classification(
     if "train" not in dataset:
         raise DataError(f"the dataset has no train split (it has {list(dataset)})")
     roles = _text_roles(task, dataset["train"].column_names)
+    refuse_non_text(dataset, roles)
     label_set = _label_set(dataset["train"], roles, task.target_role, data)
     max_length, length_from = _max_length(data, tokenizer, pairs=len(roles) > 1)
     encode = _EncodeRows(
