@@ -196,14 +196,38 @@ def _load_files(
     except DataError:
         raise
     except (DatasetGenerationError, pa.ArrowException, ValueError, OSError) as exc:
-        found = _bad_line(files) if fmt == "json" else None
+        found = _bad_line(files) if fmt in ("json", "csv") else None
         if found is not None:
             where, reason = name_of(found[0]), found[1]
         else:
             reason = _reason(exc)
+        if fmt == "csv":
+            reason += delimiter_hint(_header(files[0]))
         raise DataError(f"data.dataset: cannot read {where} as {fmt}: {reason}") from exc
     assert isinstance(dataset, datasets.Dataset)  # as_dataset(split) gives one Dataset
     return dataset
+
+
+def delimiter_hint(column_names: list[str]) -> str:
+    """Why a CSV file with another delimiter (`a;b`, tabs) reads as one column, or ''.
+
+    (Or as two: pandas takes a first field that every row's commas leave as the index.)"""
+    for delimiter, called in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+        if any(delimiter in name for name in column_names):
+            return (
+                f"; a column's name holds {called}: a CSV file is read with commas between "
+                "columns, so save it comma-separated (or as jsonl)"
+            )
+    return ""
+
+
+def _header(file: Path) -> list[str]:
+    """A CSV file's first line split at commas (roughly: for `delimiter_hint`)."""
+    try:
+        with fsspec.open(str(file), "rt", compression="infer", errors="replace") as stream:
+            return stream.readline().rstrip("\r\n").split(",")
+    except OSError:
+        return []
 
 
 def _bad_line(files: list[Path]) -> tuple[Path, str] | None:
