@@ -302,13 +302,46 @@ def test_the_preprocess_step_logs_the_classification_figures(tmp_path) -> None:
     assert logged["test_tokens_max"] == 3  # [CLS] fine [SEP]
 
 
-def test_one_label_of_data_labels_in_training_is_refused(tmp_path) -> None:
-    train = {"text": ["good", "fine", "odd"], "label": ["pos", "pos", "weird"]}
+def test_one_label_of_data_labels_in_training_is_refused_naming_the_rest(tmp_path) -> None:
+    # data.labels misspells a label ('negative' for 'neg'): the message names what was left
+    # out, so the user sees the spelling their rows use.
+    train = {"text": ["good", "fine", "odd", "bad"], "label": ["pos", "pos", "neg", "neg"]}
     with pytest.raises(DataError) as caught:
-        _preprocess(tmp_path, {"train": train}, labels=["pos", "neg"])
+        _preprocess(tmp_path, {"train": train}, labels=["pos", "negative"])
     assert str(caught.value).startswith(
         "split 'train': all 2 of its usable rows have label 'pos' (rows with labels outside "
-        "data.labels left out)"
+        "data.labels ['pos', 'negative'] left out: 'neg' (2))"
+    )
+
+
+def test_data_labels_none_of_which_training_has_are_refused_naming_its_labels(
+    tmp_path,
+) -> None:
+    train = {"text": ["good", "fine", "odd"], "label": ["pos", "pos", "neg"]}
+    with pytest.raises(DataError) as caught:
+        _preprocess(tmp_path, {"train": train}, labels=["positive", "negative"])
+    assert str(caught.value).startswith(
+        "split 'train': none of its usable rows has a label in data.labels (rows with labels "
+        "outside data.labels ['positive', 'negative'] left out: 'pos' (2), 'neg' (1))"
+    )
+
+
+def test_a_text_that_is_an_object_is_refused_naming_its_row(tmp_path) -> None:
+    # A JSON column of mixed values: the object was tokenized as its printed form.
+    train = {"text": ["good", {"body": "bad"}, "fine"], "label": ["pos", "neg", "pos"]}
+    features = datasets.Features({"text": datasets.Json(), "label": datasets.Value("string")})
+    source = tmp_path / "downloaded"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(train, features=features)}
+    ).save_to_disk(str(source))
+    data = DataConfig(dataset="unused", columns={"text": "text", "label": "label"})
+    with pytest.raises(DataError) as caught:
+        preprocess_dataset(
+            dataset_dir=source, output_dir=tmp_path / "out", data=data, model=MODEL, task=TASK
+        )
+    assert str(caught.value) == (
+        "split 'train': column 'text' (data.columns.text) must hold text, but row 2 holds an "
+        "object: {'body': 'bad'}; map data.columns.text to a column of text"
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 import fsspec
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -382,6 +383,85 @@ def test_unreadable_file(tmp_path, source_rows, write, source_config, fmt):
     message = download_error(source_config(source), tmp_path / "out" / "dataset")
 
     assert message.startswith(f"data.dataset: cannot read {broken} as {builder}: ")
+
+
+def test_a_bad_json_line_in_the_middle_is_named_by_its_line(
+    tmp_path, source_rows, write, source_config
+):
+    # pyarrow's message says "in row 17" for line 18 (it counts from 0).
+    source = write(tmp_path / "source" / "train", source_rows["train"], "jsonl")
+    lines = source.read_text().splitlines(keepends=True)
+    lines[17] = '{"name": "b", "text": "cut, "summary": "s"}\n'
+    source.write_text("".join(lines))
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.dataset: cannot read {source} as json: line 18, column 30: Expecting ',' delimiter"
+    )
+
+
+def test_a_json_line_that_is_not_utf8_is_refused_naming_it(
+    tmp_path, source_rows, write, source_config
+):
+    # pyarrow reads the bytes into its strings; preprocess then failed with a traceback.
+    source = write(tmp_path / "source" / "train", source_rows["train"], "jsonl")
+    lines = source.read_bytes().splitlines(keepends=True)
+    lines[4] = b'{"name": "caf\xe9", "text": "t", "summary": "s"}\n'
+    source.write_bytes(b"".join(lines))
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.dataset: cannot read {source} as json: line 5: not UTF-8 text (byte 0xe9 at "
+        "byte 14 of the line); save the file as UTF-8"
+    )
+
+
+def test_a_semicolon_csv_is_told_to_use_commas(tmp_path, source_config):
+    # Excel in many locales saves CSV with ';': the whole header reads as one column.
+    source = tmp_path / "train.csv"
+    rows = [{"name": f"f{i}", "text": f"Fox {i} jumps.", "summary": "A fox."} for i in range(40)]
+    pd.DataFrame(rows).to_csv(source, sep=";", index=False)
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.columns.document: column 'text' not in split 'train' of {source} (columns "
+        "there: name;text;summary); a column's name holds ';': a CSV file is read with "
+        "commas between columns, so save it comma-separated (or as jsonl)"
+    )
+
+
+def test_a_semicolon_csv_with_commas_in_its_text_is_told_to_use_commas(tmp_path, source_config):
+    # The commas in the text then split rows into more fields than the header has.
+    source = tmp_path / "train.csv"
+    text = [f"Fox {i}{', jumps' if i % 2 else ''}." for i in range(40)]
+    rows = [{"name": f"f{i}", "text": text[i], "summary": "A fox."} for i in range(40)]
+    pd.DataFrame(rows).to_csv(source, sep=";", index=False)
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message.startswith(f"data.dataset: cannot read {source} as csv: ")
+    assert message.endswith(
+        "; a column's name holds ';': a CSV file is read with commas between columns, "
+        "so save it comma-separated (or as jsonl)"
+    )
+
+
+def test_a_latin1_csv_is_refused_naming_the_line(tmp_path, source_config):
+    # The csv reader's own message gives a byte offset ("position 83"), not a line.
+    source = tmp_path / "train.csv"
+    rows = [{"name": f"f{i}", "text": f"Fox {i} jumps.", "summary": "A fox."} for i in range(40)]
+    rows[6]["text"] = "Un café."
+    pd.DataFrame(rows).to_csv(source, index=False, encoding="latin-1")
+
+    message = download_error(source_config(source), tmp_path / "out" / "dataset")
+
+    assert message == (
+        f"data.dataset: cannot read {source} as csv: line 8: not UTF-8 text (byte 0xe9 at "
+        "byte 10 of the line); save the file as UTF-8"
+    )
 
 
 def test_missing_train_split_lists_the_splits(tmp_path, source_rows, write, source_config):

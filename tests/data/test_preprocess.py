@@ -326,6 +326,27 @@ def test_a_missing_column_is_named(tmp_path: Path) -> None:
         )
 
 
+def test_a_document_column_of_lists_is_refused_naming_its_first_row(tmp_path: Path) -> None:
+    # It was tokenized as its printed form, "['The fox.']", brackets and quotes included.
+    train = {"document": [["The fox jumps."], ["The dog sleeps."]], "summary": ["Fox.", "Dog."]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(train)}).save_to_disk(
+        str(tmp_path / "in")
+    )
+    with pytest.raises(DataError) as caught:
+        preprocess_dataset(
+            dataset_dir=tmp_path / "in",
+            output_dir=tmp_path / "out",
+            data=_config(),
+            model=MINILM,
+            task=TASK,
+        )
+    assert str(caught.value) == (
+        "split 'train': column 'document' (data.columns.document) must hold text, but row 1 "
+        "holds an array: ['The fox jumps.']; map data.columns.document to a column of text"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_max_length_with_no_room_for_text_is_refused(clean: Any, tmp_path: Path) -> None:
     source = _save(
         tmp_path / "in", {"train": clean["train"][:5], "validation": clean["train"][5:8]}

@@ -37,7 +37,7 @@ import numpy as np
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.config.data import MIN_EVALUATION_ROWS
-from llm_pipeline.data.sources import NO_BUILTINS, Source, load_source
+from llm_pipeline.data.sources import NO_BUILTINS, Source, delimiter_hint, load_source
 from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
 from llm_pipeline.tasks import BuiltinDataset, Task
@@ -149,6 +149,7 @@ def _to_roles(
         if column not in data.column_names:
             # Test splits often differ (DialogSum's has summary1..3); say how to skip one.
             hint = "; set data.test_split to null to leave it out" if name == "test" else ""
+            hint = delimiter_hint(data.column_names) or hint
             raise DataError(
                 f"data.columns.{role}: column {column!r} not in split {split!r} of "
                 f"{source.where} (columns there: {', '.join(data.column_names)}){hint}"

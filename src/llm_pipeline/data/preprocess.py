@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.saved import load_saved_dataset
-from llm_pipeline.errors import DataError
+from llm_pipeline.errors import DataError, json_type
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.output_files import Step
 from llm_pipeline.tasks import Task
@@ -55,6 +55,29 @@ def preprocess_dataset(
     return task.preprocess(
         dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
     )
+
+
+def refuse_non_text(dataset: Mapping[str, datasets.Dataset], roles: tuple[str, ...]) -> None:
+    """Refuse a text role whose column holds lists or objects, naming the split, column and
+    first such row (counted from 1): tokenizing their printed form (`['...']`) would train on
+    brackets and quotes. Numbers are text enough (a CSV column of figures reads as int64)."""
+    for split, table in dataset.items():
+        for role in roles:
+            feature = table.features[role]
+            if isinstance(feature, datasets.Value):
+                continue
+            for row, value in enumerate(table[role], 1):
+                if isinstance(value, list | dict):
+                    raise DataError(
+                        f"split {split!r}: column {role!r} (data.columns.{role}) must hold "
+                        f"text, but row {row} holds an {json_type(value)}: {_shown(value)}; "
+                        f"map data.columns.{role} to a column of text"
+                    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def tokenizer_length(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import datasets
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets.exceptions import DatasetGenerationError
@@ -188,12 +189,70 @@ def _load_files(
         if not builder.info.splits["train"].num_examples:
             raise DataError(f"data.dataset: split {split!r} has no rows in {where}")
         dataset = builder.as_dataset("train")
+        if fmt == "json":
+            # pyarrow's JSON reader keeps bytes that are not UTF-8 in its strings, and they
+            # fail only when a later step reads those rows.
+            dataset.data.table.validate(full=True)
     except DataError:
         raise
     except (DatasetGenerationError, pa.ArrowException, ValueError, OSError) as exc:
-        raise DataError(f"data.dataset: cannot read {where} as {fmt}: {_reason(exc)}") from exc
+        found = _bad_line(files) if fmt in ("json", "csv") else None
+        if found is not None:
+            where, reason = name_of(found[0]), found[1]
+        else:
+            reason = _reason(exc)
+        if fmt == "csv":
+            reason += delimiter_hint(_header(files[0]))
+        raise DataError(f"data.dataset: cannot read {where} as {fmt}: {reason}") from exc
     assert isinstance(dataset, datasets.Dataset)  # as_dataset(split) gives one Dataset
     return dataset
+
+
+def delimiter_hint(column_names: list[str]) -> str:
+    """Why a CSV file with another delimiter (`a;b`, tabs) reads as one column, or ''.
+
+    (Or as two: pandas takes a first field that every row's commas leave as the index.)"""
+    for delimiter, called in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+        if any(delimiter in name for name in column_names):
+            return (
+                f"; a column's name holds {called}: a CSV file is read with commas between "
+                "columns, so save it comma-separated (or as jsonl)"
+            )
+    return ""
+
+
+def _header(file: Path) -> list[str]:
+    """A CSV file's first line split at commas (roughly: for `delimiter_hint`)."""
+    try:
+        with fsspec.open(str(file), "rt", compression="infer", errors="replace") as stream:
+            return stream.readline().rstrip("\r\n").split(",")
+    except OSError:
+        return []
+
+
+def _bad_line(files: list[Path]) -> tuple[Path, str] | None:
+    """The file and first line of `files` that is not UTF-8 text, or in a JSON Lines file
+    not a JSON value (`line 18, column 23: Expecting ',' delimiter`); None if there is none.
+
+    pyarrow's own message counts rows from 0, naming the line before the bad one."""
+    for file in files:
+        lines = ".jsonl" in [suffix.lower() for suffix in file.suffixes]
+        with fsspec.open(str(file), "rb", compression="infer") as stream:
+            for number, raw in enumerate(stream, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return file, (
+                        f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
+                        f"{exc.start + 1} of the line); save the file as UTF-8"
+                    )
+                if not lines or not text.strip():
+                    continue
+                try:
+                    json.loads(text)
+                except json.JSONDecodeError as exc:
+                    return file, f"line {number}, column {exc.colno}: {exc.msg}"
+    return None
 
 
 def _load_saved(path: Path, shown: str, train_split: str) -> dict[str, datasets.Dataset]:

@@ -28,7 +28,12 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import BATCH_SIZE, LengthStats, tokenizer_length
+from llm_pipeline.data.preprocess import (
+    BATCH_SIZE,
+    LengthStats,
+    refuse_non_text,
+    tokenizer_length,
+)
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -54,6 +59,7 @@ def preprocess_seq2seq(
     task: Task,
 ) -> PreprocessReport:
     """Tokenize every split of `dataset` into `output_dir` (see the module doc)."""
+    refuse_non_text(dataset, _roles(task, dataset[next(iter(dataset))].column_names))
     source_layout = _special_layout(tokenizer, target=False)
     target_layout = _special_layout(tokenizer, target=True)
     max_source, source_from = _max_source_length(data, tokenizer)

@@ -30,7 +30,12 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import LengthStats, tokenize_split, tokenizer_length
+from llm_pipeline.data.preprocess import (
+    LengthStats,
+    refuse_non_text,
+    tokenize_split,
+    tokenizer_length,
+)
 from llm_pipeline.errors import DataError
 from llm_pipeline.output_files import PREPROCESS_REPORT_FILE
 from llm_pipeline.storage import atomic_output_dir
@@ -66,6 +71,7 @@ def preprocess_classification(
     if "train" not in dataset:
         raise DataError(f"the dataset has no train split (it has {list(dataset)})")
     roles = _text_roles(task, dataset["train"].column_names)
+    refuse_non_text(dataset, roles)
     label_set = _label_set(dataset["train"], roles, task.target_role, data)
     max_length, length_from = _max_length(data, tokenizer, pairs=len(roles) > 1)
     encode = _EncodeRows(
@@ -132,15 +138,17 @@ def _label_set(
         names, problem = label_names(value, data.multi_label)
         if problem is None and _text_problem(texts, roles) is None:
             found.append(names)
+    outside: Counter[str] = Counter()
     if data.labels is not None:
         ordered = tuple(str(label) for label in data.labels)
+        outside.update(name for names in found for name in names if name not in ordered)
         found = [names for names in found if set(names) <= set(ordered)]
     else:
         ordered = sorted_names(name for names in found for name in names)
     counts = Counter(name for names in found for name in names)
     present = [name for name in ordered if counts[name]]
-    if found and len(present) < 2:
-        raise DataError(_single_class_message(present, len(found), data))
+    if (found or outside) and len(present) < 2:
+        raise DataError(_single_class_message(present, len(found), outside, data))
     return LabelSet(
         names=ordered,
         multi_label=data.multi_label,
@@ -149,9 +157,20 @@ def _label_set(
     )
 
 
-def _single_class_message(present: list[str], rows: int, data: DataConfig) -> str:
-    outside = " (rows with labels outside data.labels left out)" if data.labels is not None else ""
-    if not present:
+def _single_class_message(
+    present: list[str], rows: int, outside_counts: Counter[str], data: DataConfig
+) -> str:
+    outside = ""
+    if outside_counts:
+        named = ", ".join(f"{name!r} ({n})" for name, n in outside_counts.most_common(10))
+        more = f", and {len(outside_counts) - 10} more" if len(outside_counts) > 10 else ""
+        outside = (
+            f" (rows with labels outside data.labels {list(data.labels or [])} left out: "
+            f"{named}{more})"
+        )
+    if not present and not rows:
+        having = f"none of its usable rows has a label in data.labels{outside}"
+    elif not present:
         having = f"none of its {rows} usable rows has a label{outside}"
     else:
         having = f"all {rows} of its usable rows have label {present[0]!r}{outside}"
