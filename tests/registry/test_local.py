@@ -6,9 +6,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,8 @@ from llm_pipeline.registry.base import DeployError, ModelVersion, RegistryError
 from llm_pipeline.registry.local import files
 from llm_pipeline.registry.local.registry import LocalRegistry
 
-WRITER = Path(__file__).with_name("local_writer.py")
+from .writers import start_writer, wait_for
+
 MODEL_FILES = {
     "config.json": b'{"model_type": "t5"}',
     "model.safetensors": bytes(range(256)) * 64,
@@ -363,24 +361,6 @@ def test_rollback_with_nothing_to_roll_back_to(registry, run_dir):
 
 
 # -- processes -------------------------------------------------------------------------
-
-
-def start_writer(*args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(WRITER), *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def wait_for(path: Path, writer: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if writer.poll() is not None:
-            _, err = writer.communicate()
-            pytest.fail(f"writer exited with {writer.returncode}: {err.decode()}")
-        assert time.monotonic() < deadline, f"writer never wrote {path}"
-        time.sleep(0.01)
 
 
 def test_two_writer_processes_get_distinct_numbers_and_lose_nothing(registry, run_dir, tmp_path):

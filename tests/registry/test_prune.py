@@ -5,8 +5,6 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,8 @@ from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.registry.start import starting_version
 from llm_pipeline.steps.evaluate import score_champion
 
-WRITER = Path(__file__).with_name("local_writer.py")
+from .writers import start_writer, wait_for
+
 ENDPOINT = "prod"
 
 
@@ -333,24 +332,6 @@ def test_a_prune_killed_after_moving_the_files_aside_is_finished_by_the_next(tmp
     assert outcome.unfinished == 1000
     assert [v.version.ref for v, _ in outcome.pruned] == ["summarizer@2", "summarizer@5"]
     assert list((registry.root / ".pruning").iterdir()) == []
-
-
-def start_writer(*args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(WRITER), *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def wait_for(path: Path, writer: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if writer.poll() is not None:
-            _, err = writer.communicate()
-            pytest.fail(f"writer exited with {writer.returncode}: {err.decode()}")
-        assert time.monotonic() < deadline, f"writer never wrote {path}"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
