@@ -179,6 +179,10 @@ def test_clean_removes_kfps_temporary_folders_and_abandoned_scratch_only(
     root.mkdir()
     (temp / "tmp.kfpLeft").mkdir(parents=True)
     (temp / "tmp.kfpLeft" / "ephemeral_component.py").write_text("def f(): ...")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(temp / "tmp.kfpLeft" / "ephemeral_component.py", (hours_ago, hours_ago))
+    (temp / "tmp.kfpNow").mkdir()  # a KFP run's step about to import it: not a leftover
+    (temp / "tmp.kfpNow" / "ephemeral_component.py").write_text("def f(): ...")
     (temp / "tmp.someoneElse").mkdir()
     (temp / "tmp.someoneElse" / "notes.txt").write_text("mine")
     gone = subprocess.run(

@@ -9,7 +9,8 @@ Removed, from every run but the newest `keep`: the folders the download, preproc
 finetune steps wrote (data, model, checkpoints, TensorBoard logs), with KFP's cache entries
 that point into them (a later run would otherwise reuse data that is gone). Also removed:
 KFP's temporary folders in the system's temp folder that runs before this version left
-(`tmp.*` holding only the step's `ephemeral_component.py`), and run scratch folders whose
+(`tmp.*` holding only the step's `ephemeral_component.py`, written over `KFP_TEMP_AGE_S`
+ago: a younger one may be another KFP run's step starting), and run scratch folders whose
 run is gone (`scratch`). A run folder without its `pipeline.log` that changed in the last
 `RECENT_S` may still be running and is left alone, and so is what a kept run uses in an
 old run's folder: the checkpoints its `train.checkpoint_dir` names (its resolved config says),
@@ -44,6 +45,8 @@ RECENT_S = 600.0
 RESOLVED = "resolved"
 #: What KFP's `mktemp -d` leaves per step: the component's source, nothing else.
 KFP_TEMP_FILE = "ephemeral_component.py"
+#: Younger than this, a KFP temporary folder may be a live run's step about to start.
+KFP_TEMP_AGE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,10 @@ def _temporary_leftovers(temp_dir: Path) -> list[Removal]:
         try:
             mine = folder.is_dir() and folder.stat().st_uid == os.getuid()
             if mine and [p.name for p in folder.iterdir()] == [KFP_TEMP_FILE]:
+                # A KFP run going on (another checkout's, or one with its own TMPDIR) writes
+                # the file just before its step imports it: only old ones are leftovers.
+                if time.time() - (folder / KFP_TEMP_FILE).stat().st_mtime < KFP_TEMP_AGE_S:
+                    continue
                 found.append(Removal(folder, folder_size(folder), "KFP's temporary folder"))
         except OSError:
             continue
