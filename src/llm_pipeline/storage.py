@@ -310,3 +310,16 @@ def fsync_dir(folder: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed; a file: its own size); 0 when it
+    does not exist."""
+    if not path.is_dir():
+        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    total = 0
+    for root, _folders, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_pipeline.local.console import CACHE_HIT
-from llm_pipeline.local.disk import folder_size
 from llm_pipeline.local.run_pipeline import CACHE_FOLDER, LOG_FILE
 from llm_pipeline.local.scratch import abandoned_folders
 from llm_pipeline.output_files import Step
+from llm_pipeline.storage import folder_size
 
 #: A KFP local run's folder: `<pipeline name>-YYYY-MM-DD-HH-MM-SS-micro`.
 RUN_FOLDER = re.compile(r"^.+-(\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{6})$")

@@ -7,29 +7,16 @@ unseen (`cleanup` removes old runs' share).
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from llm_pipeline.output_files import Step
+from llm_pipeline.storage import folder_size
 from llm_pipeline.train.checkpoints import MARKER, PREFIX
 
 #: The folder beside finetune's outputs where a local run keeps its checkpoints unless
 #: `train.checkpoint_dir` names one (train/checkpoints.py::resolve_checkpoint_root).
 CHECKPOINTS = "checkpoints"
-
-
-def folder_size(path: Path) -> int:
-    """Bytes of the files under `path` (links not followed); 0 for a missing path."""
-    if path.is_file():
-        return path.stat().st_size
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
 
 
 def format_size(size: int) -> str:

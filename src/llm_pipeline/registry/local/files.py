@@ -131,18 +131,6 @@ def try_claim(folder: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-def tree_size(path: Path) -> int:
-    """Bytes of the files under `path` (links not followed); 0 when it does not exist."""
-    if not path.is_dir():
-        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
-    total = 0
-    for current, _folders, names in os.walk(path):
-        for name in names:
-            with contextlib.suppress(OSError):
-                total += os.lstat(Path(current) / name).st_size
-    return total
-
-
 def remove_tree(folder: Path) -> None:
     """Delete every entry under `folder` (the folder itself stays); nothing when missing."""
     if not folder.is_dir():

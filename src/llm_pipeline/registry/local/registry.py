@@ -70,7 +70,7 @@ from llm_pipeline.registry.local.prune import (
     plan_prune,
 )
 from llm_pipeline.registry.local.records import VersionRecord
-from llm_pipeline.storage import fsync_dir, is_remote, to_uri, write_atomic
+from llm_pipeline.storage import folder_size, fsync_dir, is_remote, to_uri, write_atomic
 
 #: Where `prune` moves a version's model files to delete them, under the registry root.
 PRUNING = ".pruning"
@@ -271,13 +271,13 @@ class LocalRegistry(Registry):
 
     def files_size(self, version: ModelVersion) -> int:
         """Bytes of `version`'s model files (0 when it has none)."""
-        return files.tree_size(self._folder(version.model, version.version) / "model")
+        return folder_size(self._folder(version.model, version.version) / "model")
 
     def unfinished_size(self, plan: PrunePlan) -> int:
         """Bytes an earlier prune, stopped, left to delete: the files of versions it marked
         (`plan.finish`) and the folders it moved into `.pruning/`."""
         size = sum(self.files_size(version) for version in plan.finish)
-        return size + files.tree_size(self.root / PRUNING)
+        return size + folder_size(self.root / PRUNING)
 
     def prune(self, keep_served: int = DEFAULT_KEEP_SERVED) -> PruneOutcome:
         """Delete the model files of the versions `prune_plan` deletes, under the lock.
