@@ -63,6 +63,11 @@ class EndpointStore:
             if entry.suffix == ".json" and re.fullmatch(NAME_PATTERN, entry.stem)
         )
 
+    def records(self) -> dict[str, EndpointRecord]:
+        """Every endpoint's record, by name (one removed meanwhile is left out)."""
+        found = {name: self.read(name) for name in self.names()}
+        return {name: record for name, record in found.items() if record is not None}
+
     def read(self, name: str) -> EndpointRecord | None:
         """The endpoint's record; None when it does not exist."""
         try:

@@ -192,12 +192,9 @@ class LocalRegistry(Registry):
 
     def ever_served(self) -> set[str]:
         """Every version an endpoint's history gave traffic, by deploy or rollback."""
-        served: set[str] = set()
-        for name in self._endpoints.names():
-            record = self._endpoints.read(name)
-            for change in record.history if record else []:
-                served |= {entry.ref for entry in change.after if entry.traffic > 0}
-        return served
+        records = self._endpoints.records().values()
+        changes = [change for record in records for change in record.history]
+        return {entry.ref for change in changes for entry in change.after if entry.traffic > 0}
 
     def deploy(
         self,
@@ -262,12 +259,7 @@ class LocalRegistry(Registry):
     def prune_plan(self, keep_served: int = DEFAULT_KEEP_SERVED) -> PrunePlan:
         """What `prune` would keep and delete now (reads only; takes no lock)."""
         versions = [v for model in self.models() for v in self.versions(model)]
-        endpoints = {}
-        for name in self._endpoints.names():
-            record = self._endpoints.read(name)
-            if record is not None:
-                endpoints[name] = record
-        return plan_prune(versions, endpoints, keep_served)
+        return plan_prune(versions, self._endpoints.records(), keep_served)
 
     def files_size(self, version: ModelVersion) -> int:
         """Bytes of `version`'s model files (0 when it has none)."""
@@ -362,13 +354,10 @@ class LocalRegistry(Registry):
         """The version numbers of `model` the endpoints' histories name: a version folder
         deleted by hand must not have its number given to another model's files, which the
         history would then name (and `rollback` serve) in its place."""
-        numbers = []
-        for endpoint in self._endpoints.names():
-            record = self._endpoints.read(endpoint)
-            for change in record.history if record else []:
-                shares = [*change.before, *change.after]
-                numbers += [int(s.version) for s in shares if s.model == model]
-        return numbers
+        records = self._endpoints.records().values()
+        changes = [change for record in records for change in record.history]
+        shares = [entry for change in changes for entry in (*change.before, *change.after)]
+        return [int(share.version) for share in shares if share.model == model]
 
     def _folder(self, model: str, version: str) -> Path:
         return self.root / "models" / model / version
