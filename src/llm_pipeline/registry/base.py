@@ -98,6 +98,13 @@ def ensure_files(version: ModelVersion, doing: str) -> ModelVersion:
     return version
 
 
+def serving_key(traffic: int, created: str, version: str) -> tuple[int, str, int, str]:
+    """What decides which version of a split serves: the most traffic, ties to the newest
+    registered, then the higher number (as a number: @10 is newer than @9; a version id
+    that is no number, by its text)."""
+    return traffic, created, int(version) if version.isdigit() else -1, version
+
+
 @dataclass(frozen=True)
 class Deployed:
     """A version on an endpoint and the share of traffic it takes."""
@@ -122,7 +129,7 @@ class EndpointState:
         live = [d for d in self.deployed if d.traffic > 0]
         if not live:
             return None
-        return max(live, key=lambda d: (d.traffic, d.version.created, d.version.version))
+        return max(live, key=lambda d: serving_key(d.traffic, d.version.created, d.version.version))
 
 
 @dataclass(frozen=True)

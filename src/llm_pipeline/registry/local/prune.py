@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from llm_pipeline.registry.base import ModelVersion
+from llm_pipeline.registry.base import ModelVersion, serving_key
 from llm_pipeline.registry.local.records import EndpointRecord, Share
 
 #: `--keep-served`'s default: the version a rollback returns to, and one more.
@@ -60,12 +60,12 @@ class PruneOutcome:
 
 
 def serving_ref(shares: Sequence[Share], created: Mapping[str, str]) -> str | None:
-    """The version (`model@version`) a split serves: the most traffic, ties to the newest
-    registered, as `EndpointState.serving` picks it; None for an empty split."""
+    """The version (`model@version`) a split serves, as `EndpointState.serving` picks it
+    (`serving_key`); None for an empty split."""
     live = [entry for entry in shares if entry.traffic > 0]
     if not live:
         return None
-    best = max(live, key=lambda e: (e.traffic, created.get(e.ref, ""), int(e.version)))
+    best = max(live, key=lambda e: serving_key(e.traffic, created.get(e.ref, ""), e.version))
     return best.ref
 
 
