@@ -48,31 +48,26 @@ def _value(text: str, field: Field) -> int:
     return number
 
 
-def _check_item(item: str, field: Field) -> None:
+def _item_values(item: str, field: Field) -> range:
+    """The numbers one item of a field matches (`*`, `N`, `A-B`, each with an optional
+    `/STEP`); ValueError saying what is wrong with it."""
     base, slash, step = item.partition("/")
     if slash and (not step.isdigit() or int(step) < 1):
         raise ValueError(f"step {step!r} in {item!r} must be a positive number")
+    stride = int(step) if slash else 1
     if base == "*":
-        return
+        return range(field.low, field.high + 1, stride)
     low_text, dash, high_text = base.partition("-")
     low = _value(low_text, field)
-    if dash and _value(high_text, field) < low:
+    high = _value(high_text, field) if dash else (field.high if slash else low)
+    if dash and high < low:
         raise ValueError(f"range {base!r} runs backwards")
+    return range(low, high + 1, stride)
 
 
 def _expand(value: str, field: Field) -> set[int]:
     """The numbers a checked field's `value` matches."""
-    found: set[int] = set()
-    for item in value.split(","):
-        base, _, step = item.partition("/")
-        if base == "*":
-            low, high = field.low, field.high
-        else:
-            low_text, dash, high_text = base.partition("-")
-            low = _value(low_text, field)
-            high = _value(high_text, field) if dash else (field.high if step else low)
-        found.update(range(low, high + 1, int(step or 1)))
-    return found
+    return {number for item in value.split(",") for number in _item_values(item, field)}
 
 
 def _never_comes(day_of_month: str, month: str) -> bool:
@@ -110,7 +105,7 @@ def validate_cron(schedule: str) -> str:
         for field, value in zip(FIELDS, fields, strict=True):
             for item in value.split(","):
                 try:
-                    _check_item(item, field)
+                    _item_values(item, field)
                 except ValueError as exc:
                     problems.append(f"{field.name} {value!r}: {exc}")
         # With the day of week left open, the day of month alone decides (unix cron).
