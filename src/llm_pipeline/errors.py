@@ -61,6 +61,12 @@ def json_path(loc: Iterable[str | int]) -> str:
     return text
 
 
+def shown_value(value: Any, most: int = 80) -> str:
+    """A value as a message quotes it: its repr, cut to `most` characters."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type, for messages (`got array`)."""
     names = {bool: "boolean", int: "integer", float: "number", str: "string"}

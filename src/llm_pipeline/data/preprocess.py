@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
 from llm_pipeline.data.saved import load_saved_dataset
-from llm_pipeline.errors import DataError, json_type
+from llm_pipeline.errors import DataError, json_type, shown_value
 from llm_pipeline.models.sources import load_tokenizer
 from llm_pipeline.output_files import Step
 from llm_pipeline.tasks import Task
@@ -70,14 +70,9 @@ def refuse_non_text(dataset: Mapping[str, datasets.Dataset], roles: tuple[str, .
                 if isinstance(value, list | dict):
                     raise DataError(
                         f"split {split!r}: column {role!r} (data.columns.{role}) must hold "
-                        f"text, but row {row} holds an {json_type(value)}: {_shown(value)}; "
+                        f"text, but row {row} holds an {json_type(value)}: {shown_value(value)}; "
                         f"map data.columns.{role} to a column of text"
                     )
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def tokenizer_length(tokenizer: PreTrainedTokenizerBase) -> int:

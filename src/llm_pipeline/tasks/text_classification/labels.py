@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_pipeline.errors import DataError
+from llm_pipeline.errors import DataError, shown_value
 from llm_pipeline.output_files import LABEL_SET_KEY, PREPROCESS_REPORT_FILE
 
 #: preprocess.json's key for the label set.
@@ -121,8 +121,8 @@ def label_names(value: Any, multi_label: bool) -> tuple[list[str], str | None]:
                 else ""
             )
             return [], (
-                f"label is {_shown(value)}, not a list; with data.multi_label a row's label is "
-                f"a list of labels{csv}"
+                f"label is {shown_value(value, 60)}, not a list; with data.multi_label a row's "
+                f"label is a list of labels{csv}"
             )
         names = []
         for item in value:
@@ -133,8 +133,8 @@ def label_names(value: Any, multi_label: bool) -> tuple[list[str], str | None]:
         return list(dict.fromkeys(names)), None
     if isinstance(value, list | tuple):
         return [], (
-            f"label is a list ({_shown(value)}); set data.multi_label to true for rows with "
-            "several labels"
+            f"label is a list ({shown_value(value, 60)}); set data.multi_label to true for rows "
+            "with several labels"
         )
     name, problem = _scalar_name(value)
     return ([name], None) if problem is None else ([], f"label is {problem}")
@@ -147,13 +147,10 @@ def _scalar_name(value: Any) -> tuple[str, str | None]:
         return str(value), None
     if value is None:
         return "", "missing (None)"
-    what = f"{_shown(value)}" + ("" if isinstance(value, float) else f" ({type(value).__name__})")
+    what = f"{shown_value(value, 60)}" + (
+        "" if isinstance(value, float) else f" ({type(value).__name__})"
+    )
     return "", f"{what}; a label is a string or an integer"
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def sorted_names(names: Iterable[str]) -> tuple[str, ...]:
