@@ -320,21 +320,25 @@ def test_summary_says_what_the_run_kept_on_disk_and_how_to_clean_up(tmp_path: Pa
     assert "Old runs' checkpoints and data: python pipeline.py clean" in text
 
 
+def _stopped_in(run: LocalRun, step_name: str, signum: int) -> LocalRun:
+    """`run` as a signal leaves it stopped in `step_name`: the steps before it ran, those
+    after it did not."""
+    names = [step.name for step in run.steps]
+    at = names.index(step_name)
+    steps = tuple(
+        step if i < at else replace(step, status="stopped" if i == at else "not run")
+        for i, step in enumerate(run.steps)
+    )
+    return replace(run, steps=steps, succeeded=False, stopped_by=signum)
+
+
 def test_a_stopped_run_says_what_it_stopped_kept_and_how_to_clean_up(tmp_path: Path) -> None:
     import signal
 
     from llm_pipeline.local.summary import format_stop
 
     run = _run(tmp_path)
-    steps = tuple(
-        replace(step, status="stopped")
-        if step.name == "finetune"
-        else replace(step, status="not run")
-        if step.name in ("evaluate", "should-deploy", "deploy")
-        else step
-        for step in run.steps
-    )
-    stopped = replace(run, steps=steps, succeeded=False, stopped_by=signal.SIGINT)
+    stopped = _stopped_in(run, "finetune", signal.SIGINT)
     text = format_summary(stopped)
     assert "[STOP] finetune" in text and "[skip] evaluate" in text
     report = write_run_report(stopped, title="demo")
@@ -368,16 +372,7 @@ def test_a_run_stopped_after_training_does_not_read_as_training_lost(tmp_path: P
 
     from llm_pipeline.local.summary import format_stop
 
-    run = _run(tmp_path)
-    steps = tuple(
-        replace(step, status="stopped")
-        if step.name == "evaluate"
-        else replace(step, status="not run")
-        if step.name in ("should-deploy", "deploy")
-        else step
-        for step in run.steps
-    )
-    stopped = replace(run, steps=steps, succeeded=False, stopped_by=signal.SIGINT)
+    stopped = _stopped_in(_run(tmp_path), "evaluate", signal.SIGINT)
     line = format_stop(
         stopped, checkpoint=None, resume_command="", clean_command="python pipeline.py clean"
     )
