@@ -313,17 +313,20 @@ def test_a_split_with_no_usable_rows_is_refused(clean: Any, tmp_path: Path) -> N
     assert not (tmp_path / "out").exists()
 
 
+def _preprocess_saved(folder: Path) -> Any:
+    """Preprocess the dataset saved in `folder / "in"` into `folder / "out"`, as configured
+    by default."""
+    data = _config()
+    return preprocess_dataset(
+        dataset_dir=folder / "in", output_dir=folder / "out", data=data, model=MINILM, task=TASK
+    )
+
+
 def test_a_missing_column_is_named(tmp_path: Path) -> None:
     dataset = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"document": ["a b"]})})
     dataset.save_to_disk(str(tmp_path / "in"))
     with pytest.raises(DataError, match=r"split 'train' has no column\(s\) \['summary'\]"):
-        preprocess_dataset(
-            dataset_dir=tmp_path / "in",
-            output_dir=tmp_path / "out",
-            data=_config(),
-            model=MINILM,
-            task=TASK,
-        )
+        _preprocess_saved(tmp_path)
 
 
 def test_a_document_column_of_lists_is_refused_naming_its_first_row(tmp_path: Path) -> None:
@@ -333,13 +336,7 @@ def test_a_document_column_of_lists_is_refused_naming_its_first_row(tmp_path: Pa
         str(tmp_path / "in")
     )
     with pytest.raises(DataError) as caught:
-        preprocess_dataset(
-            dataset_dir=tmp_path / "in",
-            output_dir=tmp_path / "out",
-            data=_config(),
-            model=MINILM,
-            task=TASK,
-        )
+        _preprocess_saved(tmp_path)
     assert str(caught.value) == (
         "split 'train': column 'document' (data.columns.document) must hold text, but row 1 "
         "holds an array: ['The fox jumps.']; map data.columns.document to a column of text"
