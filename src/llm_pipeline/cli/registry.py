@@ -27,7 +27,7 @@ from pathlib import Path
 from llm_pipeline.config import ConfigError, DeployConfig, VertexConfig, load_config
 from llm_pipeline.errors import UserError
 from llm_pipeline.registry import EVALUATION_DATA_LABEL, ModelVersion, Registry, open_registry
-from llm_pipeline.registry.base import ensure_files
+from llm_pipeline.registry.base import ensure_files, utc_time
 from llm_pipeline.registry.local.prune import DEFAULT_KEEP_SERVED, Verdict
 from llm_pipeline.registry.local.registry import LocalRegistry
 from llm_pipeline.tasks import TASKS
@@ -265,7 +265,7 @@ def list_registry(registry: Registry) -> None:
                 made += f", files missing (no {version.uri}: deleted by hand?)"
             if len(evaluations) > 1:
                 made += f", evaluation {version.labels.get(EVALUATION_DATA_LABEL, 'unknown')[:8]}"
-            created = f"{version.created[:19].replace('T', ' ')} UTC"
+            created = utc_time(version.created)
             print(f"  {version.ref:<28} {created}  {_metrics_text(version)}{made}")
         if len(evaluations) > 1:
             print(

@@ -73,10 +73,15 @@ class ModelVersion:
         return f"{start}@{version}" if start and version else start
 
 
+def utc_time(iso: str) -> str:
+    """A record's ISO 8601 UTC time as a person reads it: `2026-11-27 13:35:37 UTC`."""
+    return f"{iso[:19].replace('T', ' ')} UTC"
+
+
 def files_gone(version: ModelVersion) -> str | None:
     """Why `version` has no model files to load (pruned, or deleted by hand), or None."""
     if version.pruned:
-        when = f"{version.pruned[:19].replace('T', ' ')} UTC"
+        when = utc_time(version.pruned)
         return (
             f"it was pruned ({when}, by `registry prune`), so its files are deleted; its "
             "record stays for the history"
