@@ -131,6 +131,9 @@ def test_summary_says_what_was_reused_decided_and_how_to_call_it(tmp_path: Path)
     assert "Deployed demo@1 to endpoint demo-endpoint." in text
     assert f"report      {report.resolve()}" in text and str(report).endswith(".html")
     assert f"registry    {(tmp_path / 'registry').resolve()}" in text
+    # Each line names what it says: the predictions line is the file of predictions.
+    predictions = tmp_path / "runs" / "demo-1" / "evaluate" / "predictions"
+    assert f"predictions {predictions / 'predictions.jsonl'}" in text
     serve = "python pipeline.py serve --endpoint demo-endpoint --registry-dir"
     assert f"{serve} {(tmp_path / 'registry').resolve()} --port 8080" in text
     curl = next(line for line in text.splitlines() if "curl" in line)

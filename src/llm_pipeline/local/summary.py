@@ -19,7 +19,7 @@ from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.disk import KeptOnDisk
 from llm_pipeline.local.run_pipeline import LocalRun, StepOutcome
 from llm_pipeline.local.stopping import SIGNAL_NAMES
-from llm_pipeline.output_files import EVALUATION_REPORT_FILE, METRICS_FILE, Step
+from llm_pipeline.output_files import METRICS_FILE, PREDICTIONS_FILE, Step
 from llm_pipeline.progress import format_duration
 
 #: The score the summary leads with unless told (the gate's metric): what summarization
@@ -177,7 +177,7 @@ def _places(
     if evaluate is not None and "predictions" in evaluate.outputs:
         folder = Path(evaluate.outputs["predictions"])
         places.append(("metrics", str(folder / METRICS_FILE)))
-        places.append(("predictions", str(folder / EVALUATION_REPORT_FILE)))
+        places.append(("predictions", str(folder / PREDICTIONS_FILE)))
     if registry is not None and registry.is_dir():  # a registry command refuses a missing one
         listing = shlex.join(typed_command("registry", *registry_flags(registry)))
         places.append(("registry", f"{registry.resolve()}  ({listing})"))
