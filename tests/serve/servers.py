@@ -77,7 +77,8 @@ def spawn(args: Sequence[str], *, env: Mapping[str, str] | None, log_path: Path)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "llm_pipeline.cli.serve", *args],
-            env={**os.environ, **(env or {})},
+            # Unbuffered as the serving images run it (containers/serve.Dockerfile).
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=log,

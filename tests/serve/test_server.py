@@ -8,12 +8,13 @@ set to other paths than the defaults.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
 import httpx
 
-from .servers import HEALTH, PREDICT, Server
+from .servers import HEALTH, PREDICT, Server, wait_for
 
 CLIENTS = 32
 
@@ -27,7 +28,18 @@ def test_health_answers_503_while_loading_then_200(
     assert httpx.get(server.url + HEALTH).json() == {"status": "ready"}
     # The gs:// folder came down whole, its nested subfolder included.
     uri, files = gs_model
-    assert f"copied {uri} ({files} files)" in server.spawned.output()
+    log = server.spawned.output()
+    assert f"copied {uri} ({files} files)" in log
+    # Probes every few seconds for the server's life: none is an access line, and loading
+    # says itself that it is done (with how long it took), with no progress bar's redraws.
+    assert f"GET {HEALTH}" not in log and "Loading weights" not in log, log
+    assert re.search(r"model loaded in \d+ s, ready: ", log), log
+    httpx.post(server.url + PREDICT, json={"instances": []})
+    wait_for(
+        lambda: re.search(r'"POST \S+ HTTP/1.1" 400', server.spawned.output()) is not None,
+        timeout_s=10,
+        what="the access line of a request that is not a probe",
+    )
 
 
 def test_every_concurrent_client_gets_its_own_unbatched_answer(

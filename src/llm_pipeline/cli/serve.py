@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if taken is not None:  # said before the model loads, not after, in uvicorn's words
         print(f"error: {taken}", file=sys.stderr)
         return 1
-    _configure_logging()
+    _configure_logging(health_route=settings.health_route)
     failures: list[str] = []
 
     def stop(message: str) -> None:
@@ -159,8 +159,12 @@ class _OneLine(logging.Formatter):
         return super().format(record).rstrip()
 
 
-def _configure_logging() -> None:
-    """The server's own lines at INFO; other libraries' warnings, one line each."""
+def _configure_logging(*, health_route: str) -> None:
+    """The server's own lines at INFO; other libraries' warnings, one line each; no health
+    probes in the access log and no progress bar while weights load: Vertex AI and
+    Kubernetes probe the health route every few seconds for as long as the server runs, and
+    a bar's redraws are lines of their own in Cloud Logging. The server says itself when the
+    model is loaded, and why not when it cannot be."""
     own = logging.getLogger("llm_pipeline.serve")
     if not own.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -173,6 +177,25 @@ def _configure_logging() -> None:
         others = logging.StreamHandler(sys.stderr)
         others.setFormatter(_OneLine("%(levelname)s:     %(name)s: %(message)s"))
         root.addHandler(others)
+    logging.getLogger("uvicorn.access").addFilter(_NotRoute(health_route))
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
+class _NotRoute(logging.Filter):
+    """Drop uvicorn's access lines for one route (its record's args: client, method, path
+    with query, HTTP version, status)."""
+
+    def __init__(self, route: str) -> None:
+        super().__init__()
+        self.route = route
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            return args[2].split("?", 1)[0] != self.route
+        return True
 
 
 def _log_settings(settings: Settings) -> None:

@@ -14,6 +14,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llm_pipeline.errors import ModelLoadError, ServeError, UserError, first_line
+from llm_pipeline.progress import format_duration
 from llm_pipeline.serve.access import AccessGuard
 from llm_pipeline.serve.batching import Batcher
 from llm_pipeline.serve.routes import ServerState, build_router
@@ -102,6 +104,7 @@ def load_served_model(settings: Settings, *, download_dir: Path) -> ServedModel:
 def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], None] | None) -> None:
     """Load the model and start the batcher; on failure record (and report) one line."""
     settings = state.settings
+    started = time.monotonic()
     try:
         model = load_served_model(settings, download_dir=download_dir)
         model.warm_up()
@@ -121,7 +124,8 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
         batcher.start()
         state.model, state.batcher = model, batcher
         state.loaded.set()
-        logger.info("model loaded: %s", model.describe())
+        took = format_duration(time.monotonic() - started)
+        logger.info("model loaded in %s, ready: %s", took, model.describe())
         return
     state.error = message
     if on_failure is not None:
