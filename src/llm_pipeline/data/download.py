@@ -219,14 +219,15 @@ def _carve_validation(
         "validation": train.select(order[:size], keep_in_memory=True),
     }
     how = f"{size} of {train.num_rows} rows, seed {config.seed}"
-    if size < MIN_EVALUATION_ROWS:
-        logger.warning(
-            "validation: %d row(s) carved from %d, fewer than the %d a gate can trust "
-            "(train keeps at least as many rows as validation)",
-            size,
-            train.num_rows,
-            MIN_EVALUATION_ROWS,
-        )
+    # Fewer rows than a gate can trust is said once, by evaluate (console and report), on
+    # the rows it scores: a warning here too printed it twice in one run, and about a split
+    # the gate does not read when the source has a test split.
+    logger.info(
+        "validation: %d row(s) carved from %d (at least %d where train keeps as many)",
+        size,
+        train.num_rows,
+        MIN_EVALUATION_ROWS,
+    )
     return carved, {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
 
 
