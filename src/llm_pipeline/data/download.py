@@ -14,7 +14,9 @@ What later steps can rely on in the output folder (read it with `datasets.load_f
   a float column holding whole numbers only (what pandas makes of integer labels with a
   missing cell) becomes int64, so label 1 is not read as "1.0";
 - no empty split; `data.max_samples` caps applied (first rows, after the carve);
-- `download.json`: the source, where each split came from, row counts and the config.
+- `download.json`: the source, where each split came from, row counts, the config, and
+  `data_notes`: what the step warned of, by split: evaluation rows that are also train rows,
+  train's repeated rows (counted, kept; `data.overlap`).
 
 The test split: `data.test_split: null` means none. A source without the default `test`
 split simply has none (common for single files), and evaluate scores `validation`
@@ -37,6 +39,7 @@ import numpy as np
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.config.data import MIN_EVALUATION_ROWS
+from llm_pipeline.data.overlap import find_overlap
 from llm_pipeline.data.sources import NO_BUILTINS, Source, delimiter_hint, load_source
 from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
@@ -48,6 +51,8 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 #: The record of what was downloaded, written beside the splits.
 INFO_FILE = "download.json"
+#: Its notes on the data (`data.overlap`), by split: what the step warned of.
+DATA_NOTES_KEY = "data_notes"
 
 
 def download_dataset(
@@ -73,10 +78,14 @@ def download_dataset(
             name: _to_roles(data, columns, name, origins[name], source)
             for name, data in splits.items()
         }
-        if "validation" not in splits:
+        carved = "validation" not in splits
+        if carved:
             splits, origins = _carve_validation(splits, origins, config, source)
         splits = _capped(splits, config.max_samples)
-        rows = _save(splits, origins, config, output_dir)
+        notes = find_overlap(splits, task, carved=carved).notes(task)
+        for note in notes.values():
+            logger.warning("%s", note)
+        rows = _save(splits, origins, config, output_dir, {DATA_NOTES_KEY: notes})
     logger.info("saved %s to %s", ", ".join(f"{k}: {v} rows" for k, v in rows.items()), output_dir)
     return rows
 
@@ -272,17 +281,23 @@ def _save(
     origins: dict[str, str],
     config: DataConfig,
     output_dir: str | Path,
+    found: dict[str, Any],
 ) -> dict[str, int]:
-    """Write the splits and `download.json` to `output_dir` in one step; rows per split."""
+    """Write the splits and `download.json` (with what the step `found`: its data notes) to
+    `output_dir` in one step; rows per split."""
     rows = {name: splits[name].num_rows for name in SPLITS if name in splits}
     with atomic_output_dir(output_dir) as staging:
         datasets.DatasetDict({name: splits[name] for name in rows}).save_to_disk(str(staging))
-        _write_info(staging / INFO_FILE, config, origins, rows)
+        _write_info(staging / INFO_FILE, config, origins, rows, found)
     return rows
 
 
 def _write_info(
-    path: Path, config: DataConfig, origins: dict[str, str], rows: dict[str, int]
+    path: Path,
+    config: DataConfig,
+    origins: dict[str, str],
+    rows: dict[str, int],
+    found: dict[str, Any],
 ) -> None:
     """Record what this folder holds and the config that made it."""
     info = {
@@ -290,6 +305,7 @@ def _write_info(
         "subset": config.subset,
         "revision": config.revision,
         "splits": {name: {"from": origins[name], "rows": count} for name, count in rows.items()},
+        **found,
         "config": config.model_dump(mode="json"),
     }
     path.write_text(json.dumps(info, indent=2) + "\n")

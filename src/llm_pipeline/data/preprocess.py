@@ -1,6 +1,7 @@
 """The preprocess step's driver: the downloaded dataset, checked for the task's columns,
 and the model's tokenizer, handed to the task (`Task.preprocess`), which writes the
-tokenized dataset and its `preprocess.json`.
+tokenized dataset and its `preprocess.json`; the download step's notes on the evaluation
+splits follow the data (`data_notes.json`, `data.overlap`), for evaluate's report.
 
 What every task's preprocessing shares lives here too: its tokenizing map pass and the
 batch size of its map passes, the cap on a length the tokenizer gives, token length
@@ -8,6 +9,7 @@ statistics and the rows a split kept for its report, and the step's logger, unde
 every task's preprocessing logs.
 """
 
+import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -20,6 +22,8 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.download import DATA_NOTES_KEY, INFO_FILE
+from llm_pipeline.data.overlap import write_data_notes
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import DataError, json_type, shown_value
 from llm_pipeline.models.sources import load_tokenizer
@@ -52,9 +56,22 @@ def preprocess_dataset(
     """
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
-    return task.preprocess(
+    info = _download_info(dataset_dir)
+    result = task.preprocess(
         dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
     )
+    write_data_notes(output_dir, info.get(DATA_NOTES_KEY) or {})
+    return result
+
+
+def _download_info(dataset_dir: str | Path) -> dict[str, Any]:
+    """The download step's `download.json`; {} for a folder without one (a dataset saved
+    by other means)."""
+    try:
+        info = json.loads((Path(dataset_dir) / INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def refuse_non_text(dataset: Mapping[str, datasets.Dataset], roles: tuple[str, ...]) -> None:
