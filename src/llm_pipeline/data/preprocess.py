@@ -11,6 +11,7 @@ every task's preprocessing logs.
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.download import DATA_NOTES_KEY, INFO_FILE
+from llm_pipeline.data.download import CARVE_KEY, DATA_NOTES_KEY, INFO_FILE, source_rows
 from llm_pipeline.data.overlap import write_data_notes
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import DataError, json_type, shown_value
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 LENGTH_LIMIT = 1024
 #: Rows per batch of a tokenizing `Dataset.map` pass.
 BATCH_SIZE = 1000
+#: A row a data error names (counted from 1), and the split it names first.
+_ROW = re.compile(r"\brow (\d+)\b")
+_SPLIT = re.compile(r"split '(\w+)'")
 
 
 def preprocess_dataset(
@@ -57,11 +61,46 @@ def preprocess_dataset(
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
     info = _download_info(dataset_dir)
-    result = task.preprocess(
-        dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
-    )
+    try:
+        result = task.preprocess(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
+        )
+    except DataError as exc:
+        raise DataError(rows_as_in_source(str(exc), info)) from exc
     write_data_notes(output_dir, info.get(DATA_NOTES_KEY) or {})
     return result
+
+
+def rows_as_in_source(message: str, info: Mapping[str, Any]) -> str:
+    """A data error's `message` with the rows it names ("row 3", counted from 1 within a
+    split) numbered as the user's source numbers them, where the download step carved
+    validation out of train (`info`: its `download.json`): validation's rows are a shuffled
+    draw, and train lacks them, so neither split's row 3 is the source's. The message names
+    its split first (`split 'validation': ...`); one that names none keeps its numbers, with
+    a word that they count within a carved split."""
+    numbered = source_rows(info)
+    carve = info.get(CARVE_KEY) or {}
+    if not numbered or not _ROW.search(message):
+        return message
+    where = f"split {carve.get('split')!r} of {carve.get('of')}"
+    named = _SPLIT.match(message)
+    split = named.group(1) if named else None
+    if split is not None and split not in numbered:
+        return message  # a split of the source's own: its rows are the source's
+    if split is None:
+        return (
+            f"{message} (rows counted within a split that the download step made from {where}: "
+            f"validation is a shuffled draw of its rows, seed {carve.get('seed')}, and train the "
+            "rest, so a row's number is not its place there)"
+        )
+    rows = numbered[split]
+
+    def renumbered(found: re.Match[str]) -> str:
+        index = int(found.group(1)) - 1
+        return f"row {rows[index] + 1}" if 0 <= index < len(rows) else found.group(0)
+
+    how = "drawn at random from" if split == "validation" else "what the carve left of"
+    return f"{_ROW.sub(renumbered, message)} (rows numbered as in {where}; {split} is {how} it)"
 
 
 def _download_info(dataset_dir: str | Path) -> dict[str, Any]:
