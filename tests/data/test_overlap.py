@@ -107,15 +107,12 @@ def test_preprocess_keeps_the_evaluation_splits_notes_for_evaluate(leaky, tmp_pa
         model=ModelConfig(source=MINILM),
         task=TASK,
     )
-    assert data_note(tmp_path / "tokenized", "test") == (
-        f"test: 1 of its 6 rows have the document of a train row: {LEAK}; dedupe the source's "
-        "splits, or set data.test_split to null to evaluate on validation"
-    )
-    assert data_note(
-        tmp_path / "tokenized",
-        "validation",
-    ).startswith("validation: 3 of its 8")
-    assert data_note(tmp_path / "tokenized", "train") is None  # train is not evaluated
+    notes = {split: data_note(tmp_path / "tokenized", split) for split in ("train", "test")}
+    assert notes == {
+        "train": None,  # train is not evaluated
+        "test": f"test: 1 of its 6 rows have the document of a train row: {LEAK}; dedupe the "
+        "source's splits, or set data.test_split to null to evaluate on validation",
+    }
 
 
 def _shared(task: str, train: dict[str, list[Any]], other: dict[str, list[Any]]) -> int:
@@ -127,10 +124,8 @@ def test_each_task_knows_its_rows_by_what_its_model_reads():
     question = [{"role": "user", "content": "What is 2 + 2?"}]
     # A prompt is the one user turn of a chat; the answer is not what the model reads.
     chats = {"messages": [[*question, {"role": "assistant", "content": "4"}]]}
-    assert (
-        _shared("instruction_tuning", {"prompt": ["What is 2 + 2?"], "response": ["Four."]}, chats)
-        == 1
-    )
+    prompts = {"prompt": ["What is 2 + 2?"], "response": ["Four."]}
+    assert _shared("instruction_tuning", prompts, chats) == 1
     as_text = {"messages": [json.dumps(chats["messages"][0])]}  # a CSV cell's chat
     assert _shared("instruction_tuning", chats, as_text) == 1
     followed = [
@@ -151,11 +146,7 @@ def test_each_task_knows_its_rows_by_what_its_model_reads():
     }
     test = {"text": ["a cat", " "], "text_pair": ["runs", "x"], "label": [1, 1]}
     assert _shared("text_classification", train, test) == 1
+    documents = {"document": ["A.", "B."], "summary": ["a", "b"]}
     assert (
-        _shared(
-            "summarization",
-            {"document": ["A.", "B."], "summary": ["a", "b"]},
-            {"document": ["B.", "C."], "summary": ["x", "c"]},
-        )
-        == 1
+        _shared("summarization", documents, {"document": ["B.", "C."], "summary": ["x", "c"]}) == 1
     )
