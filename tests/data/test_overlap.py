@@ -58,7 +58,7 @@ def test_the_download_step_says_which_evaluation_rows_are_train_rows(
         f"validation: 3 of its 8 rows have the document of a train row: {LEAK}; dedupe the "
         "source's splits, or leave validation out of the source and the download step carves "
         "it from train",
-        f"test: 1 of its 6 rows have the document of a train row: {LEAK}; dedupe the source's "
+        f"test: 1 of its 6 rows has the document of a train row: {LEAK}; dedupe the source's "
         "splits, or set data.test_split to null to evaluate on validation",
     ]
     assert _warnings(caplog) == notes
@@ -110,7 +110,7 @@ def test_preprocess_keeps_the_evaluation_splits_notes_for_evaluate(leaky, tmp_pa
     notes = {split: data_note(tmp_path / "tokenized", split) for split in ("train", "test")}
     assert notes == {
         "train": None,  # train is not evaluated
-        "test": f"test: 1 of its 6 rows have the document of a train row: {LEAK}; dedupe the "
+        "test": f"test: 1 of its 6 rows has the document of a train row: {LEAK}; dedupe the "
         "source's splits, or set data.test_split to null to evaluate on validation",
     }
 

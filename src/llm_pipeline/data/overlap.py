@@ -51,7 +51,8 @@ class Overlap:
         notes = {}
         if self.train_repeats:
             notes["train"] = (
-                f"train: {self.train_repeats:,} of {self.train_rows:,} rows repeat the {what} of "
+                f"train: {self.train_repeats:,} of {self.train_rows:,} rows "
+                f"{'repeats' if self.train_repeats == 1 else 'repeat'} the {what} of "
                 "another train row; they are kept (a source may repeat rows to weigh them)"
             )
         for split, (shared, rows) in self.shared.items():
@@ -61,7 +62,8 @@ class Overlap:
 
 
 def _leak_note(split: str, shared: int, rows: int, what: str, *, carved: bool) -> str:
-    said = f"{split}: {shared:,} of its {rows:,} rows have the {what} of a train row"
+    has = "has" if shared == 1 else "have"
+    said = f"{split}: {shared:,} of its {rows:,} rows {has} the {what} of a train row"
     if carved and split == "validation":
         return (
             f"{said}, though validation was carved from train: train holds duplicate rows, and "
