@@ -108,11 +108,16 @@ def test_preprocess_keeps_the_evaluation_splits_notes_for_evaluate(leaky, tmp_pa
         task=TASK,
     )
     notes = {split: data_note(tmp_path / "tokenized", split) for split in ("train", "test")}
-    assert notes == {
-        "train": None,  # train is not evaluated
-        "test": f"test: 1 of its 6 rows has the document of a train row: {LEAK}; dedupe the "
-        "source's splits, or set data.test_split to null to evaluate on validation",
-    }
+    leak = (
+        f"test: 1 of its 6 rows has the document of a train row: {LEAK}; dedupe the source's "
+        "splits, or set data.test_split to null to evaluate on validation"
+    )
+    assert notes == {"train": None, "test": leak}  # train is not evaluated
+    # Evaluate scoring fewer rows (evaluate.max_samples) says what the count is over.
+    assert data_note(tmp_path / "tokenized", "test", 6) == leak
+    assert data_note(tmp_path / "tokenized", "test", 4) == (
+        f"{leak} (counted over the 6 rows the download step saved; evaluate scored 4 of them)"
+    )
 
 
 def _shared(task: str, train: dict[str, list[Any]], other: dict[str, list[Any]]) -> int:

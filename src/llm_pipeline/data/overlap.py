@@ -105,21 +105,36 @@ def _digests(table: datasets.Dataset, task: Task) -> Iterator[bytes | None]:
             yield None if text is None else hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def write_data_notes(folder: str | Path, notes: Mapping[str, str]) -> None:
-    """Keep the evaluation splits' notes beside a dataset, for evaluate's report (no file
-    when there are none)."""
-    kept = {split: note for split, note in notes.items() if split != "train"}
+def write_data_notes(folder: str | Path, notes: Mapping[str, str], rows: Mapping[str, int]) -> None:
+    """Keep the evaluation splits' notes beside a dataset, with each split's `rows` as the
+    download step saved it, for evaluate's report (no file when there are none)."""
+    kept = {
+        split: {"note": note, "rows": rows.get(split)}
+        for split, note in notes.items()
+        if split != "train"
+    }
     if kept:
         (Path(folder) / DATA_NOTES_FILE).write_text(json.dumps(kept, indent=2) + "\n")
 
 
-def data_note(dataset_dir: str | os.PathLike[str], split: str) -> str | None:
-    """The download step's note on `split` of a preprocessed dataset; None when it has none
-    (or the folder predates the notes)."""
+def data_note(
+    dataset_dir: str | os.PathLike[str], split: str, scored: int | None = None
+) -> str | None:
+    """The download step's note on `split` of a preprocessed dataset, saying so where
+    evaluate `scored` other than the split's rows it counted (`evaluate.max_samples`, rows
+    preprocess dropped); None when it has none (or the folder predates the notes)."""
     path = Path(dataset_dir) / DATA_NOTES_FILE
     try:
         notes = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    note = notes.get(split) if isinstance(notes, dict) else None
-    return note if isinstance(note, str) else None
+    entry = notes.get(split) if isinstance(notes, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("note"), str):
+        return None
+    rows = entry.get("rows")
+    if scored is None or not isinstance(rows, int) or scored == rows:
+        return str(entry["note"])
+    return (
+        f"{entry['note']} (counted over the {rows:,} rows the download step saved; evaluate "
+        f"scored {scored:,} of them)"
+    )

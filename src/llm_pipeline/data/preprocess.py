@@ -71,7 +71,8 @@ def preprocess_dataset(
         raise DataError(rows_as_in_source(str(exc), info, unnamed=True)) from exc
     finally:
         logger.removeFilter(renumber)
-    write_data_notes(output_dir, info.get(DATA_NOTES_KEY) or {})
+    rows = {split: saved.get("rows") for split, saved in (info.get("splits") or {}).items()}
+    write_data_notes(output_dir, info.get(DATA_NOTES_KEY) or {}, rows)
     return result
 
 

@@ -251,7 +251,7 @@ def evaluate_model(
             started=started,
             run_seconds=run_seconds,
             base=base,
-            data_note=data_note(dataset_dir, examples.split),
+            data_note=data_note(dataset_dir, examples.split, len(examples.input_ids)),
         )
         return EvaluationResult(examples.split, metrics, folder)
 
