@@ -54,6 +54,9 @@ EVALUATION_REPORT_FILE = "report.html"
 #: Beside preprocess's tokenized data: the resolved lengths, per-split statistics and, for a
 #: classifier, its label set (tasks/text_classification/labels.py reads it back).
 PREPROCESS_REPORT_FILE = "preprocess.json"
+#: Beside preprocess's tokenized data: the download step's note on each evaluation split (its
+#: rows that are also train rows), by split; evaluate's report shows the scored split's.
+DATA_NOTES_FILE = "data_notes.json"
 #: The key of a head's label set in the preprocess report (a task with labels writes it).
 LABEL_SET_KEY = "label_set"
 #: In evaluate's predictions folder, for a classifier: the confusion matrix and each label's

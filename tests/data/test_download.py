@@ -240,6 +240,23 @@ def test_the_carve_takes_a_minimum_of_rows_and_honours_the_validation_cap(
     )
 
 
+def test_a_small_carve_leaves_the_few_rows_warning_to_evaluate(
+    tmp_path, source_rows, write, source_config, caplog
+):
+    # 20 rows carved from 40: evaluate warns that so few are too few for a gate, on the
+    # console and in the report; the download step saying it too printed it twice a run.
+    path = write(tmp_path / "train", source_rows["train"], "jsonl")
+
+    with caplog.at_level("INFO", logger="llm_pipeline"):
+        download_dataset(source_config(path), TASK, tmp_path / "out")
+
+    assert "validation: 20 row(s) carved from 40" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{path} has no split 'test': no test split; evaluate will score validation "
+        "(splits there: train)"
+    ]
+
+
 def test_carved_validation_is_seeded_and_disjoint_from_train(
     tmp_path, source_rows, write, source_config
 ):

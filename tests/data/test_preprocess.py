@@ -16,7 +16,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, T5Tokenizer
 
 from llm_pipeline.config import DataConfig, ModelConfig
-from llm_pipeline.data.preprocess import preprocess_dataset
+from llm_pipeline.data.download import carved_rows, download_dataset
+from llm_pipeline.data.preprocess import logger, preprocess_dataset, rows_as_in_source
 from llm_pipeline.data.saved import MODEL_COLUMNS
 from llm_pipeline.errors import DataError
 from llm_pipeline.models import load_tokenizer
@@ -342,6 +343,82 @@ def test_a_document_column_of_lists_is_refused_naming_its_first_row(tmp_path: Pa
         "holds an array: ['The fox jumps.']; map data.columns.document to a column of text"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("part", ["validation", "train"])
+def test_a_bad_row_in_a_carved_split_is_named_by_its_row_in_the_users_file(
+    tmp_path: Path, write: Any, source_config: Any, part: str
+) -> None:
+    # 40 rows, 20 of them carved into validation (seed 42), in no order the file has: the
+    # one bad row (a list; the others have no document) is named by its line, not by its
+    # place in the carved split.
+    config = source_config(tmp_path / "mine.jsonl", max_source_length=MAX_SOURCE)
+    line = int(carved_rows(40, 20, config.seed)[part][6]) + 1  # 17 and 12: the 7th of each
+    rows = [{"text": None, "summary": f"Row {i}."} for i in range(1, 41)]
+    rows[line - 1]["text"] = ["The fox jumps."]
+    write(tmp_path / "mine", rows, "jsonl")
+    download_dataset(config, TASK, tmp_path / "in")
+    with pytest.raises(DataError) as caught:
+        _preprocess_saved(tmp_path)
+    how = "drawn at random from" if part == "validation" else "what the carve left of"
+    assert str(caught.value) == (
+        f"split {part!r}: column 'document' (data.columns.document) must hold text, but row "
+        f"{line} holds an array: ['The fox jumps.']; map data.columns.document to a column of "
+        f"text (rows numbered as in split 'train' of {tmp_path / 'mine.jsonl'}; {part} is {how} it)"
+    )
+
+
+def test_a_dropped_row_in_a_carved_split_is_logged_by_its_row_in_the_users_file(
+    tmp_path: Path, source_rows: Any, write: Any, source_config: Any, caplog: Any
+) -> None:
+    """A task's warning of the rows it drops names them as the user's file does."""
+    config = source_config(write(tmp_path / "mine", source_rows["train"], "jsonl"))
+    download_dataset(config, TASK, tmp_path / "in")
+
+    class Dropping(type(TASK)):  # type: ignore[misc]
+        def preprocess(self, dataset: Any, **given: Any) -> Any:
+            logger.warning("validation: 3 rows left out (rows 7, 2, ...; first: row 7: no text)")
+            logger.warning("test: row 7 is the source's own")
+
+    with caplog.at_level("WARNING", logger="llm_pipeline"):
+        preprocess_dataset(
+            dataset_dir=tmp_path / "in",
+            output_dir=tmp_path / "out",
+            data=config,
+            model=MINILM,
+            task=Dropping(),
+        )
+    seventh, second = (
+        int(row) + 1 for row in carved_rows(40, 20, config.seed)["validation"][[6, 1]]
+    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "llm_pipeline.data.preprocess"]
+    assert logged == [
+        f"validation: 3 rows left out (rows {seventh}, {second}, ...; first: row {seventh}: no "
+        f"text) (rows numbered as in split 'train' of {tmp_path / 'mine.jsonl'}; validation is "
+        "drawn at random from it)",
+        "test: row 7 is the source's own",
+    ]
+    logger.warning("validation: row 7, once preprocess is done")  # the filter is gone
+    assert caplog.records[-1].getMessage() == "validation: row 7, once preprocess is done"
+
+
+CARVED = {"carve": {"split": "train", "of": "my.csv", "rows": 40, "size": 20, "seed": 42}}
+
+
+def test_a_data_error_without_a_carve_or_in_a_split_of_the_source_keeps_its_rows() -> None:
+    message = "split 'test': none of its 6 rows is usable; the first: row 2: no text"
+    assert rows_as_in_source(message, {"carve": None}) == message
+    assert rows_as_in_source(message, CARVED) == message  # test is the source's own
+    assert rows_as_in_source(message, CARVED, unnamed=True) == message
+
+
+def test_a_data_error_naming_no_split_says_its_rows_count_within_a_carved_one() -> None:
+    # A chat template's fault: the error names the row it met first, in whichever split.
+    assert rows_as_in_source("row 3: the template drops turns", CARVED, unnamed=True) == (
+        "row 3: the template drops turns (rows counted within a split that the download step "
+        "made from split 'train' of my.csv: validation is a shuffled draw of its rows, seed 42, "
+        "and train the rest, so a row's number is not its place there)"
+    )
 
 
 def test_a_max_length_with_no_room_for_text_is_refused(clean: Any, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from llm_pipeline.evaluation.evaluate_model import (
     main,
 )
 from llm_pipeline.models.generation import generate_summaries, load_seq2seq
+from llm_pipeline.output_files import DATA_NOTES_FILE
 
 from . import generate_fixtures as fixtures
 
@@ -117,6 +118,13 @@ def test_test_split_is_preferred_max_samples_caps_it_and_too_few_rows_are_warned
 ) -> None:
     validation = _validation(eval_dataset_dir)
     folder = _save(tmp_path, validation=validation, test=validation.select(range(10, 30)))
+    # What the download step said of each evaluation split, carried by preprocess.
+    leak = "test: 4 of its 20 rows have the document of a train row: ..."
+    notes = {
+        "test": {"note": leak, "rows": 20},
+        "validation": {"note": "validation: not the scored split", "rows": 100},
+    }
+    (folder / DATA_NOTES_FILE).write_text(json.dumps(notes))
     config = EvaluateConfig(max_samples=6, bootstrap_samples=0, lead_k=0)
     result = evaluate_model(
         model_dir=tiny_t5_dir, dataset_dir=folder, config=config, output_dir=tmp_path / "out"
@@ -135,6 +143,12 @@ def test_test_split_is_preferred_max_samples_caps_it_and_too_few_rows_are_warned
     page = result.report_path.read_text(encoding="utf-8")
     assert f'<p id="evaluation-warning" class="warning"><b>Warning:</b> {warning}' in page
     assert page.index("evaluation-warning") < page.index('<table id="scores">')
+    # The scored split's rows that are also train rows: atop the page, not again on the
+    # console (the download step's output said it).
+    scored = "(counted over the 20 rows the download step saved; evaluate scored 6 of them)"
+    assert f'<p id="data-warning" class="warning"><b>Warning:</b> {leak} {scored}</p>' in page
+    assert page.index("data-warning") < page.index('<table id="scores">')
+    assert "not the scored split" not in page
 
 
 def _assert_refused(

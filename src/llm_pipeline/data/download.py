@@ -14,7 +14,10 @@ What later steps can rely on in the output folder (read it with `datasets.load_f
   a float column holding whole numbers only (what pandas makes of integer labels with a
   missing cell) becomes int64, so label 1 is not read as "1.0";
 - no empty split; `data.max_samples` caps applied (first rows, after the carve);
-- `download.json`: the source, where each split came from, row counts and the config.
+- `download.json`: the source, where each split came from, row counts, the config, and
+  `data_notes`: what the step warned of, by split: evaluation rows that are also train rows,
+  train's repeated rows (counted, kept; `data.overlap`), and `carve`, from which
+  `source_rows` numbers a carved split's rows as the source does.
 
 The test split: `data.test_split: null` means none. A source without the default `test`
 split simply has none (common for single files), and evaluate scores `validation`
@@ -37,6 +40,7 @@ import numpy as np
 
 from llm_pipeline.config import DataConfig
 from llm_pipeline.config.data import MIN_EVALUATION_ROWS
+from llm_pipeline.data.overlap import find_overlap
 from llm_pipeline.data.sources import NO_BUILTINS, Source, delimiter_hint, load_source
 from llm_pipeline.errors import DataError
 from llm_pipeline.storage import atomic_output_dir
@@ -48,6 +52,11 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 #: The record of what was downloaded, written beside the splits.
 INFO_FILE = "download.json"
+#: Its notes on the data (`data.overlap`), by split: what the step warned of.
+DATA_NOTES_KEY = "data_notes"
+#: Its record of the validation carve (null when the source has a validation split): the
+#: source's split, its rows, the rows carved and the seed, which `source_rows` reads.
+CARVE_KEY = "carve"
 
 
 def download_dataset(
@@ -73,10 +82,22 @@ def download_dataset(
             name: _to_roles(data, columns, name, origins[name], source)
             for name, data in splits.items()
         }
+        carve = None
         if "validation" not in splits:
+            rows_before = splits["train"].num_rows
             splits, origins = _carve_validation(splits, origins, config, source)
+            carve = {
+                "split": config.train_split,
+                "of": source.where,
+                "rows": rows_before,
+                "size": splits["validation"].num_rows,
+                "seed": config.seed,
+            }
         splits = _capped(splits, config.max_samples)
-        rows = _save(splits, origins, config, output_dir)
+        notes = find_overlap(splits, task, carved=carve is not None).notes(task)
+        for note in notes.values():
+            logger.warning("%s", note)
+        rows = _save(splits, origins, config, output_dir, {DATA_NOTES_KEY: notes, CARVE_KEY: carve})
     logger.info("saved %s to %s", ", ".join(f"{k}: {v} rows" for k, v in rows.items()), output_dir)
     return rows
 
@@ -210,24 +231,38 @@ def _carve_validation(
             f"{train.num_rows} row(s), too few to carve a validation split from and still "
             "train; add rows or a validation split to the source"
         )
-    order = np.random.default_rng(config.seed).permutation(train.num_rows)
+    rows = carved_rows(train.num_rows, size, config.seed)
     # keep_in_memory: the index mappings would otherwise be cached beside the source's
     # files, which may be a user's read-only folder. Train keeps the source's order.
-    carved = {
-        **splits,
-        "train": train.select(np.sort(order[size:]), keep_in_memory=True),
-        "validation": train.select(order[:size], keep_in_memory=True),
-    }
+    carved = {name: train.select(rows[name], keep_in_memory=True) for name in rows}
+    carved = {**splits, **carved}
     how = f"{size} of {train.num_rows} rows, seed {config.seed}"
-    if size < MIN_EVALUATION_ROWS:
-        logger.warning(
-            "validation: %d row(s) carved from %d, fewer than the %d a gate can trust "
-            "(train keeps at least as many rows as validation)",
-            size,
-            train.num_rows,
-            MIN_EVALUATION_ROWS,
-        )
+    # Fewer rows than a gate can trust is said once, by evaluate (console and report), on
+    # the rows it scores: a warning here too printed it twice in one run, and about a split
+    # the gate does not read when the source has a test split.
+    logger.info(
+        "validation: %d row(s) carved from %d (at least %d where train keeps as many)",
+        size,
+        train.num_rows,
+        MIN_EVALUATION_ROWS,
+    )
     return carved, {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
+
+
+def carved_rows(rows: int, size: int, seed: int) -> dict[str, np.ndarray]:
+    """Which of train's `rows` (0-based) the carve of `size` rows with `seed` leaves in
+    `train` (in the source's order) and puts in `validation` (shuffled)."""
+    order = np.random.default_rng(seed).permutation(rows)
+    return {"train": np.sort(order[size:]), "validation": order[:size]}
+
+
+def source_rows(info: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """For each split the download step carved (`download.json`'s `carve`), the source row
+    (0-based) of each of its rows; {} when nothing was carved."""
+    carve = info.get(CARVE_KEY)
+    if not isinstance(carve, dict):
+        return {}
+    return carved_rows(int(carve["rows"]), int(carve["size"]), int(carve["seed"]))
 
 
 def carve_size(rows: int, config: DataConfig) -> int:
@@ -271,17 +306,23 @@ def _save(
     origins: dict[str, str],
     config: DataConfig,
     output_dir: str | Path,
+    found: dict[str, Any],
 ) -> dict[str, int]:
-    """Write the splits and `download.json` to `output_dir` in one step; rows per split."""
+    """Write the splits and `download.json` (with what the step `found`: its data notes and
+    its carve) to `output_dir` in one step; rows per split."""
     rows = {name: splits[name].num_rows for name in SPLITS if name in splits}
     with atomic_output_dir(output_dir) as staging:
         datasets.DatasetDict({name: splits[name] for name in rows}).save_to_disk(str(staging))
-        _write_info(staging / INFO_FILE, config, origins, rows)
+        _write_info(staging / INFO_FILE, config, origins, rows, found)
     return rows
 
 
 def _write_info(
-    path: Path, config: DataConfig, origins: dict[str, str], rows: dict[str, int]
+    path: Path,
+    config: DataConfig,
+    origins: dict[str, str],
+    rows: dict[str, int],
+    found: dict[str, Any],
 ) -> None:
     """Record what this folder holds and the config that made it."""
     info = {
@@ -289,6 +330,7 @@ def _write_info(
         "subset": config.subset,
         "revision": config.revision,
         "splits": {name: {"from": origins[name], "rows": count} for name, count in rows.items()},
+        **found,
         "config": config.model_dump(mode="json"),
     }
     path.write_text(json.dumps(info, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """The preprocess step's driver: the downloaded dataset, checked for the task's columns,
 and the model's tokenizer, handed to the task (`Task.preprocess`), which writes the
-tokenized dataset and its `preprocess.json`.
+tokenized dataset and its `preprocess.json`; the download step's notes on the evaluation
+splits follow the data (`data_notes.json`, `data.overlap`), for evaluate's report.
 
 What every task's preprocessing shares lives here too: its tokenizing map pass and the
 batch size of its map passes, the cap on a length the tokenizer gives, token length
@@ -8,7 +9,9 @@ statistics and the rows a split kept for its report, and the step's logger, unde
 every task's preprocessing logs.
 """
 
+import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +23,8 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from llm_pipeline.config import DataConfig, ModelConfig
+from llm_pipeline.data.download import CARVE_KEY, DATA_NOTES_KEY, INFO_FILE, source_rows
+from llm_pipeline.data.overlap import write_data_notes
 from llm_pipeline.data.saved import load_saved_dataset
 from llm_pipeline.errors import DataError, json_type, shown_value
 from llm_pipeline.models.sources import load_tokenizer
@@ -34,6 +39,9 @@ logger = logging.getLogger(__name__)
 LENGTH_LIMIT = 1024
 #: Rows per batch of a tokenizing `Dataset.map` pass.
 BATCH_SIZE = 1000
+#: The rows a data error or a warning names (counted from 1), and the split it names first.
+_ROWS = re.compile(r"\b(rows?) (\d+(?:, \d+)*)\b")
+_SPLIT = re.compile(r"split '(\w+)':|(\w+): ")
 
 
 def preprocess_dataset(
@@ -52,9 +60,81 @@ def preprocess_dataset(
     """
     tokenizer = load_tokenizer(model)
     dataset = _load_dataset(dataset_dir, task)
-    return task.preprocess(
-        dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
-    )
+    info = _download_info(dataset_dir)
+    renumber = _SourceRows(info)
+    logger.addFilter(renumber)
+    try:
+        result = task.preprocess(
+            dataset, tokenizer=tokenizer, output_dir=output_dir, data=data, model=model
+        )
+    except DataError as exc:
+        raise DataError(rows_as_in_source(str(exc), info, unnamed=True)) from exc
+    finally:
+        logger.removeFilter(renumber)
+    rows = {split: saved.get("rows") for split, saved in (info.get("splits") or {}).items()}
+    write_data_notes(output_dir, info.get(DATA_NOTES_KEY) or {}, rows)
+    return result
+
+
+def rows_as_in_source(message: str, info: Mapping[str, Any], *, unnamed: bool = False) -> str:
+    """A data error's or warning's `message` with the rows it names ("row 3", "rows 3, 5",
+    counted from 1 within a split) numbered as the user's source numbers them, where the
+    download step carved validation out of train (`info`: its `download.json`):
+    validation's rows are a shuffled draw, and train lacks them, so neither split's row 3
+    is the source's. The message names its split first (`split 'validation': ...`, or
+    `validation: ...`); with `unnamed`, one that names none keeps its numbers, with a word
+    that they count within a carved split."""
+    numbered = source_rows(info)
+    carve = info.get(CARVE_KEY) or {}
+    if not numbered or not _ROWS.search(message):
+        return message
+    where = f"split {carve.get('split')!r} of {carve.get('of')}"
+    named = _SPLIT.match(message)
+    split = (named.group(1) or named.group(2)) if named else None
+    if split is None and unnamed:
+        return (
+            f"{message} (rows counted within a split that the download step made from {where}: "
+            f"validation is a shuffled draw of its rows, seed {carve.get('seed')}, and train the "
+            "rest, so a row's number is not its place there)"
+        )
+    if split not in numbered:
+        return message  # a split of the source's own: its rows are the source's
+    rows = numbered[split]
+
+    def renumbered(found: re.Match[str]) -> str:
+        numbers = [int(n) for n in found.group(2).split(", ")]
+        if not all(0 < n <= len(rows) for n in numbers):
+            return found.group(0)
+        return f"{found.group(1)} {', '.join(str(rows[n - 1] + 1) for n in numbers)}"
+
+    how = "drawn at random from" if split == "validation" else "what the carve left of"
+    return f"{_ROWS.sub(renumbered, message)} (rows numbered as in {where}; {split} is {how} it)"
+
+
+class _SourceRows(logging.Filter):
+    """Renumbers the rows a task's preprocessing log line names (its dropped rows), as
+    `rows_as_in_source` does a data error's."""
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.info = info
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        renamed = rows_as_in_source(message, self.info)
+        if renamed != message:
+            record.msg, record.args = renamed, ()
+        return True
+
+
+def _download_info(dataset_dir: str | Path) -> dict[str, Any]:
+    """The download step's `download.json`; {} for a folder without one (a dataset saved
+    by other means)."""
+    try:
+        info = json.loads((Path(dataset_dir) / INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def refuse_non_text(dataset: Mapping[str, datasets.Dataset], roles: tuple[str, ...]) -> None:

@@ -42,6 +42,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
+from llm_pipeline.data.overlap import data_note
 from llm_pipeline.errors import EvaluationError, UserError
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.evaluation.scoring import (
@@ -250,6 +251,7 @@ def evaluate_model(
             started=started,
             run_seconds=run_seconds,
             base=base,
+            data_note=data_note(dataset_dir, examples.split, len(examples.input_ids)),
         )
         return EvaluationResult(examples.split, metrics, folder)
 

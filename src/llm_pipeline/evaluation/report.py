@@ -146,14 +146,22 @@ def render_report(
 
 
 def render_page(
-    title: str, facts: Mapping[str, str], warning: str | None, table: str, sections: Sequence[str]
+    title: str,
+    facts: Mapping[str, str],
+    warning: str | None,
+    table: str,
+    sections: Sequence[str],
+    *,
+    data_note: str | None = None,
 ) -> str:
-    """Every task's report page: the title, the facts, the warning, the scores table
-    (`scores_table`), then the task's own sections (HTML)."""
+    """Every task's report page: the title, the facts, the warnings (`warning`, about the
+    evaluation; `data_note`, the download step's about the scored split's rows), the scores
+    table (`scores_table`), then the task's own sections (HTML)."""
     parts = [
         f"<h1>{escape(title)}</h1>",
         facts_line(facts),
         warning_line(warning),
+        warning_line(data_note, element="data-warning"),
         PIPELINE_VIEW,
         "<h2>Scores</h2>",
         table,
@@ -236,11 +244,12 @@ def warn_if_few_rows(rows: int, split: str) -> str | None:
     return warning
 
 
-def warning_line(warning: str | None) -> str:
-    """A warning about the whole evaluation, where it is seen first; "" when there is none."""
+def warning_line(warning: str | None, *, element: str = "evaluation-warning") -> str:
+    """A warning about the whole evaluation, where it is seen first (`element`: the
+    paragraph's id); "" when there is none."""
     if warning is None:
         return ""
-    return f'<p id="evaluation-warning" class="warning"><b>Warning:</b> {escape(warning)}</p>'
+    return f'<p id="{element}" class="warning"><b>Warning:</b> {escape(warning)}</p>'
 
 
 def _best_and_worst(scores: np.ndarray) -> tuple[list[int], list[int]]:

@@ -134,9 +134,12 @@ def score_and_write(
     started: float,
     run_seconds: float,
     base: Any | None = None,
+    data_note: str | None = None,
 ) -> dict[str, float]:
     """Score the model and its baselines (`scorer.score`); write predictions, metrics, the
-    report and the task's other files (all or nothing); returns the flat metrics."""
+    report and the task's other files (all or nothing); returns the flat metrics.
+    `data_note`: what the download step found in the scored split's rows, for the report
+    (the step's output said it already)."""
     rows = len(examples.input_ids)
     status(f"scoring {rows} {scorer.scoring}")
     warning = warn_if_few_rows(rows, examples.split)
@@ -155,7 +158,9 @@ def score_and_write(
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
         for name, text in scored.files.items():
             (staging / name).write_text(text)
-        page = render_page(scored.title, facts, warning, scored.table, scored.sections)
+        page = render_page(
+            scored.title, facts, warning, scored.table, scored.sections, data_note=data_note
+        )
         (staging / EVALUATION_REPORT_FILE).write_text(page, encoding="utf-8")
     return metrics
 

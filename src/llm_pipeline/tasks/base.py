@@ -23,6 +23,14 @@ TextPair = tuple[str, str]
 Instance = str | Chat | TextPair
 
 
+def source_text(value: Any) -> str | None:
+    """A cell as the text a task reads (`Task.source_texts`); None when it holds none."""
+    if value is None:
+        return None
+    text = str(value)
+    return text if text.strip() else None
+
+
 class InstanceError(ValueError):
     """A prediction instance that is not what the task takes: `where` inside the instance
     (`("messages", 2, "content")`, empty for the instance itself) and what is wrong."""
@@ -160,6 +168,14 @@ class Task(ABC):
         """The datasets this task brings, by their `builtin:NAME` (its demo's); the download
         step offers every task's (`llm_pipeline.tasks.builtin_datasets`)."""
         return {}
+
+    def source_texts(self, batch: Mapping[str, Sequence[Any]]) -> list[str | None]:
+        """What the model reads of each row in a batch of downloaded rows (columns named by
+        role), as one text after the task's own reading of it: rows with the same text are
+        the same example to the model, which the download step counts between an evaluation
+        split and train (a leak) and within train (`data.overlap`). None for a row the task
+        drops (no text). This one: the `source_column`'s text."""
+        return [source_text(value) for value in batch[self.source_column]]
 
     @abstractmethod
     def preprocess(

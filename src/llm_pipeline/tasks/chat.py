@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from jinja2 import TemplateError
 
 from llm_pipeline.errors import json_type
-from llm_pipeline.tasks.base import Chat, Instance, InstanceError, ServingPage, Task
+from llm_pipeline.tasks.base import (
+    Chat,
+    Instance,
+    InstanceError,
+    ServingPage,
+    Task,
+    source_text,
+)
 
 if TYPE_CHECKING:
     # Annotations only: the tokenizer comes from the caller, and a task lookup (a CLI
@@ -325,6 +332,11 @@ def chat_prompter(
     return prompt
 
 
+def _turns_text(turns: Any) -> str:
+    """Turns (or whatever a malformed row holds) as one text, keys in a fixed order."""
+    return json.dumps(turns, ensure_ascii=False, sort_keys=True, default=str)
+
+
 class ChatTask(Task):
     """What every task whose model is a chat model shares: it is judged by greedy
     completions, its report calls the input a prompt and the output a response, and its
@@ -353,6 +365,24 @@ class ChatTask(Task):
     serving_page: ClassVar[ServingPage] = CHAT_PAGE
     serving_parameters: ClassVar[tuple[str, ...]] = CHAT_PARAMETERS
     serving_instance_shape: ClassVar[str] = CHAT_INSTANCE_SHAPE
+
+    def source_texts(self, batch: Mapping[str, Sequence[Any]]) -> list[str | None]:
+        """The turns the model answers, as JSON: a `prompt` is the one user turn, so the
+        same question reads the same in either layout; a chat as `prompt_turns` cuts it."""
+        if "messages" not in batch:
+            prompts = [source_text(value) for value in batch["prompt"]]
+            return [
+                None if p is None else _turns_text([{"role": "user", "content": p}])
+                for p in prompts
+            ]
+        return [
+            None if chat is None else _turns_text(self.prompt_turns(chat))
+            for chat in map(as_chat, batch["messages"])
+        ]
+
+    def prompt_turns(self, chat: Any) -> Any:
+        """The turns of a `messages` chat that the model reads: here, all of them."""
+        return chat
 
     def serving_example(self, value: str) -> Any:
         """The deploy step's probe from a held-out row's `chat` (its prompt's turns)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_pipeline.tasks.base import BuiltinDataset, PreprocessResult
-from llm_pipeline.tasks.chat import ChatTask
+from llm_pipeline.tasks.chat import ChatTask, chat_problem, last_assistant
 from llm_pipeline.tasks.kinds import CAUSAL_LM, ModelKind
 
 
@@ -61,6 +61,13 @@ class InstructionTuning(ChatTask):
     role_sets: ClassVar[tuple[tuple[str, ...], ...]] = (("prompt", "response"), ("messages",))
     target_role: ClassVar[str] = "response"
     data_keys: ClassVar[frozenset[str]] = frozenset({"max_length", "packing", "chat_template"})
+
+    def prompt_turns(self, chat: Any) -> Any:
+        """The turns before the last assistant turn: what evaluation asks the model to
+        answer (a chat the task would drop, without one, is read whole)."""
+        if chat_problem(chat, need_assistant=True) is not None:
+            return chat
+        return chat[: last_assistant(chat)]
 
     def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
         """The demo's dataset (`demo_data`)."""

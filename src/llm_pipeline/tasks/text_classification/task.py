@@ -11,7 +11,7 @@ The model is an encoder (or a decoder) with a classification head
 `{"text": ..., "text_pair": ...}`, and the prediction is a label with its score.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from llm_pipeline.tasks.base import (
     PreprocessResult,
     ServingPage,
     Task,
+    source_text,
 )
 from llm_pipeline.tasks.kinds import CLASSIFIER, ModelKind
 
@@ -49,6 +50,17 @@ class TextClassification(Task):
         given = set(columns)
         fitting = [roles for roles in self.role_sets if set(roles) <= given]
         return max(fitting, key=len) if fitting else None
+
+    def source_texts(self, batch: Mapping[str, Sequence[Any]]) -> list[str | None]:
+        """The text, or the text and its pair, which the same pair of texts must match."""
+        texts = [source_text(value) for value in batch["text"]]
+        if "text_pair" not in batch:
+            return texts
+        pairs = [source_text(value) for value in batch["text_pair"]]
+        return [
+            None if text is None or pair is None else f"{text}\n\x1f{pair}"
+            for text, pair in zip(texts, pairs, strict=True)
+        ]
 
     def builtin_datasets(self) -> Mapping[str, BuiltinDataset]:
         """The demo's dataset (`demo_data`)."""
