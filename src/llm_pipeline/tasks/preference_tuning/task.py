@@ -62,6 +62,8 @@ class PreferenceTuning(ChatTask):
     training_figures: ClassVar[Mapping[str, str]] = {
         "reward_accuracy": "reward accuracy",
         "reward_margin": "reward margin",
+        "reward_chosen": "chosen reward",
+        "reward_rejected": "rejected reward",
     }
 
     def build_model(
