@@ -62,6 +62,24 @@ def test_registry_lists_versions_metrics_and_what_each_endpoint_serves(
     assert f" {created[:10]} {created[11:19]} UTC " in lines[2]
 
 
+def test_registry_lists_a_versions_metrics_in_its_tasks_order(tmp_path: Path) -> None:
+    """A DPO version leads with its gate's metric, preference_accuracy, not with the rougeL
+    that instruction tuning (listed first among the tasks) leads with."""
+    registry = LocalRegistry(tmp_path / "registry")
+    registry.register(
+        model="tuned",
+        model_dir=str(model_folder(tmp_path, "run-1")),
+        metrics={"rougeL": 10.1, "rougeL_change": -0.74, "preference_accuracy": 0.55},
+        serving_env={"LLM_PIPELINE_SERVE_TASK": "preference_tuning"},
+    )
+    result = run_pipeline("registry", "--registry-dir", str(tmp_path / "registry"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        " UTC  preference_accuracy 0.55, rougeL 10.10, rougeL_change -0.74, never"
+        in (result.stdout.splitlines()[2])
+    )
+
+
 def test_registry_says_which_versions_were_scored_on_other_rows_or_settings(
     tmp_path: Path,
 ) -> None:

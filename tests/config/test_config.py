@@ -237,6 +237,17 @@ BAD_CONFIGS = [
         "the config",
     ),
     (
+        "label smoothing, which DPO's loss has no labels for",
+        {
+            "task": "preference_tuning",
+            "data": {"dataset": "pairs.jsonl"},
+            "model": MINIMAL["model"],
+            "train": {"label_smoothing": 0.1},
+        },
+        "train.label_smoothing: not read by task 'preference_tuning' (DPO's loss compares two "
+        "answers' log-probabilities and has no token labels to smooth): drop it from the config",
+    ),
+    (
         "a DPO beta that is not positive",
         {**with_change("train.dpo", {"beta": 0}), "task": "preference_tuning"},
         "train.dpo.beta: must be > 0.0, got 0",

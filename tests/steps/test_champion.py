@@ -3,6 +3,7 @@ with this run's settings, for each task; and, where it cannot be, why."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from llm_pipeline.config import DeployConfig, EvaluateConfig, VertexConfig
 from llm_pipeline.evaluation.evaluate_model import evaluate_model
+from llm_pipeline.output_files import RESOLVED_CONFIG_FILE
 from llm_pipeline.registry import Champion
 from llm_pipeline.registry.local import LocalRegistry
 from llm_pipeline.serve.settings import env_name
@@ -109,6 +111,35 @@ def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
     )
     assert champion.metrics["samples"] == 6
     assert (tmp_path / "champion" / "predictions.jsonl").is_file()
+
+
+def test_a_dpo_champion_is_scored_against_the_new_models_start(
+    preference_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """DPO's metrics are relative to a starting model: the served version, which started
+    from another model (here: itself, so against its own start it would score exactly 0.5
+    and margin 0), is measured from the new model's start, as the new model is."""
+    served = tmp_path / "served"
+    shutil.copytree(preference_folders["tuned"], served)
+    recorded = json.loads((served / RESOLVED_CONFIG_FILE).read_text())
+    recorded["model"] = {"source": str(served)}
+    (served / RESOLVED_CONFIG_FILE).write_text(json.dumps(recorded))
+    serve(tmp_path / "registry", served, "preference_tuning")
+
+    champion = champion_of(
+        tmp_path, preference_folders["tuned"], preference_folders["dataset"], "preference_tuning"
+    )
+
+    new = evaluate_model(
+        model_dir=preference_folders["tuned"],
+        dataset_dir=preference_folders["dataset"],
+        config=SETTINGS,
+        output_dir=tmp_path / "new",
+        task="preference_tuning",
+    )
+    assert new.metrics["reward_margin"] != 0
+    for name in ("preference_accuracy", "reward_margin", "rougeL_change"):
+        assert champion.metrics[name] == pytest.approx(new.metrics[name]), name
 
 
 def test_nothing_served_scores_nothing(

@@ -32,6 +32,39 @@ def _model(tokenized: Path) -> ModelConfig:
     return ModelConfig(architecture=dict(TINY_LLAMA), tokenizer=str(tokenized.parent / "tokenizer"))
 
 
+def _trainer(tokenized: Path, keep: Path, train: TrainConfig, *, evaluate: bool = False) -> Any:
+    """One process, no DeepSpeed, full DPO; the validation split too when `evaluate`."""
+    from llm_pipeline.train.status import TrainingStatus
+    from llm_pipeline.train.trainer import build_trainer
+    from llm_pipeline.train.trainer_settings import training_arguments
+
+    config = _model(tokenized)
+    tokenizer = load_tokenizer(config, kind=TASK.model_kind)
+    splits = datasets.load_from_disk(str(tokenized))
+    columns = list(TASK.training_columns or ())
+    return build_trainer(
+        model=TASK.build_model(config, tokenizer),
+        tokenizer=tokenizer,
+        args=training_arguments(
+            train,
+            output_dir=str(keep),
+            precision="fp32",
+            deepspeed=None,
+            save_on_each_node=False,
+            has_eval=evaluate,
+            kind=TASK.model_kind,
+            keep_columns=TASK.training_columns is not None,
+        ),
+        train_dataset=splits["train"].select_columns(columns),
+        eval_dataset=splits["validation"].select_columns(columns) if evaluate else None,
+        callbacks=[TrainingStatus(figures=TASK.training_figures)],
+        sampling="group_by_length",
+        task=TASK,
+        train=train,
+        keep_folder=str(keep),
+    )
+
+
 def test_full_dpo_starts_from_the_reference_and_logs_its_rewards(
     tokenized_preferences: Path,
     tmp_path: Path,
@@ -41,36 +74,10 @@ def test_full_dpo_starts_from_the_reference_and_logs_its_rewards(
 ) -> None:
     """One process, no DeepSpeed: the first step's policy is the reference, so its loss is
     -log σ(0) = log 2 and its margin 0; the reference was kept for a resumed run."""
-    from llm_pipeline.train.status import TrainingStatus
-    from llm_pipeline.train.trainer import build_trainer
-    from llm_pipeline.train.trainer_settings import training_arguments
-
-    config = _model(tokenized_preferences)
-    tokenizer = load_tokenizer(config, kind=TASK.model_kind)
     train = train_settings(zero_stage=0, max_steps=3, learning_rate=1e-2)
     splits = datasets.load_from_disk(str(tokenized_preferences))
     keep = tmp_path / "checkpoints"
-    trainer = build_trainer(
-        model=TASK.build_model(config, tokenizer),
-        tokenizer=tokenizer,
-        args=training_arguments(
-            train,
-            output_dir=str(keep),
-            precision="fp32",
-            deepspeed=None,
-            save_on_each_node=False,
-            has_eval=False,
-            kind=TASK.model_kind,
-            keep_columns=TASK.training_columns is not None,
-        ),
-        train_dataset=splits["train"].select_columns(list(TASK.training_columns or ())),
-        eval_dataset=None,
-        callbacks=[TrainingStatus(figures=TASK.training_figures)],
-        sampling="group_by_length",
-        task=TASK,
-        train=train,
-        keep_folder=str(keep),
-    )
+    trainer = _trainer(tokenized_preferences, keep, train)
     trainer.train()
 
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -89,6 +96,30 @@ def test_full_dpo_starts_from_the_reference_and_logs_its_rewards(
         capfd.readouterr().out
     )
     assert trainer.trained_counts()[0] == 3 * 4 * 2  # both answers of 4 pairs a step
+
+
+def test_an_evaluation_logs_the_rewards_on_the_validation_pairs(
+    tokenized_preferences: Path,
+    tmp_path: Path,
+    train_settings: Callable[..., TrainConfig],
+    one_process_group: None,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """As TRL logs `eval_rewards/*`: the validation pairs' reward figures beside the eval
+    loss, shown on its status line."""
+    train = train_settings(zero_stage=0, max_steps=2, eval_steps=2, learning_rate=1e-2)
+    trainer = _trainer(tokenized_preferences, tmp_path / "checkpoints", train, evaluate=True)
+    trainer.train()
+
+    (logged,) = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    assert {f"eval_{name}" for name in TASK.training_figures} <= set(logged)
+    assert 0 <= logged["eval_reward_accuracy"] <= 1
+    assert logged["eval_reward_margin"] == pytest.approx(
+        logged["eval_reward_chosen"] - logged["eval_reward_rejected"], abs=1e-5
+    )
+    shown = capfd.readouterr().out
+    assert f"eval reward accuracy {logged['eval_reward_accuracy']:.3f}" in shown
+    assert f"eval rejected reward {logged['eval_reward_rejected']:.3f}" in shown
 
 
 def _kill_and_resume(
@@ -134,6 +165,7 @@ def _kill_and_resume(
         assert resumed[step] == pytest.approx(loss, abs=1e-3), (step, resumed[step], loss)
     assert 0 <= result.metrics["train_reward_accuracy"] <= 1
     assert result.metrics["train_reward_margin"] is not None
+    assert 0 <= result.metrics["eval_reward_accuracy"] <= 1
     resolved = json.loads((tmp_path / "model" / "llm_pipeline_config.json").read_text())
     assert resolved["resolved"]["deepspeed"]["zero_optimization"]["stage"] == 3
     return result, checkpoints

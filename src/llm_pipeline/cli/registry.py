@@ -30,6 +30,7 @@ from llm_pipeline.registry import EVALUATION_DATA_LABEL, ModelVersion, Registry,
 from llm_pipeline.registry.base import ensure_files, utc_time
 from llm_pipeline.registry.local.prune import DEFAULT_KEEP_SERVED, Verdict
 from llm_pipeline.registry.local.registry import LocalRegistry
+from llm_pipeline.serve.settings import env_name
 from llm_pipeline.tasks import TASKS
 
 #: Metrics shown per version in `registry`: every task's, its gate default first (a version
@@ -237,7 +238,11 @@ def _registry(args: argparse.Namespace) -> tuple[Registry, DeployConfig, str]:
 
 
 def _metrics_text(version: ModelVersion) -> str:
-    shown = [f"{k} {version.metrics[k]:.2f}" for k in LISTED_METRICS if k in version.metrics]
+    """The version's scores, in its task's order (the gate's metric first) when its serving
+    environment names the task, else in LISTED_METRICS' order."""
+    task = TASKS.get(version.serving_env.get(env_name("task"), ""))
+    names = task.metric_names if task is not None else LISTED_METRICS
+    shown = [f"{k} {version.metrics[k]:.2f}" for k in names if k in version.metrics]
     return ", ".join(shown) or "no metrics"
 
 

@@ -143,14 +143,18 @@ class PipelineConfig(Section):
             for key in set(readers) - task.train_keys
             if getattr(self.train, key) != fields[key].get_default(call_default_factory=True)
         )
-        if unread:
-            raise ValueError(
-                "; ".join(
-                    f"train.{key}: read by task {' and '.join(map(repr, readers[key]))}, "
-                    f"not by {self.task!r}: drop it from the config"
-                    for key in unread
-                )
-            )
+        problems = [
+            f"train.{key}: read by task {' and '.join(map(repr, readers[key]))}, "
+            f"not by {self.task!r}: drop it from the config"
+            for key in unread
+        ]
+        problems += [
+            f"train.{key}: not read by task {self.task!r} ({why}): drop it from the config"
+            for key, why in sorted(task.unread_train_keys.items())
+            if getattr(self.train, key) != fields[key].get_default(call_default_factory=True)
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

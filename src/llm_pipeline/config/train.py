@@ -119,7 +119,13 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(
         default=1.0, ge=0, description="Gradient clipping norm; 0 turns clipping off."
     )
-    label_smoothing: float = Field(default=0.0, ge=0, lt=1, description="Label smoothing factor.")
+    label_smoothing: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Label smoothing factor (preference_tuning refuses it: DPO's loss has no "
+        "token labels).",
+    )
     seed: int = Field(default=42, description="Seed for weights init, dropout and data order.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         default="auto",

@@ -144,11 +144,13 @@ def evaluate_in_processes(
     output_dir: str | os.PathLike[str],
     env: Mapping[str, str] = os.environ,
     task: str = DEFAULT_TASK,
+    start_of: str | os.PathLike[str] | None = None,
 ) -> EvaluationResult:
     """Evaluate with `evaluation_processes(config)` processes; the same outputs either way.
 
-    `task` (a `tasks.TASKS` name) says what the model does and how it is scored. Several
-    processes run under torchrun with `env` (default: this process's environment).
+    `task` (a `tasks.TASKS` name) says what the model does and how it is scored; `start_of`
+    as `evaluate_model` takes it. Several processes run under torchrun with `env` (default:
+    this process's environment).
     Raises EvaluationError with the reason: rank 0's message for a user's mistake, else the
     rank that failed and its last output.
     """
@@ -161,6 +163,7 @@ def evaluate_in_processes(
             config=config,
             output_dir=output_dir,
             task=task,
+            start_of=start_of,
         )
         return replace(result, processes=processes)
     from llm_pipeline.data.saved import load_saved_dataset
@@ -182,6 +185,7 @@ def evaluate_in_processes(
             config.model_dump_json(),
             "--task",
             task,
+            *(["--start-of", str(start_of)] if start_of is not None else []),
         ],
     )
     status(f"generating in {processes} processes (torchrun)")
@@ -208,11 +212,15 @@ def evaluate_model(
     output_dir: str | os.PathLike[str],
     split: str | None = None,
     task: str = DEFAULT_TASK,
+    start_of: str | os.PathLike[str] | None = None,
 ) -> EvaluationResult:
     """Run the model on the evaluation split and score its outputs; write them.
 
     `task` (a `tasks.TASKS` name) says what the model does and how it is scored; settings
-    `config` leaves unset take the task's defaults. `split` defaults to `test` when the
+    `config` leaves unset take the task's defaults. The baseline is the model that the one
+    in `start_of` (default: `model_dir`) started from: the gate scores the served version
+    against the start of the run's new model, as a task whose metrics are relative to the
+    start needs (`Task.needs_base_model`). `split` defaults to `test` when the
     dataset has one, else `validation`. `output_dir` receives predictions.jsonl,
     metrics.json and report.html (and the task's other files), all or nothing. Under
     torchrun every rank must call this; every rank gets the result. Raises EvaluationError
@@ -234,7 +242,9 @@ def evaluate_model(
     base = None
     if config.score_base_model or chosen.needs_base_model:
         status("running the model as it was before fine-tuning (baseline)")
-        base_model = load_base_model(model_dir, tokenizer, scorer=scorer, examples=examples)
+        base_model = load_base_model(
+            start_of or model_dir, tokenizer, scorer=scorer, examples=examples
+        )
         base = scorer.run(base_model, tokenizer, examples, config)
         del base_model
     if rank != 0:
@@ -361,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--task", default=DEFAULT_TASK, choices=sorted(TASKS), help="what the model does"
     )
+    parser.add_argument(
+        "--start-of", default=None, help="model folder whose start is the baseline (--model's)"
+    )
     args = parser.parse_args(argv)
     is_rank0 = int(os.environ.get("RANK", "0")) == 0
     # One progress log, rank 0's: the other ranks say only what goes wrong.
@@ -380,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
             output_dir=args.output,
             split=args.split,
             task=args.task,
+            start_of=args.start_of,
         )
     except UserError as exc:
         print(f"{_ERROR_MARK} {exc}", file=sys.stderr, flush=True)

@@ -95,6 +95,8 @@ def score_champion(
     if problem is None:
         status(f"scoring the served version {served.ref} on the same rows, for the gate")
         # The served version's own scores only: the baselines are the new model's business.
+        # A task whose metrics are relative to the starting model (DPO's) scores it against
+        # the new model's start, so that both are measured from the same reference.
         settings = config.model_copy(update={"score_base_model": False})
         try:
             result = evaluate_in_processes(
@@ -103,6 +105,7 @@ def score_champion(
                 config=settings,
                 output_dir=output_dir,
                 task=task,
+                start_of=model_dir,
             )
         except EvaluationError as exc:
             problem = str(exc)

@@ -194,6 +194,9 @@ class Task(ABC):
     #: The `train.*` settings only this task reads (`train.dpo`); another task's, set to
     #: anything but its default, is refused by the config rather than silently ignored.
     train_keys: ClassVar[frozenset[str]] = frozenset()
+    #: The shared `train.*` settings this task's loss does not read, and why: set to anything
+    #: but their default, they are refused by the config rather than silently ignored.
+    unread_train_keys: ClassVar[Mapping[str, str]] = {}
     #: The columns of a preprocessed split that training batches are made of, when they are
     #: not a model's inputs (`input_ids`, `attention_mask`, `labels`): the collator builds
     #: the inputs from them, so the Trainer hands it the rows as they are. None: the model's.

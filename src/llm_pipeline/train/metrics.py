@@ -161,7 +161,8 @@ def final_metrics(
     """The step's metrics dict, as the component logs it.
 
     `figures`: what a task's loss logs beside the loss (`Task.training_figures`, DPO's
-    reward accuracy and margin), their last logged values, named `train_<figure>`.
+    rewards), their last logged values, named `train_<figure>` in training and
+    `eval_<figure>` in evaluation.
 
     `skipped_steps`: optimizer steps of this run whose update was not applied (DeepSpeed's
     overflow skips, fp16's GradScaler); `nonfinite_steps`: those whose gradient norm was inf
@@ -187,7 +188,7 @@ def final_metrics(
         "peak_gpu_memory_reserved_bytes": counts.peak_memory_reserved,
         "step_host_share": counts.host_share,
         **throughput(counts),
-        **{f"train_{name}": value for name, value in (figures or {}).items()},
+        **(figures or {}),
     }
 
 

@@ -59,6 +59,11 @@ class TrainingStatus(TrainerCallback):
             ]
         if "eval_loss" in logs:
             parts.append(f"eval loss {logs['eval_loss']:.3f}")
+            parts += [
+                f"eval {words} {logs[f'eval_{name}']:.3f}"
+                for name, words in self.figures.items()
+                if f"eval_{name}" in logs
+            ]
         if len(parts) == 1:
             return  # the run's closing summary, not a period
         done = state.global_step - self._first_step

@@ -138,9 +138,10 @@ class FinetuneTrainer(Trainer):
         self.row_lengths = row_lengths or (lambda split: [len(ids) for ids in split["input_ids"]])
         #: Where a model loss keeps what a resumed run must reuse (the run's checkpoints).
         self.keep_folder = keep_folder
-        # The model loss's figures, summed on the device over the logging period.
-        self._figures: dict[str, torch.Tensor] = {}
-        self._figure_batches = 0
+        # The model loss's figures, summed on the device over the logging period (training)
+        # and over the evaluation running now.
+        self._figures: dict[bool, dict[str, torch.Tensor]] = {True: {}, False: {}}
+        self._figure_batches = {True: 0, False: 0}
         #: Whether the labels are tokens, counted as target tokens (`ModelKind.generates`);
         #: a classifier's are label ids.
         self.labels_are_tokens = labels_are_tokens
@@ -203,16 +204,17 @@ class FinetuneTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        """A task's `ModelLoss` runs the model itself; its figures are summed while training."""
+        """A task's `ModelLoss` runs the model itself; its figures are summed, apart for
+        training and evaluation."""
         if self.model_loss is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         loss, figures = self.model_loss(
             model, inputs, unwrapped=self.accelerator.unwrap_model(model)
         )
-        if model.training:
-            for name, value in figures.items():
-                self._figures[name] = self._figures.get(name, 0) + value.detach().float()
-            self._figure_batches += 1
+        sums = self._figures[model.training]
+        for name, value in figures.items():
+            sums[name] = sums.get(name, 0) + value.detach().float()
+        self._figure_batches[model.training] += 1
         return (loss, {}) if return_outputs else loss
 
     def prediction_step(
@@ -282,22 +284,35 @@ class FinetuneTrainer(Trainer):
         Every rank decides alike: DeepSpeed's skips and the gradient norm are global."""
         counts = self.step_health.read() if "loss" in logs else None
         if counts:
-            logs = {**logs, **counts.as_logs(), **self._period_figures()}
+            logs = {**logs, **counts.as_logs(), **self._period_figures(training=True)}
         super().log(logs, start_time)
         error = lost_steps_error(counts, step=self.state.global_step) if counts else None
         if error is not None:
             raise error
 
-    def _period_figures(self) -> dict[str, float]:
-        """The model loss's figures over the period: their means over its batches and every
-        rank (a collective: every rank logs the same periods)."""
-        if not self._figures:
+    def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
+        """transformers' loop, whose metrics also hold the model loss's figures over the
+        evaluation (`eval_reward_accuracy`, as the Trainer names `eval_loss`)."""
+        self._figures[False], self._figure_batches[False] = {}, 0
+        output = super().evaluation_loop(*args, **kwargs)
+        prefix = kwargs.get("metric_key_prefix", args[4] if len(args) > 4 else "eval")
+        figures = self._period_figures(training=False)
+        if output.metrics is not None:
+            output.metrics.update({f"{prefix}_{name}": value for name, value in figures.items()})
+        return output
+
+    def _period_figures(self, *, training: bool) -> dict[str, float]:
+        """The model loss's figures over the period (or the evaluation): their means over
+        its batches and every rank (a collective: every rank logs the same periods and runs
+        the same evaluations)."""
+        figures = self._figures[training]
+        if not figures:
             return {}
-        names = sorted(self._figures)
-        sums = torch.stack([self._figures[name] for name in names])
-        count = torch.tensor(float(self._figure_batches), device=sums.device)
+        names = sorted(figures)
+        sums = torch.stack([figures[name] for name in names])
+        count = torch.tensor(float(self._figure_batches[training]), device=sums.device)
         totals = self.accelerator.reduce(torch.cat([sums, count[None]]), reduction="sum")
-        self._figures, self._figure_batches = {}, 0
+        self._figures[training], self._figure_batches[training] = {}, 0
         means = (totals[:-1] / totals[-1]).tolist()
         return dict(zip(names, means, strict=True))
 

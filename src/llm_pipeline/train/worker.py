@@ -319,7 +319,11 @@ def _metrics(
         resumed_from_step=checkpoints.step_of(resume_from) if resume_from else None,
         skipped_steps=lost.skipped,
         nonfinite_steps=lost.nonfinite,
-        figures={name: last_logged(history, name) for name in figures},
+        figures={
+            f"{prefix}_{name}": last_logged(history, logged + name)
+            for prefix, logged in (("train", ""), ("eval", "eval_"))
+            for name in figures
+        },
     )
 
 

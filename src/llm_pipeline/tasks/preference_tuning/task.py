@@ -50,6 +50,10 @@ class PreferenceTuning(ChatTask):
     # model and training
     model_kind: ClassVar[ModelKind] = CAUSAL_LM
     train_keys: ClassVar[frozenset[str]] = frozenset({"dpo"})
+    unread_train_keys: ClassVar[Mapping[str, str]] = {
+        "label_smoothing": "DPO's loss compares two answers' log-probabilities and has no "
+        "token labels to smooth",
+    }
     training_columns: ClassVar[tuple[str, ...] | None] = tuple(
         f"{answer}_{name}"
         for answer in ("chosen", "rejected")
@@ -58,6 +62,8 @@ class PreferenceTuning(ChatTask):
     training_figures: ClassVar[Mapping[str, str]] = {
         "reward_accuracy": "reward accuracy",
         "reward_margin": "reward margin",
+        "reward_chosen": "chosen reward",
+        "reward_rejected": "rejected reward",
     }
 
     def build_model(
