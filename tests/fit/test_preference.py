@@ -95,3 +95,50 @@ def test_auto_zero_stage_in_the_finetune_job_counts_both_answers(tmp_path: Path)
 def test_both_chat_tasks_read_the_whole_sequence_at_data_max_length(tmp_path, task) -> None:
     row = finetune_gpu(config(tmp_path, task, 1))
     assert "× 512 tokens" in row.settings
+
+
+#: A Llama-3-8B-like shape: grouped keys and values (a small cache per token) and a 128k
+#: vocabulary (large logits per token), where scoring pairs outweighs generating.
+LLAMA_3_8B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+}
+
+
+def evaluate_gpu(tmp_path: Path, task: str, batch: int):  # the evaluate step's GPU row
+    body = {
+        "task": task,
+        "data": {"dataset": "Dahoas/rm-static", "columns": COLUMNS[task], "max_length": 2048},
+        "model": {"architecture": LLAMA_3_8B, "tokenizer": MINILM},
+        "train": {"precision": "bf16", "lora": {"r": 8}},
+        "evaluate": {"batch_size": batch},
+        "cluster": {"machine_type": "a2-ultragpu-1g", "accelerator_type": "NVIDIA_A100_80GB"},
+    }
+    path = tmp_path / f"{task}-eval-{batch}.json"
+    path.write_text(json.dumps(body))
+    rows = check_fit(load_config(path, []).config, target="vertex").rows
+    return next(row for row in rows if (row.place, row.memory) == ("evaluate", "GPU"))
+
+
+def test_evaluate_counts_the_pass_that_scores_every_pair_whole(tmp_path: Path) -> None:
+    """DPO's evaluation also runs each pair's two answers whole through the model, keeping
+    every position's logits (2 × batch × 2048 × 128k in bf16 at once): with a large
+    vocabulary that, not generation, is its peak, and a batch too large for it is refused."""
+    dpo, sft = (evaluate_gpu(tmp_path, task, 128) for task in COLUMNS)
+    assert sft.problem is None  # generating for 128 prompts fits
+    assert dpo.problem is not None and "scoring pass" in dpo.problem, dpo.problem
+    assert dpo.problem.startswith("evaluate.batch_size 128 × num_beams 1 needs ~")
+    logits = 2 * 128 * 2048 * LLAMA_3_8B["vocab_size"] * 2
+    assert logits < dpo.estimate.part("scoring pass") < 1.1 * logits
+    assert ", 2 × 128 sequences scored whole, " in dpo.settings
+    fits = int(dpo.problem.split("; at most ")[1].split(" fits")[0])
+    assert evaluate_gpu(tmp_path, "preference_tuning", fits).problem is None
+    # With OPT's 50k vocabulary at 512 tokens, generating is the larger peak: the row is its.
+    opt = config(tmp_path, "preference_tuning", 2, "evaluate.batch_size=16")
+    row = next(row for row in check_fit(opt, target="vertex").rows if row.place == "evaluate")
+    assert row.estimate.part("cache") > 0 and row.estimate.part("scoring pass") == 0

@@ -129,6 +129,21 @@ def kept_bytes(shape: ModelShape, lengths: Lengths, *, dtype: str, device: Devic
     return layers + _edges(shape, lengths, dtype, device)
 
 
+def scoring_pass_bytes(shape: ModelShape, *, sequences: int, tokens: int, dtype: str) -> float:
+    """Besides weights: a no-grad forward of `sequences` whole sequences of `tokens` that
+    keeps every position's logits, as an evaluation that scores answers runs it (DPO's
+    `pair_logps`). Its layers run one at a time (what a prompt's pass holds, as in
+    `generation_working_bytes`); then the logits over the vocabulary are all kept, in the
+    model's dtype, while TRL's `selective_log_softmax` works through them one sequence at a
+    time (an fp32 copy of one sequence's)."""
+    s, d = DTYPE_BYTES[dtype], shape.decoder
+    per_token = 2 * d.hidden + 2 * d.inner + 2 * d.kv_width + (3 if d.gated else 2) * d.ffn
+    layer = sequences * tokens * per_token * s + sequences * tokens**2 * s
+    logits = sequences * tokens * shape.vocab * s
+    one_sequence = tokens * shape.vocab * 4
+    return float(max(layer, logits + one_sequence))
+
+
 def cache_bytes(shape: ModelShape, *, sequences: int, tokens: int, dtype: str) -> float:
     """Keys and values of every layer for `sequences` of `tokens` (prompt and new tokens)."""
     d = shape.decoder

@@ -223,6 +223,26 @@ def generation_working_bytes(
     return max(encoder_pass, step)
 
 
+def scoring_memory(
+    shape: ModelShape, *, sequences: int, tokens: int, dtype: str, device: DeviceKind
+) -> Breakdown:
+    """Peak memory of a causal LM's evaluation pass that scores `sequences` whole sequences
+    of `tokens` at once, keeping every position's logits (`Task.fit_scored_sequences_per_row`:
+    DPO's chosen and rejected answers)."""
+    return Breakdown(
+        (
+            ("weights", float(shape.parameters * DTYPE_BYTES[dtype])),
+            (
+                "scoring pass",
+                decoder_only.scoring_pass_bytes(
+                    shape, sequences=sequences, tokens=tokens, dtype=dtype
+                ),
+            ),
+            ("runtime", runtime_bytes(device, "generate")),
+        )
+    )
+
+
 def generation_memory(
     shape: ModelShape,
     *,

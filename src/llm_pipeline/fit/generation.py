@@ -1,5 +1,6 @@
 """Evaluate's and serve's rows: weights plus the generation cache (a classifier's: one
-forward pass, nothing generated), per GPU and per host."""
+forward pass, nothing generated), per GPU and per host; an evaluation that also scores whole
+sequences (DPO's pairs) needs the larger of that and its scoring pass."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_pipeline.config import PipelineConfig
-from llm_pipeline.fit.estimates import generation_memory
+from llm_pipeline.fit.estimates import generation_memory, scoring_memory
 from llm_pipeline.fit.machines import THIS_MACHINE
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, Breakdown
 from llm_pipeline.fit.places import Target, Where, evaluation_where, input_tokens, serving_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.serving import server_batch, serving_alternative
 from llm_pipeline.fit.shapes import ModelShape
+from llm_pipeline.tasks import get_task
 
 
 def generation_rows(
@@ -27,11 +29,13 @@ def generation_rows(
     new_tokens: int,
     settings: str,
     refusal: Callable[[Breakdown, int], str],
+    scored: int = 0,
 ) -> list[Row]:
-    """The GPU row (per process) and the host row, or the host row alone on a CPU."""
+    """The GPU row (per process) and the host row, or the host row alone on a CPU; with
+    `scored` sequences per row also scored whole (of `source` tokens), the larger peak."""
 
     def estimate(batch: int) -> Breakdown:
-        return generation_memory(
+        generating = generation_memory(
             shape,
             batch=batch,
             beams=beams,
@@ -40,6 +44,12 @@ def generation_rows(
             dtype=where.dtype,
             device=where.device,
         )
+        if not scored:
+            return generating
+        scoring = scoring_memory(
+            shape, sequences=batch * scored, tokens=source, dtype=where.dtype, device=where.device
+        )
+        return max(generating, scoring, key=lambda needs: needs.total)
 
     per_process = estimate(batch)
     if where.device == "cuda":
@@ -77,6 +87,7 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
     evaluate = config.evaluate
     source = input_tokens(config, shape)
     processes = count(where.processes, "process")
+    scored = get_task(config.task).fit_scored_sequences_per_row if shape.kind.generates else 0
     if not shape.kind.generates:
         beams, new_tokens = 1, 0
         settings = (
@@ -89,7 +100,9 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         new_tokens = evaluate.max_new_tokens or shape.default_max_length
         settings = (
             f"{where.dtype}, batch {evaluate.batch_size} × {beams} beam(s), {source} "
-            f"{_input_word(shape)} + {new_tokens} new tokens, {processes}"
+            f"{_input_word(shape)} + {new_tokens} new tokens"
+            + (f", {scored} × {evaluate.batch_size} sequences scored whole" if scored else "")
+            + f", {processes}"
         )
         what = f"evaluate.batch_size {evaluate.batch_size} × num_beams {beams}"
 
@@ -116,6 +129,7 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         new_tokens=new_tokens,
         settings=settings,
         refusal=refusal,
+        scored=scored,
     )
 
 

@@ -363,6 +363,11 @@ class Task(ABC):
     #: answers: 2).
     fit_sequences_per_row: ClassVar[int] = 1
 
+    #: Whole sequences per evaluation row that evaluate also runs through the model, keeping
+    #: every position's logits, besides generating (DPO's pair log-probabilities: the chosen
+    #: and rejected answers, 2): the fit check estimates that pass too. 0: none.
+    fit_scored_sequences_per_row: ClassVar[int] = 0
+
     def fit_labels(self, config: Any) -> tuple[int, str | None]:
         """How many labels the model's head scores (0: no classification head), which the
         fit check builds the model's shape for, and a note when that number is a guess."""

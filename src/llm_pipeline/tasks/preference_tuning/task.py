@@ -154,6 +154,9 @@ class PreferenceTuning(ChatTask):
     # and whose logits are freed once summed; full DPO computes it in one pass before training
     # (the same, without the optimizer's step), keeping 2 floats per pair. No second model.
     fit_sequences_per_row: ClassVar[int] = 2
+    # Evaluate scores each pair's two answers whole, all positions' logits at once
+    # (scoring.py::_pair_logps_sharded, evaluate.batch_size pairs per pass).
+    fit_scored_sequences_per_row: ClassVar[int] = 2
 
     def fit_lengths(self, config: Any, shape: Any) -> tuple[int, int]:
         """Each answer with its prompt, one sequence of at most data.max_length (else the cap
