@@ -73,11 +73,12 @@ def classification(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     "task", ["summarization", "instruction_tuning", "text_classification", "preference_tuning"]
 )
 def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
-    task: str, request: pytest.FixtureRequest, tmp_path: Path
+    task: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """Served and new model are the same files here, so the champion's scores must be the
     new model's own on the same rows and settings: any other rows, or other settings, and
-    they would differ."""
+    they would differ. The rows' warning (6 rows are too few) is the new model's
+    evaluation's to say; the champion's report shows it, and the console has it once."""
     model_dir, dataset_dir = {
         "summarization": lambda: (request.getfixturevalue("tiny_t5_dir"), None),
         "instruction_tuning": lambda: (
@@ -95,6 +96,7 @@ def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
     ref = serve(tmp_path / "registry", model_dir, task)
 
     champion = champion_of(tmp_path, model_dir, dataset_dir, task)
+    said_for_champion = capsys.readouterr().out
 
     new = evaluate_model(
         model_dir=model_dir,
@@ -111,6 +113,9 @@ def test_the_served_version_is_scored_on_this_runs_rows_as_the_new_model_is(
     )
     assert champion.metrics["samples"] == 6
     assert (tmp_path / "champion" / "predictions.jsonl").is_file()
+    few = "fewer than the 30 a gate can trust"
+    assert few in capsys.readouterr().out and few not in said_for_champion
+    assert few in (tmp_path / "champion" / "report.html").read_text()
 
 
 def test_a_dpo_champion_is_scored_against_the_new_models_start(

@@ -220,11 +220,12 @@ def evaluate_model(
     `config` leaves unset take the task's defaults. The baseline is the model that the one
     in `start_of` (default: `model_dir`) started from: the gate scores the served version
     against the start of the run's new model, as a task whose metrics are relative to the
-    start needs (`Task.needs_base_model`). `split` defaults to `test` when the
-    dataset has one, else `validation`. `output_dir` receives predictions.jsonl,
-    metrics.json and report.html (and the task's other files), all or nothing. Under
-    torchrun every rank must call this; every rank gets the result. Raises EvaluationError
-    for a model folder or dataset that cannot be evaluated.
+    start needs (`Task.needs_base_model`), and on that run's rows, about which that run's
+    evaluation has warned already: the console does not repeat it. `split` defaults to
+    `test` when the dataset has one, else `validation`. `output_dir` receives
+    predictions.jsonl, metrics.json and report.html (and the task's other files), all or
+    nothing. Under torchrun every rank must call this; every rank gets the result. Raises
+    EvaluationError for a model folder or dataset that cannot be evaluated.
     """
     started = time.perf_counter()
     rank, _ = init_distributed()
@@ -262,6 +263,7 @@ def evaluate_model(
             run_seconds=run_seconds,
             base=base,
             data_note=data_note(dataset_dir, examples.split, len(examples.input_ids)),
+            rows_said=start_of is not None,
         )
         return EvaluationResult(examples.split, metrics, folder)
 

@@ -235,11 +235,13 @@ def few_rows_warning(rows: int, split: str) -> str | None:
     )
 
 
-def warn_if_few_rows(rows: int, split: str) -> str | None:
+def warn_if_few_rows(rows: int, split: str, *, said: bool = False) -> str | None:
     """`few_rows_warning`, also printed as the step's status (the console) when there is
-    one; the page shows it too (`warning_line`), so the run's report.html opens with it."""
+    one and it was not `said` already (by the evaluation of the same rows that the gate's
+    scoring of the served version follows); the page shows it too (`warning_line`), so the
+    run's report.html opens with it."""
     warning = few_rows_warning(rows, split)
-    if warning is not None:
+    if warning is not None and not said:
         status(f"warning: {warning}")
     return warning
 

@@ -135,14 +135,16 @@ def score_and_write(
     run_seconds: float,
     base: Any | None = None,
     data_note: str | None = None,
+    rows_said: bool = False,
 ) -> dict[str, float]:
     """Score the model and its baselines (`scorer.score`); write predictions, metrics, the
     report and the task's other files (all or nothing); returns the flat metrics.
     `data_note`: what the download step found in the scored split's rows, for the report
-    (the step's output said it already)."""
+    (the step's output said it already). `rows_said`: a warning about the rows was said on
+    the console by an earlier evaluation of the same rows (`warn_if_few_rows`)."""
     rows = len(examples.input_ids)
     status(f"scoring {rows} {scorer.scoring}")
-    warning = warn_if_few_rows(rows, examples.split)
+    warning = warn_if_few_rows(rows, examples.split, said=rows_said)
     scored = scorer.score(examples, outputs, base, config)
     metrics = scored.model_metrics | {
         "samples": float(rows),
