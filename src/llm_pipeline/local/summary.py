@@ -137,6 +137,8 @@ def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
     lines = ["", f"Scores on {samples} held-out examples ({headline}{interval}):"]
     rows = [("fine-tuned model", "", "distinct_predictions")]
     rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
+    # A classifier's other baseline: its training split's most frequent label for every row.
+    rows += [("majority class", "majority_", "")]
     for key in m:
         if lead := re.fullmatch(rf"lead(\d+)_{re.escape(headline)}", key):
             rows.append((f"lead-{lead.group(1)}", f"lead{lead.group(1)}_", ""))
