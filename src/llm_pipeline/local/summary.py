@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.disk import KeptOnDisk
@@ -35,7 +36,7 @@ def format_summary(
     *,
     report: Path | None = None,
     registry: Path | None = None,
-    example: str | None = None,
+    example: Any = None,
     endpoint: str | None = None,
     headline: str = HEADLINE,
     port: int = SERVE_PORT,
@@ -211,7 +212,7 @@ def registry_flags(registry: Path) -> list[str]:
 def _serving(
     gate: StepOutcome | None,
     shipped: StepOutcome | None,
-    example: str | None,
+    example: Any,
     endpoint: str | None,
     flags: list[str],
     port: int,
