@@ -88,6 +88,22 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
             "'text_classification' trains a classifier, which scores labels",
         ),
         (
+            {**CLASSIFY, "evaluate": {"num_beams": 4}},
+            "evaluate.num_beams: applies to models that generate text; task "
+            "'text_classification' trains a classifier, which scores labels",
+        ),
+        (
+            {**CLASSIFY, "evaluate": {"lead_k": 1}},
+            "evaluate.lead_k: applies to models that generate text; task "
+            "'text_classification' trains a classifier, which scores labels",
+        ),
+        (
+            {**CLASSIFY, "data": {**CLASSIFY["data"], "threshold": 0.7}},
+            "data.threshold: 0.7 is read only with data.multi_label true (a single-label "
+            "classifier predicts its likeliest label, whatever its score): drop it, or set "
+            "data.multi_label",
+        ),
+        (
             {**CLASSIFY, "train": {"compile": True}},
             "train.compile: supported for causal LMs and seq2seq models (not yet tried on "
             "classifiers), and task 'text_classification' trains a classifier",
@@ -109,6 +125,9 @@ def test_the_gate_metric_is_the_tasks_unless_set(raw: dict[str, Any], metric: st
         "class weights for a causal LM",
         "class weights for seq2seq",
         "top_p for a classifier",
+        "num_beams for a classifier",
+        "lead_k for a classifier",
+        "threshold for a single-label classifier",
         "compile for a classifier",
         "liger for a classifier",
     ],
@@ -124,9 +143,16 @@ def test_prompt_settings_are_taken_for_a_causal_lm() -> None:
     assert load_config(raw=raw).config.evaluate.stop == ["###"]
 
 
-@pytest.mark.parametrize("raw", [MINIMAL, SFT], ids=["summarization", "instruction_tuning"])
+@pytest.mark.parametrize(
+    "raw", [MINIMAL, SFT, CLASSIFY], ids=["summarization", "instruction_tuning", "classifier"]
+)
 def test_a_resolved_config_validates_again(raw: dict[str, Any]) -> None:
     # What the configure step hands on (every key written out, nulls included) is taken back.
     config = load_config(raw=raw).config
     again = load_config(raw=config.model_dump(mode="json")).config
     assert again == config
+
+
+def test_a_multi_label_classifier_takes_its_threshold() -> None:
+    raw = {**CLASSIFY, "data": {**CLASSIFY["data"], "multi_label": True, "threshold": 0.3}}
+    assert load_config(raw=raw).config.data.threshold == 0.3

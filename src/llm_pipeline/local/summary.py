@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from llm_pipeline.config import DeployConfig
 from llm_pipeline.local.disk import KeptOnDisk
@@ -35,7 +36,7 @@ def format_summary(
     *,
     report: Path | None = None,
     registry: Path | None = None,
-    example: str | None = None,
+    example: Any = None,
     endpoint: str | None = None,
     headline: str = HEADLINE,
     port: int = SERVE_PORT,
@@ -137,6 +138,8 @@ def _scores(evaluate: StepOutcome | None, headline: str) -> list[str]:
     lines = ["", f"Scores on {samples} held-out examples ({headline}{interval}):"]
     rows = [("fine-tuned model", "", "distinct_predictions")]
     rows += [("before fine-tuning", "base_", "base_distinct_predictions")]
+    # A classifier's other baseline: its training split's most frequent label for every row.
+    rows += [("majority class", "majority_", "")]
     for key in m:
         if lead := re.fullmatch(rf"lead(\d+)_{re.escape(headline)}", key):
             rows.append((f"lead-{lead.group(1)}", f"lead{lead.group(1)}_", ""))
@@ -209,7 +212,7 @@ def registry_flags(registry: Path) -> list[str]:
 def _serving(
     gate: StepOutcome | None,
     shipped: StepOutcome | None,
-    example: str | None,
+    example: Any,
     endpoint: str | None,
     flags: list[str],
     port: int,

@@ -272,6 +272,11 @@ class Task(ABC):
         """The prediction instance (JSON) a client sends for this `serving_column` value."""
         return value
 
+    def serving_example_of(self, row: Mapping[str, Any]) -> Any:
+        """The prediction instance a client sends for a held-out row (its columns by name):
+        `serving_example` of its `serving_column`, unless the task reads more of the row."""
+        return self.serving_example(str(row[self.serving_column]))
+
     #: Settings `evaluate` takes from the task when the config leaves them unset (null),
     #: before the model's own generation config is consulted.
     evaluation_defaults: ClassVar[Mapping[str, Any]] = {}

@@ -128,8 +128,8 @@ def _pretrained_classifier(
     )
     if not had_head:
         logger.warning(
-            "model.source %r has no classification head: a fresh one is trained for the %d "
-            "labels %s",
+            "model.source %r has no classification head: it gets a fresh one (random, "
+            "seeded) for the %d labels %s",
             source,
             len(ours),
             _listed(ours),

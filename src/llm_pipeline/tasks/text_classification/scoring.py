@@ -90,9 +90,10 @@ class ClassifierScorer:
         if labels.names != theirs.names or labels.multi_label != theirs.multi_label:
             kind = {False: "single-label", True: "multi-label"}
             raise EvaluationError(
-                f"model folder {model_dir} scores the {kind[labels.multi_label]} labels "
-                f"{list(labels.names)}, but dataset {dataset_dir} has the "
-                f"{kind[theirs.multi_label]} labels {list(theirs.names)} (in id order): "
+                f"model folder {model_dir} was trained on other labels than dataset "
+                f"{dataset_dir} has: {_label_difference(labels, theirs)} (the model's "
+                f"{kind[labels.multi_label]} labels {list(labels.names)}, the dataset's "
+                f"{kind[theirs.multi_label]} labels {list(theirs.names)}, in id order): "
                 "evaluate a model trained on this dataset's preprocess output"
             )
         return dataclasses.replace(examples, labels=labels)
@@ -195,6 +196,23 @@ class ClassifierScorer:
                 + "\n"
             },
         )
+
+
+def _label_difference(model: LabelSet, dataset: LabelSet) -> str:
+    """What sets the dataset's labels apart from the model's, in a few words: `the dataset
+    adds 'numpy'; it lacks 'torch'`."""
+    added = [name for name in dataset.names if name not in model.names]
+    lacking = [name for name in model.names if name not in dataset.names]
+    parts = []
+    if added:
+        parts.append(f"the dataset adds {', '.join(map(repr, added))}")
+    if lacking:
+        parts.append(f"{'it' if added else 'the dataset'} lacks {', '.join(map(repr, lacking))}")
+    if not parts and model.names != dataset.names:
+        parts.append("the same labels in another id order")
+    if model.multi_label != dataset.multi_label:
+        parts.append(f"the {'model' if model.multi_label else 'dataset'} is multi-label")
+    return "; ".join(parts)
 
 
 def _score(

@@ -28,7 +28,7 @@ from llm_pipeline.serve.served import (
     torch_placement,
 )
 from llm_pipeline.serve.settings import Settings, env_name
-from llm_pipeline.tasks import Instance, Task
+from llm_pipeline.tasks import Instance, InstanceError, Task
 from llm_pipeline.tasks.text_classification.labels import TEXT_PAIR_ATTRIBUTE, LabelSet
 from llm_pipeline.tasks.text_classification.model import load_classifier
 
@@ -61,9 +61,21 @@ class Classifier:
         return served
 
     def model_input(self, instance: Instance) -> ModelInput:
-        """The text, or the (text, text_pair) tuple, as the task checked it."""
+        """The text, or the (text, text_pair) tuple, as the task checked it; a pair only for
+        a model trained on pairs (or one that does not say), which it would read as a pair
+        it never saw (InstanceError)."""
         assert isinstance(instance, str | tuple)  # serving_instance made it
+        if isinstance(instance, tuple) and self.reads_pairs is False:
+            raise InstanceError(
+                "this model was trained on single texts, not pairs: send the text alone",
+                ("text_pair",),
+            )
         return instance
+
+    @property
+    def reads_pairs(self) -> bool | None:
+        """Whether training read pairs of texts (None: its folder does not say)."""
+        return getattr(self.model.config, TEXT_PAIR_ATTRIBUTE, None)
 
     def check_parameters(self, parameters: GenerationParameters) -> None:
         """`top_k` must be between 1 and the number of labels."""
@@ -124,5 +136,5 @@ class Classifier:
             "threshold": self.labels.threshold,
             # Whether it was trained on pairs of texts (None: not recorded): the page's
             # second text box.
-            "text_pair": getattr(self.model.config, TEXT_PAIR_ATTRIBUTE, None),
+            "text_pair": self.reads_pairs,
         }

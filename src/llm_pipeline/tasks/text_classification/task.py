@@ -179,6 +179,12 @@ class TextClassification(Task):
         'a list of texts or {"text": ..., "text_pair": ...} objects'
     )
 
+    def serving_example_of(self, row: Mapping[str, Any]) -> Any:
+        """The text, or for a dataset of pairs `{"text": ..., "text_pair": ...}`: a pair
+        model is probed, and shown, with pairs."""
+        text, pair = str(row["text"]), row.get("text_pair")
+        return text if pair is None else {"text": text, "text_pair": str(pair)}
+
     def serving_instance(self, value: Any) -> Instance:
         """A text, or an object with "text" and optionally "text_pair"; a pair becomes a
         (text, text_pair) tuple."""
