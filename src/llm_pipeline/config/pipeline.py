@@ -99,6 +99,17 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _sampling_settings_sample(self) -> "PipelineConfig":
+        # Without do_sample, generation is greedy (or beam) search, which has no temperature.
+        given = [n for n in ("temperature", "top_p") if getattr(self.evaluate, n) is not None]
+        if given and not self.evaluate.do_sample:
+            raise ValueError(
+                f"{', '.join('evaluate.' + n for n in given)}: applies only with "
+                "evaluate.do_sample true; without it evaluation is greedy and ignores it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _gate_metric_from_the_task(self) -> "PipelineConfig":
         # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
         task = TASKS[self.task]()
@@ -215,6 +226,13 @@ def _encoder_decoder(kind: ModelKind) -> bool:
     return kind.encoder_decoder
 
 
+def _not_encoder_decoder(kind: ModelKind) -> bool:
+    return not kind.encoder_decoder
+
+
+_LEAD_K_DEFAULT = EvaluateConfig.model_fields["lead_k"].default
+
+
 def _not_compiled(kind: ModelKind) -> bool:
     return not kind.compiles
 
@@ -283,6 +301,12 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
         _named_if("train.kernels", lambda c: c.train.kernels is not None),
         "{setting}: Liger's kernels patch causal LMs (Llama, Mistral, Qwen2, Gemma, ...); "
         "task {task!r} trains another kind",
+    ),
+    (
+        _not_encoder_decoder,
+        _named_if("evaluate.lead_k", lambda c: c.evaluate.lead_k != _LEAD_K_DEFAULT),
+        "{setting}: scores a document's first sentences as a summary, a baseline of "
+        "summarization; task {task!r} does not read it: drop it from the config",
     ),
     (
         _encoder_decoder,
