@@ -110,6 +110,29 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _scored_as_served(self) -> "PipelineConfig":
+        # The endpoint generates with the evaluation's settings among those its requests may
+        # set (`steps.deploy.generation_defaults`): a search setting it cannot take would have
+        # the gate score answers the endpoint never gives.
+        task = TASKS[self.task]
+        if not task.model_kind.generates:
+            return self
+        unserved = [
+            name
+            for name, no_op in _SEARCH_SETTINGS_NO_OPS.items()
+            if name not in task.serving_parameters
+            and getattr(self.evaluate, name) not in (None, no_op)
+        ]
+        if unserved:
+            raise ValueError(
+                f"{', '.join('evaluate.' + n for n in unserved)}: the endpoint of task "
+                f"{self.task!r} cannot generate with it (a request sets "
+                f"{', '.join(task.serving_parameters)}), so the gate would score answers it "
+                "never gives: drop it from the config"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _gate_metric_from_the_task(self) -> "PipelineConfig":
         # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
         task = TASKS[self.task]()
@@ -229,6 +252,15 @@ def _encoder_decoder(kind: ModelKind) -> bool:
 def _not_encoder_decoder(kind: ModelKind) -> bool:
     return not kind.encoder_decoder
 
+
+#: Search settings a generating task's server may not take, and the value of each that
+#: changes nothing (None: every value changes something).
+_SEARCH_SETTINGS_NO_OPS: dict[str, int | None] = {
+    "num_beams": 1,
+    "min_new_tokens": 0,
+    "no_repeat_ngram_size": 0,
+    "length_penalty": None,
+}
 
 _LEAD_K_DEFAULT = EvaluateConfig.model_fields["lead_k"].default
 
