@@ -138,6 +138,80 @@ def test_a_model_setting_of_the_other_kind_is_refused(raw: dict[str, Any], probl
     assert any(problem in line for line in caught.value.problems), caught.value.problems
 
 
+@pytest.mark.parametrize(
+    ("evaluate", "problem"),
+    [
+        (
+            {"temperature": 0.7},
+            "evaluate.temperature: applies only with evaluate.do_sample true; without it "
+            "evaluation is greedy and ignores it",
+        ),
+        (
+            {"top_p": 0.9, "do_sample": False},
+            "evaluate.top_p: applies only with evaluate.do_sample true; without it evaluation "
+            "is greedy and ignores it",
+        ),
+        (
+            {"stop": ["###", ""]},
+            "evaluate.stop: stop strings must not be empty, got ['###', '']",
+        ),
+        (
+            {"lead_k": 1},
+            "evaluate.lead_k: scores a document's first sentences as a summary, a baseline of "
+            "summarization; task 'instruction_tuning' does not read it: drop it from the config",
+        ),
+    ],
+    ids=[
+        "temperature without sampling",
+        "top_p greedy",
+        "empty stop",
+        "lead_k",
+    ],
+)
+def test_an_evaluate_setting_a_causal_lm_would_ignore_is_refused(
+    evaluate: dict[str, Any], problem: str
+) -> None:
+    # Each was taken and ignored: greedy search has no temperature, no instruction-tuning
+    # report has a lead-k baseline, and an empty stop string stopped every response after
+    # its first token.
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw={**SFT, "evaluate": evaluate})
+    assert caught.value.problems == [problem]
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "problem"),
+    [
+        (
+            {"num_beams": 4},
+            "evaluate.num_beams: the endpoint of task 'instruction_tuning' cannot generate with "
+            "it (a request sets max_new_tokens, temperature, top_p, stop), so the gate would "
+            "score answers it never gives: drop it from the config",
+        ),
+        (
+            {"no_repeat_ngram_size": 3, "length_penalty": 2.0},
+            "evaluate.no_repeat_ngram_size, evaluate.length_penalty: the endpoint of task "
+            "'instruction_tuning' cannot generate with it",
+        ),
+    ],
+    ids=["beams", "n-grams and length penalty"],
+)
+def test_a_search_setting_the_chat_endpoint_cannot_take_is_refused(
+    evaluate: dict[str, Any], problem: str
+) -> None:
+    # Evaluation searched with it, the endpoint (which takes only the settings a request
+    # may set) did not: the gate scored answers the endpoint never gives.
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw={**SFT, "evaluate": evaluate})
+    assert [line[: len(problem)] for line in caught.value.problems] == [problem]
+
+
+def test_search_settings_that_change_nothing_are_taken_for_a_chat_task() -> None:
+    # What the shipped Vertex configs write: greedy, as the endpoint generates.
+    raw = {**SFT, "evaluate": {"num_beams": 1, "min_new_tokens": 0, "no_repeat_ngram_size": 0}}
+    assert load_config(raw=raw).config.evaluate.num_beams == 1
+
+
 def test_prompt_settings_are_taken_for_a_causal_lm() -> None:
     raw = {**SFT, "evaluate": {"stop": ["###"], "do_sample": True, "top_p": 0.9}}
     assert load_config(raw=raw).config.evaluate.stop == ["###"]

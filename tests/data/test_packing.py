@@ -171,6 +171,20 @@ def test_models_whose_attention_crosses_packed_examples_are_told_apart() -> None
     assert bert is not None and bert.startswith("bert with")
 
 
+def test_a_warm_started_decoder_is_probed_as_the_decoder_it_becomes() -> None:
+    # The demo's model: the probe was not built ("cannot run a small model of its
+    # architecture to check (ValueError: an encoder-decoder pair is not a causal LM)"),
+    # so the log gave a wrong reason for leaving train unpacked.
+    tokenizer = load_tokenizer(ModelConfig(warm_start_decoder=MINILM))
+    why = keeps_examples_apart(ModelConfig(warm_start_decoder=MINILM), tokenizer)
+    assert why is not None
+    assert why.startswith("bert with"), why
+    assert why.endswith(
+        "lets packed examples attend to each other (its causal mask does not "
+        "follow the position ids)"
+    ), why
+
+
 def test_a_model_that_would_mix_examples_is_not_packed_and_the_log_says_so(
     docstring_data: DocstringData, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

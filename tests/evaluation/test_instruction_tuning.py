@@ -121,7 +121,16 @@ def test_predictions_and_report_show_prompts_references_and_responses(
         "rougeL": pytest.approx(500 / 6),
         "exact_match": 0.0,
         "perplexity": pytest.approx(math.sqrt(7)),
+        # The un-fine-tuned model's, so that base_* can be checked from the file too: it
+        # was in none of it.
+        "base_prediction": "a dog",
+        "base_rougeL": 0.0,
+        "base_exact_match": 0.0,
+        "base_perplexity": pytest.approx(math.exp(3 / 2)),
     }
+    # base_rougeL is the mean of the rows' base_rougeL.
+    base = [row["base_rougeL"] for row in rows]
+    assert base == [0.0, 100.0, 0.0, 0.0]
     page = (out / "report.html").read_text()
     assert "<h1>Instruction tuning evaluation</h1>" in page
     assert "<dt>prompt</dt><dd>Describe a cat.</dd>" in page

@@ -55,8 +55,10 @@ def evaluate(
             the task's sections (a length histogram and the best and worst examples; or
             per-label scores, the confusion matrix and the wrong answers first).
         predictions: A folder with predictions.jsonl (input, reference, prediction and
-            per-example scores), metrics.json, report.html and, for a model with a label
-            head, confusion_matrix.json; the champion's own under `champion/`.
+            per-example scores; with `score_base_model`, the un-fine-tuned model's
+            prediction and scores as `base_*`), metrics.json, report.html and, for a
+            model with a label head, confusion_matrix.json; the champion's own under
+            `champion/`.
         evaluation_data: The fingerprint of the rows scored and the settings that decide
             the scores; the deploy step registers it with the version.
         champion: JSON: the served version (`model@version`) and its metrics on these rows,

@@ -1,6 +1,6 @@
 """How the fine-tuned model is scored."""
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from llm_pipeline.config.base import Section
 
@@ -58,15 +58,20 @@ class EvaluateConfig(Section):
         "`seed`). Default: greedy.",
     )
     temperature: float | None = Field(
-        default=None, gt=0, description="Sampling temperature (with `do_sample`)."
+        default=None,
+        gt=0,
+        description="Sampling temperature; needs `do_sample` true (refused without it).",
     )
     top_p: float | None = Field(
-        default=None, gt=0, le=1, description="Nucleus sampling mass (with `do_sample`)."
+        default=None,
+        gt=0,
+        le=1,
+        description="Nucleus sampling mass; needs `do_sample` true (refused without it).",
     )
     stop: list[str] | None = Field(
         default=None,
         description="Strings that end a response (causal LMs only): generation stops at the "
-        "first and the response is cut before it.",
+        "first and the response is cut before it; an empty string is refused.",
     )
     use_stemmer: bool = Field(
         default=True, description="Porter-stem tokens before matching (as published scores do)."
@@ -75,7 +80,10 @@ class EvaluateConfig(Section):
         default=1000, ge=0, description="Resamples for the 95% confidence intervals; 0 skips."
     )
     lead_k: int = Field(
-        default=3, ge=0, description="Also score the first k sentences as a baseline; 0 skips."
+        default=3,
+        ge=0,
+        description="summarization: also score the first k sentences as a baseline; 0 skips "
+        "(another task refuses a value other than the default).",
     )
     score_base_model: bool | None = Field(
         default=None,
@@ -86,3 +94,11 @@ class EvaluateConfig(Section):
         "always, its metrics are relative to that model).",
     )
     seed: int = Field(default=42, description="Seed for the bootstrap (and for sampling).")
+
+    @field_validator("stop")
+    @classmethod
+    def _non_empty_stops(cls, value: list[str] | None) -> list[str] | None:
+        # An empty string is in every text: generation would stop after one token.
+        if value is not None and not all(value):
+            raise ValueError(f"stop strings must not be empty, got {value}")
+        return value

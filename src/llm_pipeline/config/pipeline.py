@@ -103,6 +103,40 @@ class PipelineConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _sampling_settings_sample(self) -> "PipelineConfig":
+        # Without do_sample, generation is greedy (or beam) search, which has no temperature.
+        given = [n for n in ("temperature", "top_p") if getattr(self.evaluate, n) is not None]
+        if given and not self.evaluate.do_sample:
+            raise ValueError(
+                f"{', '.join('evaluate.' + n for n in given)}: applies only with "
+                "evaluate.do_sample true; without it evaluation is greedy and ignores it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _scored_as_served(self) -> "PipelineConfig":
+        # The endpoint generates with the evaluation's settings among those its requests may
+        # set (`steps.deploy.generation_defaults`): a search setting it cannot take would have
+        # the gate score answers the endpoint never gives.
+        task = TASKS[self.task]
+        if not task.model_kind.generates:
+            return self
+        unserved = [
+            name
+            for name, no_op in _SEARCH_SETTINGS_NO_OPS.items()
+            if name not in task.serving_parameters
+            and getattr(self.evaluate, name) not in (None, no_op)
+        ]
+        if unserved:
+            raise ValueError(
+                f"{', '.join('evaluate.' + n for n in unserved)}: the endpoint of task "
+                f"{self.task!r} cannot generate with it (a request sets "
+                f"{', '.join(task.serving_parameters)}), so the gate would score answers it "
+                "never gives: drop it from the config"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _gate_metric_from_the_task(self) -> "PipelineConfig":
         # Unset, the gate compares the task's headline metric (rougeLsum for summarization).
         task = TASKS[self.task]()
@@ -239,6 +273,22 @@ def _encoder_decoder(kind: ModelKind) -> bool:
     return kind.encoder_decoder
 
 
+def _not_encoder_decoder(kind: ModelKind) -> bool:
+    return not kind.encoder_decoder
+
+
+#: Search settings a generating task's server may not take, and the value of each that
+#: changes nothing (None: every value changes something).
+_SEARCH_SETTINGS_NO_OPS: dict[str, int | None] = {
+    "num_beams": 1,
+    "min_new_tokens": 0,
+    "no_repeat_ngram_size": 0,
+    "length_penalty": None,
+}
+
+_LEAD_K_DEFAULT = EvaluateConfig.model_fields["lead_k"].default
+
+
 def _not_compiled(kind: ModelKind) -> bool:
     return not kind.compiles
 
@@ -307,6 +357,12 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
         _named_if("train.kernels", lambda c: c.train.kernels is not None),
         "{setting}: Liger's kernels patch causal LMs (Llama, Mistral, Qwen2, Gemma, ...); "
         "task {task!r} trains another kind",
+    ),
+    (
+        _not_encoder_decoder,
+        _named_if("evaluate.lead_k", lambda c: c.evaluate.lead_k != _LEAD_K_DEFAULT),
+        "{setting}: scores a document's first sentences as a summary, a baseline of "
+        "summarization; task {task!r} does not read it: drop it from the config",
     ),
     (
         _encoder_decoder,

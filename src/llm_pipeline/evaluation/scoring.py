@@ -320,7 +320,12 @@ class TextScorer:
         return Scored(
             model_metrics=model_metrics,
             baseline_metrics=baseline_metrics,
-            predictions=self._rows(examples, generated, scores),
+            predictions=self._rows(
+                examples,
+                generated,
+                scores,
+                base=None if base is None else (base.generated.texts, baselines[BASE_MODEL]),
+            ),
             title=words.title,
             facts={
                 "mean generated tokens": f"{model_metrics['gen_len']:.1f}",
@@ -371,9 +376,16 @@ class TextScorer:
         return values
 
     def _rows(
-        self, examples: EvaluationExamples, generated: Generated, scores: _TextScores
+        self,
+        examples: EvaluationExamples,
+        generated: Generated,
+        scores: _TextScores,
+        *,
+        base: tuple[list[str], _TextScores] | None = None,
     ) -> list[dict[str, Any]]:
-        """Each example with its own scores, as predictions.jsonl holds it."""
+        """Each example with its own scores, as predictions.jsonl holds it; with `base`, the
+        un-fine-tuned model's output and scores beside them (`base_`), so that its metrics
+        can be checked from the file as the model's can."""
         rows = []
         for i, prediction in enumerate(generated.texts):
             row: dict[str, Any] = {
@@ -385,5 +397,13 @@ class TextScorer:
             }
             row |= {name: float(scores.rouge.per_example[name][i]) for name in self.rouge_types}
             row |= {extra.name: extra.per_example[i] for extra in scores.extras}
+            if base is not None:
+                texts, theirs = base
+                row["base_prediction"] = texts[i]
+                row |= {
+                    f"base_{name}": float(theirs.rouge.per_example[name][i])
+                    for name in self.rouge_types
+                }
+                row |= {f"base_{extra.name}": extra.per_example[i] for extra in theirs.extras}
             rows.append(row)
         return rows

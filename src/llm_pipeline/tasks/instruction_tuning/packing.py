@@ -209,6 +209,13 @@ def _probe_config(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Any
             revision=model.revision,
             trust_remote_code=model.trust_remote_code,
         )
+    elif model.warm_start_decoder is not None:
+        # An encoder checkpoint, made a decoder below as training makes it (`revision` pins
+        # `source` only).
+        config = AutoConfig.from_pretrained(
+            resolve_model_path(model.warm_start_decoder),
+            trust_remote_code=model.trust_remote_code,
+        )
     else:
         raise ValueError("an encoder-decoder pair is not a causal LM")
     config = copy.deepcopy(config)
