@@ -235,18 +235,15 @@ class PipelineConfig(Section):
 Setting = Callable[["PipelineConfig"], str | None]
 
 
-def _generation_setting(config: "PipelineConfig") -> str | None:
-    """The first setting given that only a model continuing a prompt reads."""
-    given = [n for n in PROMPT_CONTINUATION_SETTINGS if getattr(config.evaluate, n) is not None]
-    return f"evaluate.{given[0]}" if given else None
-
-
-def _text_setting(config: "PipelineConfig") -> str | None:
-    """The first setting given (other than its default) that only a model writing text
-    reads."""
+def _first_given(names: tuple[str, ...]) -> Setting:
+    """The first of evaluate's `names` that a config sets to other than its default."""
     fields = EvaluateConfig.model_fields
-    given = [n for n in TEXT_SETTINGS if getattr(config.evaluate, n) != fields[n].default]
-    return f"evaluate.{given[0]}" if given else None
+
+    def first(config: "PipelineConfig") -> str | None:
+        given = [n for n in names if getattr(config.evaluate, n) != fields[n].default]
+        return f"evaluate.{given[0]}" if given else None
+
+    return first
 
 
 def _named_if(setting: str, given: Callable[["PipelineConfig"], object]) -> Setting:
@@ -285,8 +282,6 @@ _SEARCH_SETTINGS_NO_OPS: dict[str, int | None] = {
     "no_repeat_ngram_size": 0,
     "length_penalty": None,
 }
-
-_LEAD_K_DEFAULT = EvaluateConfig.model_fields["lead_k"].default
 
 
 def _not_compiled(kind: ModelKind) -> bool:
@@ -336,7 +331,7 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
     ),
     (
         _scores_labels,
-        _text_setting,
+        _first_given(TEXT_SETTINGS),
         "{setting}: applies to models that generate text; task {task!r} trains a "
         "classifier, which scores labels",
     ),
@@ -360,13 +355,13 @@ _SETTINGS_A_MODEL_KIND_REFUSES: tuple[tuple[Refuses, Setting, str], ...] = (
     ),
     (
         _not_encoder_decoder,
-        _named_if("evaluate.lead_k", lambda c: c.evaluate.lead_k != _LEAD_K_DEFAULT),
+        _first_given(("lead_k",)),
         "{setting}: scores a document's first sentences as a summary, a baseline of "
         "summarization; task {task!r} does not read it: drop it from the config",
     ),
     (
         _encoder_decoder,
-        _generation_setting,
+        _first_given(PROMPT_CONTINUATION_SETTINGS),
         "{setting}: applies to models that continue a prompt (causal LMs); task {task!r} "
         "trains a seq2seq model, whose search is deterministic",
     ),
