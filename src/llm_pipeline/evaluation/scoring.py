@@ -395,15 +395,17 @@ class TextScorer:
                 "prediction": prediction,
                 "gen_len": generated.token_counts[i],
             }
-            row |= {name: float(scores.rouge.per_example[name][i]) for name in self.rouge_types}
-            row |= {extra.name: extra.per_example[i] for extra in scores.extras}
+            row |= self._example_scores(scores, i)
             if base is not None:
                 texts, theirs = base
                 row["base_prediction"] = texts[i]
-                row |= {
-                    f"base_{name}": float(theirs.rouge.per_example[name][i])
-                    for name in self.rouge_types
-                }
-                row |= {f"base_{extra.name}": extra.per_example[i] for extra in theirs.extras}
+                row |= self._example_scores(theirs, i, prefix="base_")
             rows.append(row)
         return rows
+
+    def _example_scores(self, scores: _TextScores, i: int, prefix: str = "") -> dict[str, Any]:
+        """Example `i`'s ROUGE and extra scores, each name after `prefix`."""
+        found: dict[str, Any] = {
+            prefix + name: float(scores.rouge.per_example[name][i]) for name in self.rouge_types
+        }
+        return found | {prefix + extra.name: extra.per_example[i] for extra in scores.extras}
