@@ -84,15 +84,7 @@ def download_dataset(
         }
         carve = None
         if "validation" not in splits:
-            rows_before = splits["train"].num_rows
-            splits, origins = _carve_validation(splits, origins, config, source)
-            carve = {
-                "split": config.train_split,
-                "of": source.where,
-                "rows": rows_before,
-                "size": splits["validation"].num_rows,
-                "seed": config.seed,
-            }
+            splits, origins, carve = _carve_validation(splits, origins, config, source)
         splits = _capped(splits, config.max_samples)
         notes = find_overlap(splits, task, carved=carve is not None).notes(task)
         for note in notes.values():
@@ -221,8 +213,9 @@ def _replaced(
 
 def _carve_validation(
     splits: dict[str, datasets.Dataset], origins: dict[str, str], config: DataConfig, source: Source
-) -> tuple[dict[str, datasets.Dataset], dict[str, str]]:
-    """A seeded random share of train becomes validation; the rest stays train."""
+) -> tuple[dict[str, datasets.Dataset], dict[str, str], dict[str, Any]]:
+    """A seeded random share of train becomes validation; the rest stays train. Also the
+    carve's record (`CARVE_KEY`), from which `source_rows` finds each row's source row."""
     train = splits["train"]
     size = carve_size(train.num_rows, config)
     if size >= train.num_rows:
@@ -246,7 +239,15 @@ def _carve_validation(
         train.num_rows,
         MIN_EVALUATION_ROWS,
     )
-    return carved, {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
+    record = {
+        "split": config.train_split,
+        "of": source.where,
+        "rows": train.num_rows,
+        "size": size,
+        "seed": config.seed,
+    }
+    origins = {**origins, "validation": f"carved from {config.train_split!r} ({how})"}
+    return carved, origins, record
 
 
 def carved_rows(rows: int, size: int, seed: int) -> dict[str, np.ndarray]:
