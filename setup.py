@@ -44,6 +44,10 @@ CORE = [
     "pandas>=2.0",
     # Reads requirements.lock and requirement markers (llm_pipeline.lockfile).
     "packaging>=24",
+    # The serving engine for the models it converts (engines/): the evaluate step generates
+    # through it as the endpoint does. One wheel with its CPU and CUDA builds, needing only
+    # numpy and pyyaml.
+    "ctranslate2>=4.8.5,<5",
     # A stopped local run finds and ends its steps' processes (local/stopping.py).
     "psutil>=5.9",
 ]

@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     TASK_LAYER,
     {"registry", "serve", "evaluation", "train", "data", "fit"},
     {"launch"},
-    {"models"},
+    {"models", "engines"},
     {"config"},
     {
         "storage",
