@@ -38,10 +38,14 @@ def documents() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def reference(tiny_model_dir: Path) -> Any:
-    """`reference(texts, **parameters)`: each text's summary generated alone (no batching)."""
+def reference(tiny_model_dir: Path, engine: str) -> Any:
+    """`reference(texts, **parameters)`: each text's summary generated alone (no batching),
+    by the engine the `server` under test uses. Greedy texts are the same under both
+    (tests/engines); a beam search is each engine's own: CTranslate2's ends once
+    `num_beams` hypotheses have finished, as transformers' `early_stopping=True` does."""
     import torch
 
+    from llm_pipeline.engines import EngineChoice, load_generator
     from llm_pipeline.models.generation import (
         GenerationSettings,
         generate_summaries,
@@ -49,10 +53,16 @@ def reference(tiny_model_dir: Path) -> Any:
     )
 
     model, tokenizer = load_seq2seq(tiny_model_dir, device=torch.device("cpu"))
+    generator = None
+    if engine == "ctranslate2":
+        choice = EngineChoice("ctranslate2", "float32")
+        generator = load_generator(tiny_model_dir, choice, seq2seq=True)
 
     def summaries(texts: Sequence[str], **parameters: Any) -> list[str]:
         settings = GenerationSettings(batch_size=1, **parameters)
         ids = tokenizer(list(texts), truncation=True, max_length=tokenizer.model_max_length)
+        if generator is not None:
+            return [generator.generate([row], config=settings).texts[0] for row in ids["input_ids"]]
         return [
             generate_summaries(model, tokenizer, [row], config=settings).texts[0]
             for row in ids["input_ids"]
@@ -92,10 +102,31 @@ def gs_model(gcs_emulator: str, tiny_model_dir: Path) -> tuple[str, int]:
     return f"gs://{root}", len(files) + 1
 
 
+#: The engines every contract test runs against, as the deploy step sets them. CTranslate2
+#: in float32: its texts are token-identical to transformers', so the same expectations
+#: hold (int8's are measured by benchmarks/serve.py and the evaluate step, not asserted).
+ENGINES = {
+    "transformers": {},
+    "ctranslate2": {
+        "LLM_PIPELINE_SERVE_ENGINE": "ctranslate2",
+        "LLM_PIPELINE_SERVE_COMPUTE_TYPE": "float32",
+    },
+}
+
+
+@pytest.fixture(scope="session", params=list(ENGINES))
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine a shared server generates with."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
-def server(gs_model: tuple[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The summarization server, its model on gs:// (as Vertex hands it over)."""
-    env = {"AIP_STORAGE_URI": gs_model[0]}
+def server(
+    gs_model: tuple[str, int], engine: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The summarization server, its model on gs:// (as Vertex hands it over), under each
+    engine."""
+    env = {"AIP_STORAGE_URI": gs_model[0], **ENGINES[engine]}
     with shared_server(env, tmp_path_factory.mktemp("server") / "server.log") as running:
         yield running
 
@@ -131,9 +162,12 @@ def completions(causal_lm_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def chat_server(causal_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The instruction-tuning server: the task as the deploy step sets it, and limits."""
-    env = {"AIP_STORAGE_URI": str(causal_lm_dir), **CHAT_LIMITS}
+def chat_server(
+    causal_lm_dir: Path, engine: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The instruction-tuning server: the task as the deploy step sets it, and limits, under
+    each engine."""
+    env = {"AIP_STORAGE_URI": str(causal_lm_dir), **CHAT_LIMITS, **ENGINES[engine]}
     with shared_server(env, tmp_path_factory.mktemp("chat-server") / "server.log") as running:
         yield running
 

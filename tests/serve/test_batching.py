@@ -182,3 +182,37 @@ def test_calls_split_by_parameters_are_counted() -> None:
     # other's inputs waiting: one split. The last call had nobody else waiting.
     assert [len(texts) for _, texts in run.calls] == [1, 2, 2]
     assert batcher.stats().split_calls == 1
+
+
+def test_a_running_call_whose_clients_all_left_is_told_to_stop() -> None:
+    """A running future cannot be cancelled: its items are marked abandoned, and once all of
+    the running call's are, `batch_abandoned` says so (the model asks it at each step)."""
+    started, steps = threading.Event(), []
+    holder: dict[str, Batcher[str, str, str]] = {}
+
+    def run(key: str, texts: list[str]) -> list[str]:
+        started.set()
+        for step in range(500):  # up to 5 s of "decoding steps"
+            if holder["batcher"].batch_abandoned():
+                break
+            steps.append(step)
+            time.sleep(0.01)
+        return texts
+
+    batcher = holder["batcher"] = Batcher(run, max_batch_size=4, max_wait_s=0.0)
+    batcher.start()
+    first = batcher.enqueue("k", ["a", "b"])
+    assert started.wait(5)
+    second = batcher.enqueue("k", ["c"])  # queued behind the running call
+    assert batcher.abandon(first[:1]) == 0  # running: marked, not cancelled
+    time.sleep(0.1)
+    assert not batcher.batch_abandoned()  # "b" is still wanted
+    assert batcher.abandon(second) == 1  # queued: cancelled unrun
+    assert batcher.abandon(first[1:]) == 0
+    done_by = time.monotonic() + 1.0
+    while len(steps) < 500 and time.monotonic() < done_by and first[1].future.running():
+        time.sleep(0.01)
+    assert first[1].future.result(timeout=1) == "b"
+    assert len(steps) < 100, "the call ran on after every client had gone"
+    batcher.close()
+    assert batcher.stats().cancelled == 1

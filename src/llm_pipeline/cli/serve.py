@@ -34,6 +34,8 @@ examples:
       serve a fine-tuned model folder (a run's finetune output, a registered version's)
   python -m llm_pipeline.cli.serve --model gs://my-bucket/runs/model --host 127.0.0.1
       a folder in Cloud Storage, on loopback only
+  python -m llm_pipeline.cli.serve --model my-model --engine ctranslate2 --compute-type int8
+      served by CTranslate2 in int8 (a T5, BART, Llama, Qwen, Gemma, ... model)
   python -m llm_pipeline.cli.serve
       as the serving image runs it: everything from Vertex AI's AIP_* variables
 """
@@ -63,6 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
         "as in a container).",
     )
     parser.add_argument(
+        "--engine",
+        choices=("transformers", "ctranslate2"),
+        help=f"What generates (overrides {env_name('engine')}; default transformers, or what "
+        "the deploy step registered): ctranslate2 converts the folder once, into its engine/.",
+    )
+    parser.add_argument(
+        "--compute-type",
+        help=f"CTranslate2's precision, e.g. int8 or float32 (overrides "
+        f"{env_name('compute_type')}; default int8).",
+    )
+    parser.add_argument(
         "--no-access-log", action="store_true", help="Do not log every request (benchmarks)."
     )
     return parser
@@ -72,7 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until it is stopped; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings(os.environ, model_uri=args.model, port=args.port, host=args.host)
+        settings = load_settings(
+            os.environ,
+            model_uri=args.model,
+            port=args.port,
+            host=args.host,
+            engine=args.engine,
+            compute_type=args.compute_type,
+        )
     except ServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

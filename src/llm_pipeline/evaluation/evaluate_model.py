@@ -43,11 +43,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from llm_pipeline.config.evaluate import EvaluateConfig
 from llm_pipeline.config.model import ModelConfig
 from llm_pipeline.data.overlap import data_note
+from llm_pipeline.engines import EngineChoice, load_generator
 from llm_pipeline.errors import EvaluationError, UserError
 from llm_pipeline.evaluation.examples import evaluation_split
 from llm_pipeline.evaluation.scoring import (
     BASE_MODEL,
     Scorer,
+    TextScorer,
     distinct_share,
     score_and_write,
     with_task_defaults,
@@ -145,6 +147,7 @@ def evaluate_in_processes(
     env: Mapping[str, str] = os.environ,
     task: str = DEFAULT_TASK,
     start_of: str | os.PathLike[str] | None = None,
+    engine: EngineChoice | None = None,
 ) -> EvaluationResult:
     """Evaluate with `evaluation_processes(config)` processes; the same outputs either way.
 
@@ -164,6 +167,7 @@ def evaluate_in_processes(
             output_dir=output_dir,
             task=task,
             start_of=start_of,
+            engine=engine,
         )
         return replace(result, processes=processes)
     from llm_pipeline.data.saved import load_saved_dataset
@@ -186,6 +190,7 @@ def evaluate_in_processes(
             "--task",
             task,
             *(["--start-of", str(start_of)] if start_of is not None else []),
+            *(["--engine", engine.to_json()] if engine is not None else []),
         ],
     )
     status(f"generating in {processes} processes (torchrun)")
@@ -213,6 +218,7 @@ def evaluate_model(
     split: str | None = None,
     task: str = DEFAULT_TASK,
     start_of: str | os.PathLike[str] | None = None,
+    engine: EngineChoice | None = None,
 ) -> EvaluationResult:
     """Run the model on the evaluation split and score its outputs; write them.
 
@@ -224,8 +230,11 @@ def evaluate_model(
     evaluation has warned already: the console does not repeat it. `split` defaults to
     `test` when the dataset has one, else `validation`. `output_dir` receives
     predictions.jsonl, metrics.json and report.html (and the task's other files), all or
-    nothing. Under torchrun every rank must call this; every rank gets the result. Raises
-    EvaluationError for a model folder or dataset that cannot be evaluated.
+    nothing. `engine` (default transformers) writes the fine-tuned model's texts, as the
+    endpoint will (`deploy.engine`); a quantized one's texts are scored beside
+    transformers' on the same rows. Under torchrun every rank must call this; every rank
+    gets the result. Raises EvaluationError for a model folder or dataset that cannot be
+    evaluated.
     """
     started = time.perf_counter()
     rank, _ = init_distributed()
@@ -236,9 +245,16 @@ def evaluate_model(
     examples = scorer.load_examples(dataset_dir, split, config.max_samples)
     model, tokenizer = scorer.load_model(model_dir)
     examples = scorer.check_model(model, examples, model_dir, dataset_dir)
+    choice = engine or EngineChoice()
+    if choice.engine != "transformers" and chosen.model_kind.generates:
+        scorer.engine = _load_engine(model_dir, choice, chosen, tokenizer)
     run_started = time.perf_counter()
     outputs = scorer.run(model, tokenizer, examples, config)
     run_seconds = time.perf_counter() - run_started
+    if scorer.engine is not None:
+        scorer.engine = None
+        if isinstance(scorer, TextScorer) and _quantized(choice):
+            _score_beside_transformers(scorer, model, tokenizer, examples, config)
     del model  # no longer needed: free its memory (GPU memory too) before scoring
     base = None
     if config.score_base_model or chosen.needs_base_model:
@@ -264,10 +280,40 @@ def evaluate_model(
             base=base,
             data_note=data_note(dataset_dir, examples.split, len(examples.input_ids)),
             rows_said=start_of is not None,
+            engine=choice.describe() if chosen.model_kind.generates else None,
         )
         return EvaluationResult(examples.split, metrics, folder)
 
     return _scored_on_rank0(score, chosen)
+
+
+def _load_engine(model_dir: Any, choice: EngineChoice, task: Task, tokenizer: Any) -> Any:
+    """The fine-tuned model's generator in `choice`'s engine (converted and checked first)."""
+    status(f"generating with {choice.describe()} ({choice.reason}), as the endpoint will")
+    return load_generator(
+        model_dir,
+        choice,
+        seq2seq=task.model_kind.encoder_decoder,
+        device=str(default_device()),
+        tokenizer=tokenizer,
+        error=EvaluationError,
+    )
+
+
+def _quantized(choice: EngineChoice) -> bool:
+    return bool(choice.compute_type and choice.compute_type.startswith("int8"))
+
+
+def _score_beside_transformers(
+    scorer: TextScorer, model: Any, tokenizer: Any, examples: Any, config: EvaluateConfig
+) -> None:
+    """Run transformers on the same rows, to be scored beside the quantized engine's texts:
+    what quantization changed, in the task's own scores."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    status(f"running transformers in {dtype} on the same rows, beside the quantized engine")
+    reference = scorer.run(model, tokenizer, examples, config)
+    if reference is not None:
+        scorer.reference = (f"transformers {dtype}", "transformers_", reference.generated.texts)
 
 
 def _scored_on_rank0(score: Callable[[], EvaluationResult], task: Task) -> EvaluationResult:
@@ -376,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--start-of", default=None, help="model folder whose start is the baseline (--model's)"
     )
+    parser.add_argument("--engine", default=None, help="EngineChoice as JSON (transformers)")
     args = parser.parse_args(argv)
     is_rank0 = int(os.environ.get("RANK", "0")) == 0
     # One progress log, rank 0's: the other ranks say only what goes wrong.
@@ -396,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
             split=args.split,
             task=args.task,
             start_of=args.start_of,
+            engine=EngineChoice.from_json(args.engine) if args.engine else None,
         )
     except UserError as exc:
         print(f"{_ERROR_MARK} {exc}", file=sys.stderr, flush=True)

@@ -88,6 +88,10 @@ class Scorer(Protocol):
     run_seconds: str
     #: What is scored, for the progress line: "summary outputs", "predicted labels".
     scoring: str
+    #: The engine that writes the texts `run` generates where not transformers (the model's
+    #: CTranslate2 form, `engines.load_generator`), as the endpoint will; set by the step
+    #: for the fine-tuned model's run, None for the model before fine-tuning.
+    engine: Any
 
     def load_examples(
         self, dataset_dir: str | os.PathLike[str], split: str | None, max_samples: int | None
@@ -136,12 +140,14 @@ def score_and_write(
     base: Any | None = None,
     data_note: str | None = None,
     rows_said: bool = False,
+    engine: str | None = None,
 ) -> dict[str, float]:
     """Score the model and its baselines (`scorer.score`); write predictions, metrics, the
     report and the task's other files (all or nothing); returns the flat metrics.
     `data_note`: what the download step found in the scored split's rows, for the report
     (the step's output said it already). `rows_said`: a warning about the rows was said on
-    the console by an earlier evaluation of the same rows (`warn_if_few_rows`)."""
+    the console by an earlier evaluation of the same rows (`warn_if_few_rows`). `engine`:
+    what wrote the model's texts (`ctranslate2 int8`), for the report."""
     rows = len(examples.input_ids)
     status(f"scoring {rows} {scorer.scoring}")
     warning = warn_if_few_rows(rows, examples.split, said=rows_said)
@@ -153,6 +159,8 @@ def score_and_write(
     }
     metrics |= scored.baseline_metrics
     facts = {"split": examples.split, "samples": str(rows), **scored.facts}
+    if engine is not None:  # what wrote the model's texts, as the endpoint will
+        facts["engine"] = engine
     facts["seconds"] = f"{metrics['seconds']:.1f}"
     with atomic_output_dir(output_dir) as staging:
         with (staging / PREDICTIONS_FILE).open("w", encoding="utf-8") as f:
@@ -208,6 +216,11 @@ class TextScorer:
     is loaded and run, and adds its scores (`extra_scores`) and baselines (`baseline_texts`)."""
 
     run_seconds = "generation_seconds"
+    #: What writes the texts where not transformers (`Scorer.engine`).
+    engine: Any = None
+    #: Another engine's texts for the same rows, scored beside the model's as a baseline
+    #: (`Scorer.reference`): transformers' float32, beside a quantized engine.
+    reference: tuple[str, str, list[str]] | None = None
     #: Whether the examples carry the reference labels (-100 on prompt tokens), for a
     #: perplexity.
     reads_labels = False
@@ -282,7 +295,11 @@ class TextScorer:
         scores = self._score(generated.texts, references, outputs.losses, config)
         prefixes: dict[str, str] = {}
         baselines: dict[str, _TextScores] = {}
-        for name, (prefix, texts) in self.baseline_texts(examples, config).items():
+        named = self.baseline_texts(examples, config)
+        if self.reference is not None:
+            name, prefix, texts = self.reference
+            named[name] = (prefix, texts)
+        for name, (prefix, texts) in named.items():
             prefixes[name] = prefix
             baselines[name] = self._score(texts, references, None, config)
         if base is not None:

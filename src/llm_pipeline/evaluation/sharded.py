@@ -84,16 +84,22 @@ def generate_sharded(
     input_ids: Sequence[Sequence[int]],
     *,
     config: EvaluateConfig,
+    engine: Any = None,
 ) -> Generated | None:
     """`generate_summaries` split across the ranks of the process group, if there is one.
 
     Every rank must call it with the same inputs. Rank 0 gets all summaries in input order,
     and logs its progress; other ranks get None. Without a group (or with one rank) the
-    summaries are those of `generate_summaries`.
+    summaries are those of `generate_summaries`. With `engine` (the model's CTranslate2
+    form, `engines.load_generator`) the engine writes them, as the endpoint will.
     """
 
     def produce(rows: list[int]) -> list[tuple[str, int]]:
-        done = generate_summaries(model, tokenizer, [input_ids[i] for i in rows], config=config)
+        ids = [input_ids[i] for i in rows]
+        if engine is not None:
+            done = engine.generate(ids, config=config)
+        else:
+            done = generate_summaries(model, tokenizer, ids, config=config)
         return list(zip(done.texts, done.token_counts, strict=True))
 
     rows = sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
@@ -106,12 +112,18 @@ def complete_sharded(
     prompts: Sequence[str],
     *,
     settings: CompletionSettings,
+    engine: Any = None,
 ) -> Generated | None:
-    """`models.completion.complete` split across the ranks as `generate_sharded` is."""
+    """`models.completion.complete` split across the ranks as `generate_sharded` is (and
+    through `engine` as it does)."""
     lengths = [len(ids) for ids in encode_prompts(tokenizer, prompts)]
 
     def produce(rows: list[int]) -> list[tuple[str, int]]:
-        done = complete(model, tokenizer, [prompts[i] for i in rows], settings=settings)
+        chosen = [prompts[i] for i in rows]
+        if engine is not None:
+            done = engine.complete(chosen, settings=settings)
+        else:
+            done = complete(model, tokenizer, chosen, settings=settings)
         return list(zip(done.texts, done.token_counts, strict=True))
 
     return _as_generated(sharded(lengths, produce, settings.batch_size, "responses"))
@@ -141,6 +153,7 @@ def complete_split(
     split: str,
     config: EvaluateConfig,
     task: str,
+    engine: Any = None,
 ) -> Generated | None:
     """A causal LM's completions of `prompts`, the rows of `split`, under `config`'s
     settings and across the ranks (None but on rank 0), once the settings that run are
@@ -148,7 +161,7 @@ def complete_split(
     settings = completion_settings(config)
     generation = completion_config(model, tokenizer, settings)
     log_generation(len(prompts), split, generation, config, task, sampling=True)
-    return complete_sharded(model, tokenizer, prompts, settings=settings)
+    return complete_sharded(model, tokenizer, prompts, settings=settings, engine=engine)
 
 
 def log_generation(

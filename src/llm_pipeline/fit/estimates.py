@@ -252,13 +252,15 @@ def generation_memory(
     new_tokens: int,
     dtype: str,
     device: DeviceKind,
+    weight_bytes: float | None = None,
 ) -> Breakdown:
     """Peak memory of one generating process (on its GPU, or its RSS on CPU).
 
     `source`: a seq2seq model's document tokens, a causal LM's prompt tokens (the cache
     then holds prompt and new tokens of every beam). A shape with its task's own terms (a
     classifier's) generates nothing: their one forward pass over `batch` inputs of `source`
-    tokens (`beams` and `new_tokens` unused)."""
+    tokens (`beams` and `new_tokens` unused). `weight_bytes`: bytes per parameter where the
+    weights are not held in `dtype` (an engine's int8 form: 1)."""
     if shape.terms is not None:
         return shape.terms.forward_memory(
             shape, batch=batch, tokens=source, dtype=dtype, device=device
@@ -286,7 +288,7 @@ def generation_memory(
         )
     return Breakdown(
         (
-            ("weights", float(shape.parameters * DTYPE_BYTES[dtype])),
+            ("weights", float(shape.parameters * (weight_bytes or DTYPE_BYTES[dtype]))),
             ("cache", cache),
             ("working", working),
             ("runtime", runtime_bytes(device, "generate")),

@@ -13,7 +13,12 @@ from llm_pipeline.fit.machines import THIS_MACHINE
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB, Breakdown
 from llm_pipeline.fit.places import Target, Where, evaluation_where, input_tokens, serving_where
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
-from llm_pipeline.fit.serving import server_batch, serving_alternative
+from llm_pipeline.fit.serving import (
+    EngineMemory,
+    server_batch,
+    serving_alternative,
+    serving_engine,
+)
 from llm_pipeline.fit.shapes import ModelShape
 from llm_pipeline.tasks import get_task
 
@@ -30,9 +35,16 @@ def generation_rows(
     settings: str,
     refusal: Callable[[Breakdown, int], str],
     scored: int = 0,
+    engine: EngineMemory | None = None,
+    engine_beside: bool = False,
 ) -> list[Row]:
     """The GPU row (per process) and the host row, or the host row alone on a CPU; with
-    `scored` sequences per row also scored whole (of `source` tokens), the larger peak."""
+    `scored` sequences per row also scored whole (of `source` tokens), the larger peak.
+    `engine`: the one that generates (its weights and activations in place of
+    transformers'), or with `engine_beside` loaded beside transformers' model (the evaluate
+    step generates with it and scores with transformers)."""
+    in_place = engine is not None and engine.weight_bytes is not None and not engine_beside
+    beside = engine is not None and engine.weight_bytes is not None and engine_beside
 
     def estimate(batch: int) -> Breakdown:
         generating = generation_memory(
@@ -41,9 +53,13 @@ def generation_rows(
             beams=beams,
             source=source,
             new_tokens=new_tokens,
-            dtype=where.dtype,
+            dtype=(engine.dtype if in_place and engine and engine.dtype else where.dtype),
             device=where.device,
+            weight_bytes=engine.weight_bytes if in_place and engine else None,
         )
+        if beside and engine and engine.weight_bytes:
+            form = ("engine weights", float(shape.parameters * engine.weight_bytes))
+            generating = Breakdown((*generating.parts, form))
         if not scored:
             return generating
         scoring = scoring_memory(
@@ -119,6 +135,10 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         )
         return f"{what} needs {gib(needs.total)} {memory_label(where)} ({needs.describe()}); {fix}"
 
+    # The evaluate step generates with the endpoint's engine, beside transformers' model.
+    engine = serving_engine(config, shape, gpu=serving_where(config, target).device == "cuda")
+    if engine.weight_bytes is not None:
+        settings += f", generating with {engine.choice.describe()}"
     return generation_rows(
         "evaluate",
         where,
@@ -130,6 +150,8 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         settings=settings,
         refusal=refusal,
         scored=scored,
+        engine=engine,
+        engine_beside=True,
     )
 
 
@@ -137,6 +159,7 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
     """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
     where = serving_where(config, target)
     limits = server_batch(config, shape)
+    engine = serving_engine(config, shape, gpu=where.device == "cuda")
     if not shape.kind.generates:
         settings = (
             f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
@@ -144,7 +167,8 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
         )
     else:
         settings = (
-            f"{where.dtype}, the server's largest batch: {limits.batch} instances × "
+            f"{engine.label or where.dtype + ', '}the server's largest batch: {limits.batch} "
+            "instances × "
             f"{count(limits.beams, 'beam')}, {limits.source} {_input_word(shape)} + "
             f"{limits.new_tokens} new tokens"
         )
@@ -187,6 +211,7 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
         new_tokens=limits.new_tokens,
         settings=settings,
         refusal=refusal,
+        engine=engine,
     )
 
 

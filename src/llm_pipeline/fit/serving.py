@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_pipeline.config import PipelineConfig
+from llm_pipeline.engines import EngineChoice
 from llm_pipeline.fit.estimates import generation_memory
 from llm_pipeline.fit.machines import vertex_place
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB
@@ -32,6 +33,77 @@ SERVING_MACHINES = (
     ("a2-ultragpu-1g", "NVIDIA_A100_80GB"),
     ("a3-highgpu-1g", "NVIDIA_H100_80GB"),
 )
+
+
+#: Bytes per weight of a CTranslate2 form in each compute type.
+ENGINE_WEIGHT_BYTES = {
+    "int8": 1,
+    "int8_float32": 1,
+    "int8_float16": 1,
+    "int8_bfloat16": 1,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+}
+#: What a CTranslate2 compute type computes (and caches) in, as the estimates name dtypes.
+ENGINE_ACTIVATIONS = {
+    "int8": "fp32",
+    "int8_float32": "fp32",
+    "int8_float16": "fp16",
+    "int8_bfloat16": "bf16",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+}
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """What the serving engine changes in the estimates: its weights' bytes per parameter
+    and the dtype its cache and activations take (None: transformers, as `Where` says)."""
+
+    choice: EngineChoice
+    weight_bytes: float | None = None
+    dtype: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.choice.describe()}, " if self.weight_bytes is not None else ""
+
+
+def serving_engine(config: PipelineConfig, shape: ModelShape, *, gpu: bool) -> EngineMemory:
+    """The engine `deploy.engine` gives the model of `shape` on the endpoint (`gpu`), with
+    what it holds in memory. An engine the config forces that cannot take the model is the
+    evaluate step's error to say: here it counts as transformers."""
+    from llm_pipeline.engines import ModelShape as EngineShape
+    from llm_pipeline.engines import choose_engine
+
+    deploy = config.deploy
+    convertible = None
+    if shape.kind.generates:
+        from llm_pipeline.engines.ctranslate2_form import unsupported_reason
+
+        saved = {"model_type": shape.model_type, "architectures": [shape.architecture]}
+        convertible = unsupported_reason(saved)
+    engine_shape = EngineShape(
+        shape.model_type, shape.architecture, shape.kind.encoder_decoder, shape.kind.generates
+    )
+    try:
+        choice = choose_engine(
+            engine_shape,
+            requested=deploy.engine,
+            compute_type=deploy.engine_compute_type,
+            gpu=gpu,
+            accelerator_type=deploy.accelerator_type,
+            convertible=convertible,
+        )
+    except ValueError:
+        return EngineMemory(EngineChoice())
+    if choice.compute_type is None:
+        return EngineMemory(choice)
+    return EngineMemory(
+        choice, ENGINE_WEIGHT_BYTES[choice.compute_type], ENGINE_ACTIVATIONS[choice.compute_type]
+    )
 
 
 @dataclass(frozen=True)

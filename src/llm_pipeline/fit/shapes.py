@@ -110,6 +110,10 @@ class ModelShape:
     learned_attention_bias: bool = False
     # The attention implementation `model.architecture` names, if it names one.
     named_attention: str | None = None
+    # The transformers model type and the class the trained model is saved as
+    # (`T5ForConditionalGeneration`): what decides its serving engine (`engines`).
+    model_type: str = ""
+    architecture: str = ""
 
 
 class FitTerms(Protocol):
@@ -234,6 +238,8 @@ def shape_of(
         kind=kind,
         adapters=count_adapters(model, lora) if lora is not None else None,
         learned_attention_bias=has_learned_attention_bias(model),
+        model_type=str(config.model_type),
+        architecture=type(model).__name__,
     )
 
 

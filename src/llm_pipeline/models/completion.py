@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteria
 
 from llm_pipeline.errors import ModelLoadError, UserError
 from llm_pipeline.models.generation import (
@@ -45,6 +45,7 @@ from llm_pipeline.models.generation import (
     longest_first,
     pad_left,
     read_saved_config,
+    stop_when,
 )
 
 if TYPE_CHECKING:
@@ -53,14 +54,17 @@ if TYPE_CHECKING:
 __all__ = [
     "CompletionSettings",
     "Generated",
+    "TextSoFar",
     "complete",
     "completion_config",
     "cut_at_stop",
     "cut_prompt",
     "encode_prompts",
+    "leading_ids",
     "load_causal_lm",
     "new_text",
     "pad_left",
+    "until_end",
 ]
 
 _EXPECTED = "the finetune step's causal LM folder (config.json, model.safetensors, tokenizer files)"
@@ -125,6 +129,15 @@ _NOT_CAUSAL_HEADS = (
 )
 
 
+def check_causal_folder(folder: Path, error: type[UserError] = ModelLoadError) -> None:
+    """Raise `error` unless `folder` holds a consolidated causal-LM checkpoint (what
+    `load_causal_lm` checks before it loads; an engine's loader checks it too)."""
+    from llm_pipeline.models.generation import check_weights
+
+    _check_causal(folder, error)
+    check_weights(folder, error)
+
+
 def _check_causal(folder: Path, error: type[UserError]) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -152,12 +165,12 @@ def _check_causal(folder: Path, error: type[UserError]) -> None:
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[list[int]]:
     """Each prompt's token ids as training saw them: the tokenizer's leading special tokens
     unless the text begins with them, then the text without special tokens."""
-    leading = _leading_ids(tokenizer)
+    leading = leading_ids(tokenizer)
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     return [ids if ids[: len(leading)] == leading else leading + ids for ids in encoded]
 
 
-def _leading_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def leading_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The special tokens the tokenizer puts before a text (`<s>`, `[CLS]`, or none), found
     by encoding a probe with and without them, so any post-processor is read right."""
     with_special = list(tokenizer("hello world", add_special_tokens=True)["input_ids"])
@@ -204,14 +217,18 @@ def complete(
     prompts: Sequence[str],
     *,
     settings: CompletionSettings,
+    should_stop: Callable[[], bool] | None = None,
+    on_text: Callable[[int, str], None] | None = None,
 ) -> Generated:
     """The completion of every prompt (new text only, cut at a stop string), generated
-    `settings.batch_size` at a time, in input order, with the new tokens each took."""
+    `settings.batch_size` at a time, in input order, with the new tokens each took.
+    `should_stop` as `models.generation.generate_summaries` takes it; `on_text(i, text)`
+    hears prompt i's text so far at every step (a streamed answer; not cut at stops)."""
     generation = completion_config(model, tokenizer, settings)
     pad_id = int(generation.pad_token_id)
     stops = _ids_of(generation.eos_token_id)
     device = next(model.parameters()).device
-    leading = len(_leading_ids(tokenizer))
+    leading = len(leading_ids(tokenizer))
     room = _prompt_room(model, generation, settings.max_prompt_tokens)
     input_ids = [cut_prompt(ids, room, keep=leading) for ids in encode_prompts(tokenizer, prompts)]
     texts = [""] * len(prompts)
@@ -221,9 +238,13 @@ def complete(
         for start in range(0, len(order), settings.batch_size):
             rows = order[start : start + settings.batch_size]
             ids, mask = pad_left([input_ids[i] for i in rows], pad_id, device)
-            stopping = StoppingCriteriaList()
+            stopping = stop_when(should_stop)
             if settings.stop:
                 stopping.append(_StopStrings(tokenizer, settings.stop, ids.shape[1]))
+            if on_text is not None:
+                prompt_ids = [input_ids[i] for i in rows]
+                progress = TextSoFar(tokenizer, prompt_ids, stops, pad_id)
+                stopping.append(_Reporting(progress, rows, ids.shape[1], on_text))
             # `generate` is mixed in per model class, so PreTrainedModel does not declare it.
             out = cast(Any, model).generate(
                 input_ids=ids,
@@ -232,7 +253,7 @@ def complete(
                 stopping_criteria=stopping,
             )
             for i, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
-                kept = _until_end(new, stops, pad_id)
+                kept = until_end(new, stops, pad_id)
                 # Every prompt ends where an answer turn begins: the space a decoder puts
                 # between the prompt and the first new word is not part of the answer.
                 text = new_text(tokenizer, input_ids[i], kept).lstrip()
@@ -274,6 +295,42 @@ class _StopStrings(StoppingCriteria):
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+class TextSoFar:
+    """A batch's rows' answers so far, decoded as `complete` decodes the finished ones
+    (each row's new tokens up to its end, read after its prompt, leading space dropped)."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        prompts: Sequence[list[int]],
+        eos: set[int],
+        pad_id: int | None,
+    ) -> None:
+        self._tokenizer, self._prompts, self._eos, self._pad = tokenizer, prompts, eos, pad_id
+
+    def __call__(self, row: int, new: list[int]) -> str:
+        kept = until_end(new, self._eos, self._pad)
+        return new_text(self._tokenizer, self._prompts[row], kept).lstrip()
+
+
+class _Reporting(StoppingCriteria):
+    """Hands each row's text so far to `on_text` at every step; never stops a row."""
+
+    def __init__(
+        self,
+        text_of: TextSoFar,
+        rows: Sequence[int],
+        start: int,
+        on_text: Callable[[int, str], None],
+    ) -> None:
+        self._text_of, self._rows, self._start, self._on_text = text_of, rows, start, on_text
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        for position, new in enumerate(input_ids[:, self._start :].tolist()):
+            self._on_text(self._rows[position], self._text_of(position, new))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 def new_text(tokenizer: PreTrainedTokenizerBase, prompt: list[int], new: list[int]) -> str:
     """The text `new` adds to `prompt`: the decoded whole less the decoded prompt, as
     transformers' text-generation pipeline does. Decoded alone, new tokens can read wrong
@@ -297,7 +354,7 @@ def _ids_of(value: int | list[int] | None) -> set[int]:
     return {value} if isinstance(value, int) else set(value)
 
 
-def _until_end(tokens: list[int], eos: set[int], pad_id: int) -> list[int]:
+def until_end(tokens: list[int], eos: set[int], pad_id: int | None) -> list[int]:
     """The generated tokens up to and including the first end-of-sequence; a row that
     finished early (a stop string, or another row still running) is padded after it."""
     for index, token in enumerate(tokens):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -184,7 +184,7 @@ def load_checked_folder(
 
     from llm_pipeline.models.sources import ensure_pad_token
 
-    _check_weights(folder, error)
+    check_weights(folder, error)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         if pad_token:
@@ -215,6 +215,13 @@ def read_saved_config(folder: Path, error: type[UserError], *, expected: str) ->
         raise error(f"model folder {folder}: unreadable config.json ({exc})") from exc
 
 
+def check_seq2seq_folder(folder: Path, error: type[UserError] = ModelLoadError) -> None:
+    """Raise `error` unless `folder` holds a consolidated seq2seq checkpoint (what
+    `load_seq2seq` checks before it loads; an engine's loader checks it too)."""
+    _check_seq2seq(folder, error)
+    check_weights(folder, error)
+
+
 def _check_seq2seq(folder: Path, error: type[UserError]) -> str:
     """The folder's model_type, once it is known to be an encoder-decoder checkpoint."""
     from transformers.models.auto.modeling_auto import (
@@ -233,7 +240,7 @@ def _check_seq2seq(folder: Path, error: type[UserError]) -> str:
     return model_type
 
 
-def _check_weights(folder: Path, error: type[UserError]) -> None:
+def check_weights(folder: Path, error: type[UserError]) -> None:
     if any((folder / name).is_file() for name in _WEIGHT_FILES):
         return
     if any(folder.glob("global_step*")) or (folder / "latest").is_file():
@@ -276,9 +283,11 @@ def generate_summaries(
     input_ids: Sequence[Sequence[int]],
     *,
     config: GenerationOptions,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Generated:
     """Generate a summary for every token-id sequence, `config.batch_size` at a time, in
-    input order."""
+    input order. `should_stop` is asked at each decoding step: once it says True the call
+    ends there (its texts are then unfinished; the server asks it, for abandoned batches)."""
     generation = build_generation_config(model, tokenizer, config)
     pad_id = generation.pad_token_id if generation.pad_token_id is not None else 0
     device = next(model.parameters()).device
@@ -291,7 +300,10 @@ def generate_summaries(
             ids, mask = pad_right([input_ids[i] for i in rows], pad_id, device)
             # `generate` is mixed in per model class, so PreTrainedModel does not declare it.
             out = cast(Any, model).generate(
-                input_ids=ids, attention_mask=mask, generation_config=generation
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=generation,
+                stopping_criteria=stop_when(should_stop),
             )
             # Column 0 is the decoder start token; finished rows are padded after their EOS.
             produced = (out[:, 1:] != pad_id).sum(dim=1).tolist()
@@ -300,6 +312,20 @@ def generate_summaries(
                 texts[i] = text.strip()
                 counts[i] = int(count)
     return Generated(texts=texts, token_counts=counts)
+
+
+def stop_when(should_stop: Callable[[], bool] | None) -> Any:
+    """transformers' stopping criteria that end every row once `should_stop()` is True."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Asked(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            done = bool(should_stop is not None and should_stop())
+            return torch.full(
+                (input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device
+            )
+
+    return StoppingCriteriaList([_Asked()] if should_stop is not None else [])
 
 
 def longest_first(input_ids: Sequence[Sequence[int]]) -> list[int]:

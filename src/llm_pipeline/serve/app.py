@@ -114,8 +114,13 @@ def _load(state: ServerState, download_dir: Path, on_failure: Callable[[str], No
         reason = first_line(exc, with_type=True)
         message = f"could not load the model from {settings.model_uri}: {reason}"
     else:
+
+        def run(parameters: GenerationParameters, inputs: list[ModelInput]) -> list[Prediction]:
+            # Asked at each decoding step: a call whose clients have all gone ends there.
+            return model.predict(parameters, inputs, should_stop=batcher.batch_abandoned)
+
         batcher: Batcher[GenerationParameters, ModelInput, Prediction] = Batcher(
-            model.predict,
+            run,
             max_batch_size=settings.max_batch_size,
             max_wait_s=settings.max_wait_s,
             coalesce=settings.batching and settings.max_batch_size > 1,

@@ -15,7 +15,9 @@ each request's inputs and one worker thread takes them in batches:
   (`QueueFull`, with how long the queue takes to drain), so a flood of clients gets quick
   refusals instead of answers after their own timeouts;
 * a request whose client went away cancels its futures, and its inputs leave the queue
-  without reaching the model.
+  without reaching the model; inputs already running are marked abandoned (`abandon`), and
+  once every input of the running call is, `batch_abandoned` says so: the model asks it at
+  every decoding step and ends the call there, instead of finishing texts no one reads.
 
 Only inputs with equal parameters can share a call (one `generate` call has one
 temperature, one set of stop strings, one beam width): a batch taken while inputs with other
@@ -50,6 +52,8 @@ class _Item(Generic[Key, In, Out]):
     input: In
     arrived: float
     future: Future[Out] = field(default_factory=Future)
+    #: Its client went away while it ran (a running future cannot be cancelled).
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Batcher(Generic[Key, In, Out]):
         self._splits = 0
         self._call_s = 0.0  # a running mean of a model call's seconds, for Retry-After
         self._free_since = 0.0  # when the worker last finished a batch
+        self._running: list[_Item[Key, In, Out]] = []
         self._thread = threading.Thread(target=self._work, name="model", daemon=True)
 
     def start(self) -> None:
@@ -134,6 +139,23 @@ class Batcher(Generic[Key, In, Out]):
             self._queue.extend(items)
             self._cond.notify()
         return items
+
+    def abandon(self, items: Sequence[_Item[Key, In, Out]]) -> int:
+        """Mark `items` (a request whose client went away) as no longer wanted: queued ones
+        are cancelled, running ones marked; how many were cancelled unrun."""
+        dropped = 0
+        with self._cond:
+            for item in items:
+                if item.future.cancel():
+                    dropped += 1
+                else:
+                    item.abandoned = True
+        return dropped
+
+    def batch_abandoned(self) -> bool:
+        """Whether every input of the call running now has been abandoned by its client."""
+        with self._cond:
+            return bool(self._running) and all(item.abandoned for item in self._running)
 
     def stats(self) -> BatchStats:
         """Counts so far (calls, inputs, calls per batch size, inputs waiting)."""
@@ -177,6 +199,7 @@ class Batcher(Generic[Key, In, Out]):
                 self._cancelled += len(taken) - len(batch)
                 if batch:
                     self._sizes[len(batch)] += 1
+                self._running = batch
             if not batch:
                 continue
             key = batch[0].group[0]
@@ -192,6 +215,7 @@ class Batcher(Generic[Key, In, Out]):
                 for item, result in zip(batch, results, strict=True):
                     item.future.set_result(result)
             with self._cond:
+                self._running = []
                 self._free_since = time.monotonic()
                 seconds = self._free_since - started
                 self._call_s = seconds if not self._call_s else 0.8 * self._call_s + 0.2 * seconds

@@ -24,11 +24,14 @@ from llm_pipeline.serve.served import (
     ModelInput,
     Prediction,
     describe_model,
+    engine_choice,
+    engine_device,
     input_limit,
     prompts_of,
     torch_placement,
 )
 from llm_pipeline.serve.settings import Settings
+from llm_pipeline.serve.streaming import StreamedInput
 from llm_pipeline.tasks import Instance, Task
 from llm_pipeline.tasks.chat import ChatTemplateError
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 class Completer:
     """A loaded causal LM and tokenizer, and how the server turns instances into prompts."""
 
-    model: PreTrainedModel
+    model: PreTrainedModel | None  # None where an engine generates
     tokenizer: PreTrainedTokenizerBase
     task: Task
     max_input_tokens: int
@@ -49,13 +52,23 @@ class Completer:
     #: (transformers' own default, max_length 20, would count the prompt too).
     default_new_tokens: int
     model_input: Callable[[Instance], str]  # the chat rendered up to where the answer starts
+    engine: Any = None  # `engines.ctranslate2_run.Ct2Completer`, or None: transformers
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Completer:
         """Load the causal LM in `folder` (ModelLoadError if it is not one)."""
         from llm_pipeline.models.completion import load_causal_lm
 
-        model, tokenizer = load_causal_lm(folder, **torch_placement(settings))
+        choice = engine_choice(settings)
+        model, engine = None, None
+        if choice.engine == "ctranslate2":
+            from llm_pipeline.engines import load_generator
+
+            engine = load_generator(folder, choice, seq2seq=False, device=engine_device(settings))
+            tokenizer, own_new_tokens = engine.tokenizer, engine.generation.max_new_tokens
+        else:
+            model, tokenizer = load_causal_lm(folder, **torch_placement(settings))
+            own_new_tokens = model.generation_config.max_new_tokens
         try:
             prompt = task.serving_prompter(
                 tokenizer, prefix="", chat_template=settings.chat_template
@@ -63,19 +76,18 @@ class Completer:
         except ChatTemplateError as exc:
             raise ServeError(f"model folder {folder}: {exc}") from None
         limit = settings.max_new_tokens_limit
-        new_tokens = (
-            task.evaluation_defaults.get("max_new_tokens")
-            or model.generation_config.max_new_tokens
-            or limit
-        )
+        new_tokens = task.evaluation_defaults.get("max_new_tokens") or own_new_tokens or limit
         limits = input_limit(settings, tokenizer), min(new_tokens, limit)
-        return cls(model, tokenizer, task, *limits, prompt)
+        return cls(model, tokenizer, task, *limits, prompt, engine)
 
     def check_parameters(self, parameters: GenerationParameters) -> None:
         """Nothing to check: the request was checked against the server's limits."""
 
     def predict(
-        self, parameters: GenerationParameters, inputs: list[ModelInput]
+        self,
+        parameters: GenerationParameters,
+        inputs: list[ModelInput],
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Prediction]:
         """One completion per prompt, in one generate call (the batcher sized the batch)."""
         from llm_pipeline.models.completion import CompletionSettings, complete
@@ -89,8 +101,28 @@ class Completer:
             stop=parameters.stop or (),
             max_prompt_tokens=self.max_input_tokens,
         )
-        prompts = prompts_of(inputs)
-        return list(complete(self.model, self.tokenizer, prompts, settings=settings).texts)
+        sinks = {i: one.sink for i, one in enumerate(inputs) if isinstance(one, StreamedInput)}
+        prompts = prompts_of(
+            [one.prompt if isinstance(one, StreamedInput) else one for one in inputs]
+        )
+        on_text = (
+            (lambda row, text: sinks[row].push(text) if row in sinks else None) if sinks else None
+        )
+        if self.engine is not None:
+            done = self.engine.complete(
+                prompts, settings=settings, should_stop=should_stop, on_text=on_text
+            )
+        else:
+            assert self.model is not None
+            done = complete(
+                self.model,
+                self.tokenizer,
+                prompts,
+                settings=settings,
+                should_stop=should_stop,
+                on_text=on_text,
+            )
+        return list(done.texts)
 
     def warm_up(self) -> None:
         """A two-token greedy completion of a one-turn chat."""
@@ -99,8 +131,9 @@ class Completer:
 
     def describe(self) -> dict[str, Any]:
         """What is served, for the log and the stats route."""
+        served = self.engine.describe() if self.engine is not None else describe_model(self.model)
         return {
-            **describe_model(self.model),
+            **served,
             "task": self.task.name,
             "max_input_tokens": self.max_input_tokens,
         }

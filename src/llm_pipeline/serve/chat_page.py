@@ -2,7 +2,8 @@
 completions (instruction tuning, preference tuning).
 
 A system prompt, the turns so far, a message box, and the model's answers; each send posts
-the whole conversation as one `{"messages": [...]}` instance, as any client would.
+the whole conversation as one `{"messages": [...]}` instance, as any client would, and
+reads the answer as it is written (`"stream": true`).
 `/?message=...` (with `&system=...`) fills the box and sends it at once, which makes the page
 scriptable from a shell. The frame around it (the settings, the call to the predict route,
 the token box) is `serve.page`'s.
@@ -68,7 +69,14 @@ async function send() {
   turns.push({role: "user", content});
   message.value = "";
   draw();
-  const answer = await predict({messages});
+  // The answer is shown as it is written, then as the endpoint returns it whole.
+  const writing = {role: "assistant", content: ""};
+  turns.push(writing);
+  const answer = await predictStream({messages}, (text) => {
+    writing.content = text;
+    draw();
+  });
+  turns.pop();
   if (answer === null) {  // put the message back to edit and resend
     turns.pop();
     message.value = content;

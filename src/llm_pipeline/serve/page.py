@@ -112,6 +112,58 @@ async function predict(instance, fixed = {}) {
   } finally {
     button.disabled = false;
   }
+}
+
+// As predict, with the answer streamed (server-sent events): `onText` gets the text so far
+// as it is written; the result is the whole answer, or null after showing the error.
+async function predictStream(instance, onText, fixed = {}) {
+  button.disabled = true;
+  document.body.dataset.state = "working";
+  statusLine.className = "";
+  statusLine.textContent = "Writing…";
+  const started = performance.now();
+  try {
+    const response = await fetch(PREDICT, {
+      method: "POST",
+      headers: requestHeaders(),
+      body: JSON.stringify({
+        instances: [instance], parameters: {...parameters(), ...fixed, stream: true},
+      }),
+    });
+    if (!response.ok) {
+      const body = await response.json();
+      throw new Error(body.error || response.statusText);
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "", written = "", answer = null;
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      buffered += value;
+      let end;
+      while ((end = buffered.indexOf("\\n\\n")) >= 0) {
+        const line = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        if (!line.startsWith("data: ")) continue;
+        const event = JSON.parse(line.slice(6));
+        if (event.error) throw new Error(event.error);
+        if (event.text !== undefined) { written += event.text; onText(written); }
+        if (event.predictions) answer = event.predictions[0];
+      }
+    }
+    if (answer === null) throw new Error("the stream ended before the answer did");
+    const seconds = ((performance.now() - started) / 1000).toFixed(2);
+    statusLine.textContent = "Done in " + seconds + " s.";
+    document.body.dataset.state = "done";
+    return answer;
+  } catch (error) {
+    statusLine.className = "error";
+    statusLine.textContent = "Error: " + error.message;
+    document.body.dataset.state = "error";
+    return null;
+  } finally {
+    button.disabled = false;
+  }
 }"""
 
 
@@ -130,8 +182,10 @@ class Widget:
     The frame fills these markers in `body`: `__COMMON__` (the script every widget builds
     on: `form`, `button`, `statusLine`, `requestHeaders()`, and `predict(instance, fixed)`,
     which posts one instance and returns its prediction, or null after showing the
-    server's error), `__SETTINGS__` (an input per parameter the task's page offers), and the
-    task's words `__ACTION__`, `__PLACEHOLDER__`, `__OUTPUT__`, with the route, `__PREDICT__`.
+    server's error; `predictStream(instance, onText, fixed)` does the same with the answer
+    streamed, `onText` getting the text so far as it is written), `__SETTINGS__` (an input
+    per parameter the task's page offers), and the task's words `__ACTION__`,
+    `__PLACEHOLDER__`, `__OUTPUT__`, with the route, `__PREDICT__`.
     """
 
     #: The HTML after the page's heading (and token box), ids `form`, `go` and `status`

@@ -18,12 +18,12 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
@@ -40,6 +40,7 @@ from llm_pipeline.serve.schemas import (
     json_type,
 )
 from llm_pipeline.serve.settings import MAX_BODY_BYTES, Settings
+from llm_pipeline.serve.streaming import EVENT_STREAM, StreamedInput, TextSink, events
 from llm_pipeline.tasks import InstanceError, get_task
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class ServerState:
     batcher: Batcher[GenerationParameters, ModelInput, Prediction] | None = None
     error: str | None = None
     in_flight: int = 0
+    streams: int = 0  # streamed answers still being sent (counted with in_flight)
     answered: int = 0
     refused_busy: int = 0  # 503s: too many requests in flight, or the queue full
     abandoned: int = 0  # clients that left before their answer
@@ -117,8 +119,9 @@ async def predict(request: Request) -> Response:
     `Retry-After` when too many requests are in flight."""
     state = _state(request)
     limit = state.settings.max_requests_in_flight
-    if state.in_flight >= limit:
-        return _busy(state, f"{state.in_flight} requests are in flight (the limit is {limit})")
+    if state.in_flight + state.streams >= limit:
+        running = state.in_flight + state.streams
+        return _busy(state, f"{running} requests are in flight (the limit is {limit})")
     state.in_flight += 1
     try:
         return await _predict(request, state)
@@ -151,6 +154,8 @@ async def _predict(request: Request, state: ServerState) -> Response:
         _check_parameters(state.model, parameters)
     except Refused as refused:
         return JSONResponse({"error": str(refused)}, status_code=refused.status)
+    if parameters.stream:
+        return _stream(request, state, parameters, inputs)
     try:
         items = state.batcher.enqueue(parameters, inputs)
     except QueueFull as full:
@@ -168,7 +173,8 @@ async def _predict(request: Request, state: ServerState) -> Response:
         if not answered:
             waiting.cancel()
             # Cancelled here, not through `waiting`: its cancel reaches them a loop turn later.
-            dropped = sum(item.future.cancel() for item in items)  # False once running
+            # Running ones are marked: the model ends its call once all of them are.
+            dropped = state.batcher.abandon(items)
     if not answered:
         state.abandoned += 1
         _log_gone(request, f"before its answer; {dropped} of its {len(items)} instances unrun")
@@ -176,6 +182,46 @@ async def _predict(request: Request, state: ServerState) -> Response:
     predictions = waiting.result()
     state.answered += 1
     return JSONResponse({"predictions": predictions})
+
+
+def _stream(
+    request: Request, state: ServerState, parameters: GenerationParameters, inputs: list[ModelInput]
+) -> Response:
+    """The answer to one instance as server-sent events (`serve.streaming`)."""
+    assert state.batcher is not None
+    if len(inputs) != 1:
+        message = (
+            f"parameters.stream: a streamed answer is one instance's; this request has "
+            f"{len(inputs)}: send them one per request, or without stream"
+        )
+        return JSONResponse({"error": message}, status_code=400)
+    sink = TextSink(asyncio.get_running_loop(), parameters.stop or ())
+    try:
+        items = state.batcher.enqueue(parameters, [StreamedInput(str(inputs[0]), sink)])
+    except QueueFull as full:
+        return _busy(state, str(full), full.retry_after_s)
+    batcher = state.batcher
+
+    async def body() -> AsyncIterator[bytes]:
+        state.streams += 1
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+        finished = False
+        try:
+            async for chunk in events(sink, items[0].future, gone):
+                yield chunk
+            finished = not gone.done()
+        finally:  # the stream ended, or its client left
+            gone.cancel()
+            state.streams -= 1
+            if finished:
+                state.answered += 1
+            else:
+                dropped = batcher.abandon(items)
+                state.abandoned += 1
+                _log_gone(request, f"mid-stream; {dropped} of its 1 instance unrun")
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body(), media_type=EVENT_STREAM, headers=headers)
 
 
 async def _disconnected(request: Request) -> None:
@@ -214,7 +260,7 @@ async def stats(request: Request) -> JSONResponse:
     connections = state.connections
     body: dict[str, Any] = {
         "ready": state.ready,
-        "requests_in_flight": state.in_flight,
+        "requests_in_flight": state.in_flight + state.streams,
         "requests_answered": state.answered,
         "requests_refused_busy": state.refused_busy,
         "requests_abandoned": state.abandoned,

@@ -102,6 +102,12 @@ class GenerationParameters(BaseModel):
         description="A string or list of strings; the completion ends before the first of "
         "them it produces.",
     )
+    stream: bool | None = Field(
+        default=None,
+        description='Answer with server-sent events as the text is written (`{"text"}` '
+        'deltas, then `{"predictions"}`), for one instance; what Vertex AI\'s '
+        "streamRawPredict carries.",
+    )
     # Bounded by the loaded model's number of labels (`ServedModel.check_parameters`), so
     # that 0 and too many get the same message naming the range.
     top_k: int | None = Field(

@@ -11,11 +11,14 @@ forward pass.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from llm_pipeline.engines import EngineChoice
 from llm_pipeline.errors import ServeError, UserError, first_line
 from llm_pipeline.serve.settings import MAX_INPUT_TOKENS_CAP, Settings, env_name
+from llm_pipeline.serve.streaming import StreamedInput
 from llm_pipeline.storage import is_remote, local_copy, to_uri
 from llm_pipeline.tasks import Instance, TextPair
 
@@ -28,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 #: What a served model reads for one instance: a prompt (the text a seq2seq model or a
 #: causal LM starts from), or the text, or pair of texts, a classifier scores.
-ModelInput = str | TextPair
+ModelInput = str | TextPair | StreamedInput
 #: One prediction as the response carries it (a JSON value): a generated text, or a
 #: classifier's `{"label", "score"}` (or a list of them).
 Prediction = Any
@@ -47,9 +50,14 @@ class ServedModel(Protocol):
         ...
 
     def predict(
-        self, parameters: GenerationParameters, inputs: list[ModelInput]
+        self,
+        parameters: GenerationParameters,
+        inputs: list[ModelInput],
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Prediction]:
-        """One prediction per input, in one model call (the batcher sized the batch)."""
+        """One prediction per input, in one model call (the batcher sized the batch). A
+        generating model asks `should_stop` at each decoding step and ends the call when it
+        says True (every client of the batch has gone): its predictions are then unread."""
         ...
 
     def warm_up(self) -> None:
@@ -74,6 +82,24 @@ def input_limit(settings: Settings, tokenizer: PreTrainedTokenizerBase) -> int:
     return settings.max_input_tokens or min(
         int(tokenizer.model_max_length or MAX_INPUT_TOKENS_CAP), MAX_INPUT_TOKENS_CAP
     )
+
+
+def engine_choice(settings: Settings) -> EngineChoice:
+    """The engine the settings name (`LLM_PIPELINE_SERVE_ENGINE`, set by the deploy step
+    from `deploy.engine`)."""
+    if settings.engine == "ctranslate2":
+        compute_type = settings.compute_type or "int8"
+        return EngineChoice("ctranslate2", compute_type, "the server's settings")
+    return EngineChoice()
+
+
+def engine_device(settings: Settings) -> str:
+    """Where CTranslate2 runs: the settings' device, else a GPU if it sees one."""
+    if settings.device:
+        return settings.device
+    import ctranslate2
+
+    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
 
 
 def torch_placement(settings: Settings) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from llm_pipeline.config.errors import problem, problems_from
+from llm_pipeline.engines.choice import COMPUTE_TYPES
 from llm_pipeline.errors import ServeError, load_json
 from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.tasks import DEFAULT_TASK, TASKS
@@ -180,6 +181,17 @@ class Settings(BaseModel):
     device: str | None = Field(
         default=None, description="Torch device, e.g. `cpu` or `cuda:0`; unset: GPU if any."
     )
+    engine: Literal["transformers", "ctranslate2"] = Field(
+        default="transformers",
+        description="What generates: `transformers` (the model's own `generate`), or "
+        "`ctranslate2` (its CTranslate2 form, which the deploy step registers in the model "
+        "folder's `engine/`; made at start-up, and checked, if the folder lacks it). The "
+        "deploy step sets it from `deploy.engine`. A classifier is always transformers.",
+    )
+    compute_type: str | None = Field(
+        default=None,
+        description="CTranslate2's precision (`int8`, `float32`, `bfloat16`, ...); unset: int8.",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         default=None,
         description="Weights' dtype; unset: bf16 on GPUs with native bf16 (compute "
@@ -193,6 +205,13 @@ class Settings(BaseModel):
             raise problem(f"unknown task {value!r}; known tasks: {', '.join(sorted(TASKS))}")
         return value
 
+    @field_validator("compute_type")
+    @classmethod
+    def _known_compute_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in COMPUTE_TYPES:
+            raise problem(f"unknown compute type {value!r}; known: {', '.join(COMPUTE_TYPES)}")
+        return value
+
     @field_validator("parameters")
     @classmethod
     def _task_takes_them(cls, value: GenerationParameters, info: ValidationInfo) -> Any:
@@ -200,6 +219,11 @@ class Settings(BaseModel):
         if isinstance(task, str) and task in TASKS:
             allowed = TASKS[task].serving_parameters
             unknown = [name for name in value.model_fields_set if name not in allowed]
+            if "stream" in value.model_fields_set:
+                raise problem(
+                    "stream: each request chooses it (a client that reads JSON cannot read a "
+                    "stream), not the server's defaults"
+                )
             if unknown:
                 raise problem(
                     f"{', '.join(sorted(unknown))}: not a parameter of task {task!r} "
@@ -258,6 +282,8 @@ def serving_env(
     max_input_tokens: int | None = None,
     chat_template: str | None = None,
     parameters: Mapping[str, Any] | None = None,
+    engine: str = "transformers",
+    compute_type: str | None = None,
 ) -> dict[str, str]:
     """The environment that makes the server load the model of `task`'s kind and read its
     inputs as training did.
@@ -275,6 +301,10 @@ def serving_env(
         env[env_name("chat_template")] = chat_template
     if parameters:
         env[env_name("parameters")] = json.dumps(dict(parameters))
+    if engine != "transformers":
+        env[env_name("engine")] = engine
+    if compute_type is not None:
+        env[env_name("compute_type")] = compute_type
     return env
 
 

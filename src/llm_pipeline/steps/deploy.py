@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_pipeline.config import DataConfig, DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.engines import EngineChoice
+from llm_pipeline.engines.ctranslate2_form import ensure_form
 from llm_pipeline.errors import ServeError
 from llm_pipeline.evaluation.examples import load_serving_examples
 from llm_pipeline.output_files import STARTED_FROM_KEY, Step
@@ -31,9 +33,10 @@ from llm_pipeline.serve.schemas import GenerationParameters
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.serve.settings import serving_env
 from llm_pipeline.steps.artifacts import Arguments, log_metrics, write_text_output
+from llm_pipeline.steps.engine import serving_engine
 from llm_pipeline.steps.reporting import reports_user_errors
 from llm_pipeline.storage import check_output_complete
-from llm_pipeline.tasks import get_task
+from llm_pipeline.tasks import Task, get_task
 
 
 @reports_user_errors(Step.DEPLOY)
@@ -46,6 +49,8 @@ def run_deploy(arguments: Arguments) -> None:
     deploy_config = DeployConfig.from_component(arguments.text("deploy"))
     data_config = DataConfig.from_component(arguments.text("data"))
     evaluate = EvaluateConfig.from_component(arguments.text("evaluate"))
+    check_output_complete(model.path, made_by=Step.FINETUNE, error=DeployError)
+    engine = shipped_engine(deploy_config, model.path, get_task(task))
     env = serving_env(
         task=task,
         prefix=data_config.prefix,
@@ -53,6 +58,8 @@ def run_deploy(arguments: Arguments) -> None:
         max_input_tokens=data_config.max_source_length or data_config.max_length,
         chat_template=data_config.chat_template,
         parameters=generation_defaults(evaluate, task=task),
+        engine=engine.engine,
+        compute_type=engine.compute_type,
     )
     registry = open_registry(
         deploy_config,
@@ -63,7 +70,6 @@ def run_deploy(arguments: Arguments) -> None:
     # Checked now, before a version is registered for nothing, and again by the registry
     # just before traffic moves.
     ensure_still_served(registry.endpoint(endpoint_name), gate_served)
-    check_output_complete(model.path, made_by=Step.FINETUNE, error=DeployError)
     # Held-out inputs as a client sends them (a chat task's turns, not its rendered prompt).
     probe = load_serving_examples(dataset.path, deploy_config.probe_instances, get_task(task))
     registered = registry.register(
@@ -102,6 +108,17 @@ def run_deploy(arguments: Arguments) -> None:
     write_text_output(arguments.artifact("report").path, _markdown(outcome, endpoint_name, probe))
     write_text_output(arguments.text("version"), registered.ref)
     write_text_output(arguments.text("endpoint"), endpoint_name)
+
+
+def shipped_engine(deploy: DeployConfig, model_dir: str, task: Task) -> EngineChoice:
+    """The engine the endpoint serves the model with; its form made (or found, the evaluate
+    step made it) in the model folder, so that it is registered with the version."""
+    engine = serving_engine(deploy, model_dir, task, error=DeployError)
+    status(f"engine: {engine.describe()} ({engine.reason})")
+    if engine.engine == "ctranslate2" and engine.compute_type is not None:
+        form = ensure_form(model_dir, engine.compute_type, error=DeployError)
+        status(f"its CTranslate2 {engine.compute_type} form, checked: {form}")
+    return engine
 
 
 def start_labels(registry: Registry, metadata: Mapping[str, Any]) -> dict[str, str]:

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from llm_pipeline.config import DeployConfig, EvaluateConfig, VertexConfig
+from llm_pipeline.engines import EngineChoice
 from llm_pipeline.errors import EvaluationError
 from llm_pipeline.evaluation.evaluate_model import evaluate_in_processes
 from llm_pipeline.evaluation.fingerprint import evaluation_fingerprint
@@ -29,7 +30,9 @@ from llm_pipeline.steps.artifacts import (
     save_resolved_config,
     write_text_output,
 )
+from llm_pipeline.steps.engine import serving_engine
 from llm_pipeline.steps.reporting import reports_user_errors
+from llm_pipeline.storage import check_output_complete
 from llm_pipeline.tasks import get_task
 
 #: The folder, inside `predictions`, with the served version's outputs on the same rows.
@@ -45,15 +48,24 @@ def run_evaluate(arguments: Arguments) -> None:
     config = EvaluateConfig.from_component(arguments.text("evaluate"))
     predictions = arguments.artifact("predictions")
     model_dir, dataset_dir = arguments.artifact("model").path, arguments.artifact("dataset").path
+    deploy = DeployConfig.from_component(arguments.text("deploy"))
+    check_output_complete(model_dir, made_by=Step.FINETUNE, error=EvaluationError)
+    engine = serving_engine(deploy, model_dir, get_task(task), error=EvaluationError)
+    status(f"engine: {engine.describe()} ({engine.reason})")
     result = evaluate_in_processes(
         model_dir=model_dir,
         dataset_dir=dataset_dir,
         config=config,
         output_dir=predictions.path,
         task=task,
+        engine=engine,
     )
     save_resolved_config(
-        predictions.path, evaluate=config, split=result.split, processes=str(result.processes)
+        predictions.path,
+        evaluate=config,
+        split=result.split,
+        processes=str(result.processes),
+        engine=engine.to_json(),
     )
     log_metrics(arguments.metrics("metrics"), result.metrics)
     # KFP's HTML artifact is a single file, shown inline by the Vertex and KFP UIs.
@@ -63,7 +75,7 @@ def run_evaluate(arguments: Arguments) -> None:
     fingerprint = evaluation_fingerprint(dataset_dir, config, get_task(task))
     champion = score_champion(
         task=task,
-        deploy=DeployConfig.from_component(arguments.text("deploy")),
+        deploy=deploy,
         vertex=VertexConfig.from_component(arguments.text("vertex")),
         model_dir=model_dir,
         dataset_dir=dataset_dir,
@@ -106,6 +118,7 @@ def score_champion(
                 output_dir=output_dir,
                 task=task,
                 start_of=model_dir,
+                engine=served_engine(served),
             )
         except EvaluationError as exc:
             problem = str(exc)
@@ -113,6 +126,15 @@ def score_champion(
             return Champion(served.ref, result.metrics)
     status(f"the served version {served.ref} cannot be scored on this run's rows: {problem}")
     return Champion(note=f"{served.ref} cannot be scored on this run's rows ({problem})")
+
+
+def served_engine(served: ModelVersion) -> EngineChoice:
+    """The engine a registered version is served with (its serving environment says)."""
+    env = served.serving_env
+    if env.get(env_name("engine")) == "ctranslate2":
+        compute_type = env.get(env_name("compute_type")) or "int8"
+        return EngineChoice("ctranslate2", compute_type, "it is served so")
+    return EngineChoice()
 
 
 def _why_not_scorable(served: ModelVersion, *, task: str, model_dir: str) -> str | None:

@@ -48,7 +48,7 @@ CHAT_PAGE = ServingPage(
     output="Answer",
     parameters=("max_new_tokens", "temperature", "top_p"),
 )
-CHAT_PARAMETERS: tuple[str, ...] = ("max_new_tokens", "temperature", "top_p", "stop")
+CHAT_PARAMETERS: tuple[str, ...] = ("max_new_tokens", "temperature", "top_p", "stop", "stream")
 CHAT_INSTANCE_SHAPE = 'a list of prompts (texts) or {"messages": [...]} chats'
 
 #: The roles a turn may have.

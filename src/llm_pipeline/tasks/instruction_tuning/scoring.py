@@ -58,6 +58,7 @@ class InstructionScorer(TextScorer):
             split=examples.split,
             config=config,
             task=self.task.name,
+            engine=self.engine,
         )
         losses = None
         if examples.labels is not None:

@@ -96,6 +96,8 @@ class PreferenceScorer:
 
     run_seconds = "generation_seconds"
     scoring = "preference pairs and responses"
+    #: What writes the completions where not transformers (`Scorer.engine`).
+    engine: Any = None
 
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -169,6 +171,7 @@ class PreferenceScorer:
             split=examples.split,
             config=config,
             task=self.task.name,
+            engine=self.engine,
         )
         if logps is None or generated is None:
             return None

@@ -35,7 +35,9 @@ class SummarizationScorer(TextScorer):
     ) -> ModelOutputs | None:
         generation = build_generation_config(model, tokenizer, config)
         log_generation(len(examples.input_ids), examples.split, generation, config, self.task.name)
-        generated = generate_sharded(model, tokenizer, examples.input_ids, config=config)
+        generated = generate_sharded(
+            model, tokenizer, examples.input_ids, config=config, engine=self.engine
+        )
         return ModelOutputs(generated) if generated is not None else None
 
     def baseline_texts(

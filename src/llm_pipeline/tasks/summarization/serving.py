@@ -1,9 +1,10 @@
 """Summarization served: a batch of documents becomes summaries (`Summarization.serving_model`).
 
 Texts are read as training read documents (the same prefix, truncated to the same number of
-tokens), and generated with the code evaluation uses (`models.generation`: longest first,
-right padding with an attention mask), so a served summary is the one the evaluate step
-scored for the same document and settings.
+tokens), and generated with the code and engine evaluation uses (`models.generation`:
+longest first, right padding with an attention mask; or the model's CTranslate2 form,
+`engines`), so a served summary is the one the evaluate step scored for the same document
+and settings.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from llm_pipeline.serve.served import (
     ModelInput,
     Prediction,
     describe_model,
+    engine_choice,
+    engine_device,
     input_limit,
     prompts_of,
     torch_placement,
@@ -33,12 +36,13 @@ if TYPE_CHECKING:
 class Summarizer:
     """A loaded seq2seq model and tokenizer, and how the server reads texts for it."""
 
-    model: PreTrainedModel
+    model: PreTrainedModel | None  # None where an engine generates
     tokenizer: PreTrainedTokenizerBase
     task: Task
     source_prefix: str
     max_input_tokens: int
     model_input: Callable[[Instance], str]  # the text the model reads for an instance
+    engine: Any = None  # `engines.ctranslate2_run.Ct2Summarizer`, or None: transformers
 
     @classmethod
     def load(cls, settings: Settings, folder: Path, task: Task) -> Summarizer:
@@ -46,10 +50,19 @@ class Summarizer:
         # Imported here, not at the top: the server listens (health 503) while torch loads.
         from llm_pipeline.models.generation import load_seq2seq
 
-        model, tokenizer = load_seq2seq(folder, **torch_placement(settings))
+        choice = engine_choice(settings)
+        model, engine = None, None
+        if choice.engine == "ctranslate2":
+            from llm_pipeline.engines import load_generator
+
+            engine = load_generator(folder, choice, seq2seq=True, device=engine_device(settings))
+            tokenizer = engine.tokenizer
+        else:
+            model, tokenizer = load_seq2seq(folder, **torch_placement(settings))
         prefix = settings.source_prefix
         prompt = task.serving_prompter(tokenizer, prefix=prefix, chat_template=None)
-        return cls(model, tokenizer, task, prefix, input_limit(settings, tokenizer), prompt)
+        limit = input_limit(settings, tokenizer)
+        return cls(model, tokenizer, task, prefix, limit, prompt, engine)
 
     def input_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of `texts` as the model reads them: truncated as training did."""
@@ -60,7 +73,10 @@ class Summarizer:
         """Nothing to check: the request was checked against the server's limits."""
 
     def predict(
-        self, parameters: GenerationParameters, inputs: list[ModelInput]
+        self,
+        parameters: GenerationParameters,
+        inputs: list[ModelInput],
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Prediction]:
         """One summary per text, in one generate call (the batcher sized the batch)."""
         from llm_pipeline.models.generation import (
@@ -71,8 +87,14 @@ class Summarizer:
 
         chosen = parameters.model_dump(include=set(GENERATION_FIELDS))
         settings = GenerationSettings(batch_size=len(inputs), **chosen)
+        input_ids = self.input_ids(prompts_of(inputs))
+        if self.engine is not None:
+            return list(
+                self.engine.generate(input_ids, config=settings, should_stop=should_stop).texts
+            )
+        assert self.model is not None
         generated = generate_summaries(
-            self.model, self.tokenizer, self.input_ids(prompts_of(inputs)), config=settings
+            self.model, self.tokenizer, input_ids, config=settings, should_stop=should_stop
         )
         return generated.texts
 
@@ -83,8 +105,9 @@ class Summarizer:
 
     def describe(self) -> dict[str, Any]:
         """What is served, for the log and the stats route."""
+        served = self.engine.describe() if self.engine is not None else describe_model(self.model)
         return {
-            **describe_model(self.model),
+            **served,
             "task": self.task.name,
             "max_input_tokens": self.max_input_tokens,
             "source_prefix": self.source_prefix,

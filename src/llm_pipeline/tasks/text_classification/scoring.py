@@ -62,6 +62,8 @@ class ClassifierScorer:
 
     run_seconds = "scoring_seconds"
     scoring = "predicted labels"
+    #: Always transformers: a classifier's forward pass has no engine to take (`Scorer.engine`).
+    engine: Any = None
 
     def __init__(self, task: Task) -> None:
         self.task = task

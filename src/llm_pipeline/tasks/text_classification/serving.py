@@ -14,6 +14,7 @@ answers the list of those whose score reaches its threshold (possibly none). Wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +88,10 @@ class Classifier:
             )
 
     def predict(
-        self, parameters: GenerationParameters, inputs: list[ModelInput]
+        self,
+        parameters: GenerationParameters,
+        inputs: list[ModelInput],
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Prediction]:
         """Each input's label and score (or labels and scores), from one forward pass."""
         scores = self.scores(inputs).tolist()
@@ -108,6 +112,8 @@ class Classifier:
         return torch.softmax(logits, dim=-1).cpu()
 
     def _encode(self, one: ModelInput) -> Any:
+        if not isinstance(one, str | tuple):  # a streamed input: only chat tasks take one
+            raise TypeError("a classifier reads a text or a pair of texts per instance")
         text, pair = (one, None) if isinstance(one, str) else one
         return self.tokenizer(text, pair, truncation=True, max_length=self.max_input_tokens)
 
