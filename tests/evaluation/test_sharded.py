@@ -289,3 +289,35 @@ def test_evaluation_processes_die_with_a_killed_launcher(
     step.join(30)
     assert isinstance(outcome.get("error"), EvaluationError)
     assert not (tmp_path / "predictions").exists()
+
+
+def test_the_models_weights_wait_on_the_host_while_an_engine_generates_on_the_gpu() -> None:
+    """The CUDA branch's logic, on a stand-in whose weights say they are on cuda:1: moved
+    to the host for the engine's generation, back to cuda:1 after, even when it fails."""
+    import pytest
+    import torch
+
+    from llm_pipeline.evaluation.sharded import weights_on_host_while
+
+    class OnGpu:
+        def __init__(self) -> None:
+            self.moves: list[str] = []
+
+        def parameters(self):  # type: ignore[no-untyped-def]
+            yield type("Weight", (), {"device": torch.device("cuda", 1)})()
+
+        def to(self, device):  # type: ignore[no-untyped-def]
+            self.moves.append(str(device))
+            return self
+
+    model = OnGpu()
+    with weights_on_host_while(model, True):  # type: ignore[arg-type]
+        assert model.moves == ["cpu"]
+    assert model.moves == ["cpu", "cuda:1"]
+    with pytest.raises(RuntimeError), weights_on_host_while(model, True):  # type: ignore[arg-type]
+        raise RuntimeError("the engine failed")
+    assert model.moves[-1] == "cuda:1"
+    untouched = OnGpu()
+    with weights_on_host_while(untouched, False):  # type: ignore[arg-type]
+        pass
+    assert untouched.moves == []

@@ -17,4 +17,6 @@ T5_SMALL = ModelShape(
     default_max_length=20,
     default_num_beams=1,
     learned_attention_bias=True,  # T5's relative position bias: eager attention on CUDA
+    model_type="t5",
+    architecture="T5ForConditionalGeneration",
 )

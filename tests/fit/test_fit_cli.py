@@ -63,10 +63,22 @@ def test_training_that_does_not_fit_names_the_micro_batch_and_what_would_fit(ref
 
 
 def test_evaluation_that_does_not_fit_names_the_largest_batch(refused):
+    # It generates as the T4 endpoint will: CTranslate2 in float32 (a T5 overflows fp16),
+    # whose weights alone (41.5 GiB) pass an A100 40GB.
+    assert (
+        "evaluate.batch_size 64 × num_beams 4 needs ~107.9 GiB per A100 40GB (weights 41.5 + "
+        "cache 60.0 + working 5.4 + runtime 1.0); even a batch of 1 does not fit: the weights "
+        "need a GPU with more memory (cluster.machine_type / accelerator_type); it generates "
+        "as the endpoint will, in ctranslate2 float32 (deploy.engine_compute_type, or the "
+        "serving GPU, sets that)"
+    ) in problems(refused)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        bf16 = run_pipeline(*OLD_XXL, "--set", "deploy.engine_compute_type=bfloat16", "--check-fit")
     assert (
         "evaluate.batch_size 64 × num_beams 4 needs ~87.1 GiB per A100 40GB (weights 20.7 + "
         "cache 60.0 + working 5.4 + runtime 1.0); at most 17 fits"
-    ) in problems(refused)
+    ) in problems(bf16)
 
 
 def test_serving_that_does_not_fit_names_a_machine_that_holds_it(refused):

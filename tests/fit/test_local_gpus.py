@@ -146,7 +146,12 @@ def test_the_gpu_config_is_estimated_in_gpu_memory_and_fits(monkeypatch, gpu, dt
     assert report.problems == [] and report.skipped == []
     assert [(row.place, row.memory) for row in report.rows] == GPU_PLACES
     gpu_rows = [row for row in report.rows if row.memory == "GPU"]
-    assert all(row.settings.startswith(f"{dtype}, ") for row in gpu_rows)
+    # The endpoint's engine: CTranslate2 in bf16 where the GPU has it, else in fp32 (a T5).
+    engine = "ctranslate2 bfloat16" if dtype == "bf16" else "ctranslate2 float32"
+    assert all(
+        row.settings.startswith(f"{engine}, " if row.place == "serve" else f"{dtype}, ")
+        for row in gpu_rows
+    )
     assert all(row.capacity_gib == pytest.approx(gpu.total_memory / 2**30) for row in gpu_rows)
     assert all(row.machine == f"this machine (1 × {gpu.name})" for row in report.rows)
 

@@ -142,12 +142,13 @@ BAD_PARAMETERS = [
         "a summarization parameter",
         asking(num_beams=2),
         "parameters.num_beams: not a parameter of task 'instruction_tuning' (it takes "
-        "max_new_tokens, temperature, top_p, stop)",
+        "max_new_tokens, temperature, top_p, stop, stream)",
     ),
     (
         "unknown parameter",
-        asking(beam=2),
-        "parameters.beam: unknown key (keys allowed in parameters: max_new_tokens, temperature",
+        asking(beam_width=2),
+        "parameters.beam_width: unknown key (keys allowed in parameters: max_new_tokens, "
+        "temperature",
     ),
 ]
 

@@ -48,7 +48,13 @@ def evaluation_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def deploy_step(
-    tmp_path: Path, registry_dir: Path, model_dir: Path, data: Path, *, gate_served: str = ""
+    tmp_path: Path,
+    registry_dir: Path,
+    model_dir: Path,
+    data: Path,
+    *,
+    gate_served: str = "",
+    engine: str = "auto",
 ) -> Path:
     """Run the step as the pipeline does; returns its task folder."""
     task = tmp_path / f"deploy-{len(list(tmp_path.glob('deploy-*')))}"
@@ -57,7 +63,10 @@ def deploy_step(
     components.deploy.python_func(
         task="summarization",
         deploy=DeployConfig(
-            registry_dir=str(registry_dir), model_display_name="summarizer", health_timeout_s=120
+            registry_dir=str(registry_dir),
+            model_display_name="summarizer",
+            health_timeout_s=120,
+            engine=engine,
         ).model_dump_json(),
         vertex=VertexConfig().model_dump_json(),
         data=DataConfig(dataset="unused", max_source_length=64).model_dump_json(),
@@ -107,7 +116,11 @@ def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
 
     # The console's lines: the wait for the server (most of the step) is said, with its limit.
     lines = [parse_status(line) for line in capsys.readouterr().out.splitlines()]
+    form = tiny_model_dir / "engine" / "ctranslate2-int8"
     assert [line for line in lines if line] == [
+        "engine: ctranslate2 int8 (CTranslate2 converts T5ForConditionalGeneration and runs it "
+        "on a CPU)",
+        f"its CTranslate2 int8 form, checked: {form}",
         f"registered summarizer@1 ({registry_dir / 'models' / 'summarizer' / '1' / 'model'})",
         "starting the prediction server on summarizer@1 to check it: its health route (up to "
         "2 min 00 s), then 1 probe prediction(s)",
@@ -123,6 +136,10 @@ def test_a_healthy_version_is_registered_probed_and_takes_the_traffic(
     assert served.labels == {EVALUATION_DATA_LABEL: EVALUATED_ON}
     assert served.serving_env["LLM_PIPELINE_SERVE_MAX_INPUT_TOKENS"] == "64"
     assert served.serving_env["LLM_PIPELINE_SERVE_TASK"] == "summarization"
+    # The engine it is served with, and its form, travel with the version.
+    assert served.serving_env["LLM_PIPELINE_SERVE_ENGINE"] == "ctranslate2"
+    assert served.serving_env["LLM_PIPELINE_SERVE_COMPUTE_TYPE"] == "int8"
+    assert (Path(served.uri) / "engine" / "ctranslate2-int8" / "model.bin").is_file()
     # The endpoint generates as the evaluation did.
     assert json.loads(served.serving_env["LLM_PIPELINE_SERVE_PARAMETERS"]) == {
         "max_new_tokens": 12,
@@ -155,13 +172,29 @@ def test_a_version_that_cannot_serve_leaves_traffic_where_it_was(
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
 
     with pytest.raises(SystemExit) as exited:
-        deploy_step(tmp_path, registry_dir, broken, evaluation_data, gate_served="summarizer@1")
+        deploy_step(
+            tmp_path,
+            registry_dir,
+            broken,
+            evaluation_data,
+            gate_served="summarizer@1",
+            engine="transformers",
+        )
 
     assert exited.value.code == 1
     err = capsys.readouterr().err
     assert "version summarizer@2 failed its check" in err
     endpoint = LocalRegistry(registry_dir).endpoint(ENDPOINT)
     assert [(d.version.ref, d.traffic) for d in endpoint.deployed] == [("summarizer@1", 100)]
+
+    # Its engine's conversion fails first, in one line, and nothing is registered.
+    with pytest.raises(SystemExit) as exited:
+        deploy_step(tmp_path, registry_dir, broken, evaluation_data, gate_served="summarizer@1")
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert f"model folder {broken}: CTranslate2 cannot convert it: " in err
+    assert "Traceback" not in err
+    assert [v.ref for v in LocalRegistry(registry_dir).versions("summarizer")][-1] == "summarizer@2"
 
 
 def test_an_endpoint_that_changed_since_the_gate_is_left_alone(

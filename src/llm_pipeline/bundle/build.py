@@ -61,9 +61,11 @@ MACHINE_HAS = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "tensorboa
 #: The extra a run there uses whole: NVML's bindings, which DeepSpeed on CUDA imports.
 EXTRAS = ("cuda",)
 #: The prediction server's extra (a local deploy serves the model), less gcsfs: it reads
-#: Vertex's gs:// model folders, and with its gRPC clients it would weigh 9 MiB.
+#: Vertex's gs:// model folders, and with its gRPC clients it would weigh 9 MiB; and less
+#: ctranslate2 (a 43 MiB wheel, two thirds of the limit): without it the engine choice there
+#: is transformers' (`engines.ctranslate2_form.unsupported_reason` says why).
 SERVING = "serving"
-SERVING_LEAVES_OUT = ("gcsfs",)
+SERVING_LEAVES_OUT = ("gcsfs", "ctranslate2")
 #: Wheels carried beside the lock's closure, pinned with their hash: packages an opt-in
 #: setting needs that the lock leaves out on purpose. liger-kernel (`train.kernels:
 #: "liger"`): pure Python, 0.9 MiB; it needs torch and Triton only, which the GPU machine's

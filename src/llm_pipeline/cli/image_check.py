@@ -216,11 +216,25 @@ def deepspeed_problems(ops: Sequence[str]) -> list[str]:
     return problems + op_library_problems(ops)
 
 
+def engine_problems() -> list[str]:
+    """The serving engine every image generates with (the evaluate step in the train image,
+    the server in the serve images): CTranslate2 imports and runs int8 on the CPU."""
+    try:
+        import ctranslate2
+    except ImportError as exc:
+        return [f"ctranslate2 does not import: {exc}"]
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    if "int8" not in supported:
+        return [f"ctranslate2 {ctranslate2.__version__} has no int8 on this CPU: {supported}"]
+    return []
+
+
 def image_problems(image: str, lock: Path, ops: Sequence[str] = TRAIN_OPS) -> list[str]:
     """Everything `image` must be, as one list of problems (empty: it is)."""
     problems = interpreter_problems()
     problems += torch_problems(cuda=image != "serve")
     problems += lock_problems(lock, IMAGE_EXTRAS[image])
+    problems += engine_problems()
     if image == "train":
         import kfp.dsl.executor_main  # noqa: F401  (what KFP's compiled command runs)
 

@@ -131,7 +131,8 @@ class PipelineConfig(Section):
             raise ValueError(
                 f"{', '.join('evaluate.' + n for n in unserved)}: the endpoint of task "
                 f"{self.task!r} cannot generate with it (a request sets "
-                f"{', '.join(task.serving_parameters)}), so the gate would score answers it "
+                f"{', '.join(p for p in task.serving_parameters if p != 'stream')}), so the "
+                "gate would score answers it "
                 "never gives: drop it from the config"
             )
         return self

@@ -40,11 +40,18 @@ def engine_for(
     compute_type: str = "auto",
     gpu: bool = False,
     accelerator_type: str | None = None,
+    gpu_bf16: bool | None = None,
 ) -> EngineChoice:
     """The engine for the model saved in `model_dir` (its config.json decides), served on a
     GPU or a CPU. Raises ValueError, naming the setting, where the requested engine cannot
-    take the model."""
-    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    take the model. A folder without a readable config.json gets transformers, whose loader
+    then says what is wrong with it."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return EngineChoice("transformers", None, "the model folder has no readable config.json")
+    if not isinstance(config, dict):
+        return EngineChoice("transformers", None, "the model folder's config.json is no object")
     convertible = None
     if generates and requested in ("auto", "ctranslate2"):
         from llm_pipeline.engines.ctranslate2_form import unsupported_reason
@@ -56,6 +63,7 @@ def engine_for(
         compute_type=compute_type,
         gpu=gpu,
         accelerator_type=accelerator_type,
+        gpu_bf16=gpu_bf16,
         convertible=convertible,
     )
 

@@ -92,10 +92,12 @@ def choose_engine(
     compute_type: str = "auto",
     gpu: bool = False,
     accelerator_type: str | None = None,
+    gpu_bf16: bool | None = None,
     convertible: str | None = None,
 ) -> EngineChoice:
-    """The engine for a model of `shape` served on a GPU (`gpu`, of `accelerator_type`) or
-    a CPU. `convertible` is why CTranslate2 cannot take the architecture (None: it can;
+    """The engine for a model of `shape` served on a GPU (`gpu`, of `accelerator_type`,
+    or one `gpu_bf16` says has native bf16 or not: a local GPU) or a CPU. `convertible` is
+    why CTranslate2 cannot take the architecture (None: it can;
     `engines.ctranslate2_form.unsupported_reason` says). Raises ValueError, naming the
     setting, for an engine the model cannot run on."""
     if not shape.generates:
@@ -111,10 +113,12 @@ def choose_engine(
         if requested == "ctranslate2":
             raise ValueError(f"deploy.engine: 'ctranslate2' cannot take this model: {convertible}")
         return EngineChoice("transformers", None, f"CTranslate2 cannot take it: {convertible}")
+    if gpu_bf16 is None:
+        gpu_bf16 = accelerator_type not in NO_NATIVE_BF16
     chosen = (
         compute_type
         if compute_type != "auto"
-        else _auto_compute_type(shape, gpu=gpu, accelerator_type=accelerator_type)
+        else _auto_compute_type(shape, gpu=gpu, bf16=gpu_bf16)
     )
     if requested == "ctranslate2":
         why = "deploy.engine says so"
@@ -131,9 +135,9 @@ def choose_engine(
     return EngineChoice("ctranslate2", chosen, why)
 
 
-def _auto_compute_type(shape: ModelShape, *, gpu: bool, accelerator_type: str | None) -> str:
+def _auto_compute_type(shape: ModelShape, *, gpu: bool, bf16: bool) -> str:
     if not gpu:
         return "int8"
-    if accelerator_type in NO_NATIVE_BF16:
+    if not bf16:
         return "float32" if shape.model_type in FP16_OVERFLOWS else "float16"
     return "bfloat16"

@@ -77,8 +77,12 @@ def unsupported_reason(config: dict[str, Any]) -> str | None:
 
     CTranslate2 registers one converter per config class, each for one architecture: a
     BERT config converts as an encoder, so the demos' BERT decoder (`BertLMHeadModel`) and
-    warm-started `EncoderDecoderModel` are not taken."""
-    from ctranslate2.converters.transformers import _MODEL_LOADERS
+    warm-started `EncoderDecoderModel` are not taken. Without the package (the `serving`
+    extra) it takes nothing."""
+    try:
+        from ctranslate2.converters.transformers import _MODEL_LOADERS
+    except ImportError:
+        return "ctranslate2 is not installed (pip install 'llm-pipeline[serving]')"
     from transformers import AutoConfig
 
     model_type = str(config.get("model_type", ""))
@@ -186,9 +190,10 @@ def _put_in_place(made: Path, target: Path, source: str) -> None:
 def _convert(folder: Path, out: Path, quantization: str, error: type[UserError]) -> None:
     try:
         _Converter(str(folder)).convert(str(out), quantization=quantization, force=True)
-    except (ValueError, NotImplementedError, KeyError, AttributeError) as exc:
+    except Exception as exc:  # unreadable weights too: one line, not a traceback
         raise error(
-            f"model folder {folder}: CTranslate2 cannot convert it: {first_line(exc)}"
+            f"model folder {folder}: CTranslate2 cannot convert it: "
+            f"{first_line(exc, with_type=True)}"
         ) from None
 
 

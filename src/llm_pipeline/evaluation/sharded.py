@@ -14,12 +14,13 @@ folder's problem. What is evaluation's own is here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -102,7 +103,8 @@ def generate_sharded(
             done = generate_summaries(model, tokenizer, ids, config=config)
         return list(zip(done.texts, done.token_counts, strict=True))
 
-    rows = sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
+    with weights_on_host_while(model, engine is not None):
+        rows = sharded([len(ids) for ids in input_ids], produce, config.batch_size, "summaries")
     return _as_generated(rows)
 
 
@@ -126,7 +128,26 @@ def complete_sharded(
             done = complete(model, tokenizer, chosen, settings=settings)
         return list(zip(done.texts, done.token_counts, strict=True))
 
-    return _as_generated(sharded(lengths, produce, settings.batch_size, "responses"))
+    with weights_on_host_while(model, engine is not None):
+        return _as_generated(sharded(lengths, produce, settings.batch_size, "responses"))
+
+
+@contextlib.contextmanager
+def weights_on_host_while(model: PreTrainedModel, engine_generates: bool) -> Iterator[None]:
+    """While an engine generates on the GPU, transformers' copy of the model waits in host
+    memory: the GPU holds one copy of the weights, not two (the evaluate step keeps the
+    model for what only it computes: losses, perplexity, pair scores). Back on its GPU after,
+    for those."""
+    device = next(model.parameters()).device
+    if not engine_generates or device.type != "cuda":
+        yield
+        return
+    cast(Any, model).to("cpu")
+    torch.cuda.empty_cache()
+    try:
+        yield
+    finally:
+        cast(Any, model).to(device)
 
 
 def completion_settings(config: EvaluateConfig) -> CompletionSettings:

@@ -15,6 +15,7 @@ from llm_pipeline.fit.places import Target, Where, evaluation_where, input_token
 from llm_pipeline.fit.rows import Row, count, gib, host_row, largest, machine_key, memory_label
 from llm_pipeline.fit.serving import (
     EngineMemory,
+    endpoint_has_gpu,
     server_batch,
     serving_alternative,
     serving_engine,
@@ -41,25 +42,42 @@ def generation_rows(
     """The GPU row (per process) and the host row, or the host row alone on a CPU; with
     `scored` sequences per row also scored whole (of `source` tokens), the larger peak.
     `engine`: the one that generates (its weights and activations in place of
-    transformers'), or with `engine_beside` loaded beside transformers' model (the evaluate
-    step generates with it and scores with transformers)."""
-    in_place = engine is not None and engine.weight_bytes is not None and not engine_beside
-    beside = engine is not None and engine.weight_bytes is not None and engine_beside
+    transformers'); with `engine_beside`, transformers' model is loaded too (the evaluate
+    step generates with the engine and scores with transformers): on a GPU its weights
+    leave for the host while the engine generates (`evaluation.sharded`), so the peak is
+    the larger of the two; on a CPU both are in memory together."""
+    converted = engine if engine is not None and engine.weight_bytes is not None else None
 
-    def estimate(batch: int) -> Breakdown:
-        generating = generation_memory(
+    def generating_with(batch: int, chosen: EngineMemory | None) -> Breakdown:
+        return generation_memory(
             shape,
             batch=batch,
             beams=beams,
             source=source,
             new_tokens=new_tokens,
-            dtype=(engine.dtype if in_place and engine and engine.dtype else where.dtype),
+            dtype=chosen.dtype if chosen is not None and chosen.dtype else where.dtype,
             device=where.device,
-            weight_bytes=engine.weight_bytes if in_place and engine else None,
+            weight_bytes=chosen.weight_bytes if chosen is not None else None,
         )
-        if beside and engine and engine.weight_bytes:
-            form = ("engine weights", float(shape.parameters * engine.weight_bytes))
-            generating = Breakdown((*generating.parts, form))
+
+    def estimate(batch: int) -> Breakdown:
+        if converted is None:
+            generating = generating_with(batch, None)
+        elif not engine_beside:
+            generating = generating_with(batch, converted)
+        elif where.device == "cuda":
+            # The engine's weights in its precision, its cache and work counted as
+            # transformers' in the evaluation's dtype (CTranslate2 keeps less: uncalibrated).
+            weights_only = replace(converted, dtype=None)
+            generating = max(
+                generating_with(batch, None),
+                generating_with(batch, weights_only),
+                key=lambda needs: needs.total,
+            )
+        else:
+            assert converted.weight_bytes is not None
+            form = ("engine weights", float(shape.parameters * converted.weight_bytes))
+            generating = Breakdown((*generating_with(batch, None).parts, form))
         if not scored:
             return generating
         scoring = scoring_memory(
@@ -122,6 +140,20 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
         )
         what = f"evaluate.batch_size {evaluate.batch_size} × num_beams {beams}"
 
+    # The evaluate step generates with the endpoint's engine, beside transformers' model.
+    served = (
+        serving_where(config, target).place.accelerator
+        if config.deploy.target != "vertex"
+        else None
+    )
+    engine = serving_engine(
+        config,
+        shape,
+        gpu=endpoint_has_gpu(config, target),
+        gpu_bf16=served.has_bf16 if served is not None else None,
+    )
+    wider = engine.weight_bytes is not None and engine.weight_bytes > DTYPE_BYTES[where.dtype]
+
     def refusal(needs: Breakdown, most: int) -> str:
         fix = (
             f"at most {most} fits"
@@ -133,10 +165,13 @@ def evaluation_rows(config: PipelineConfig, shape: ModelShape, target: Target) -
                 else " (cluster.machine_type / accelerator_type)"
             )
         )
+        if wider:  # the endpoint's precision, which the evaluation generates in too
+            fix += (
+                f"; it generates as the endpoint will, in {engine.choice.describe()} "
+                "(deploy.engine_compute_type, or the serving GPU, sets that)"
+            )
         return f"{what} needs {gib(needs.total)} {memory_label(where)} ({needs.describe()}); {fix}"
 
-    # The evaluate step generates with the endpoint's engine, beside transformers' model.
-    engine = serving_engine(config, shape, gpu=serving_where(config, target).device == "cuda")
     if engine.weight_bytes is not None:
         settings += f", generating with {engine.choice.describe()}"
     return generation_rows(
@@ -159,7 +194,13 @@ def serving_rows(config: PipelineConfig, shape: ModelShape, target: Target) -> l
     """The endpoint's rows: the server's largest batch on `deploy`'s machine."""
     where = serving_where(config, target)
     limits = server_batch(config, shape)
-    engine = serving_engine(config, shape, gpu=where.device == "cuda")
+    accelerator = where.place.accelerator
+    engine = serving_engine(
+        config,
+        shape,
+        gpu=where.device == "cuda",
+        gpu_bf16=accelerator.has_bf16 if accelerator is not None else None,
+    )
     if not shape.kind.generates:
         settings = (
             f"{where.dtype}, the server's largest batch: {limits.batch} instances × "

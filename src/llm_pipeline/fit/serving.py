@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from llm_pipeline.config import PipelineConfig
 from llm_pipeline.engines import EngineChoice
 from llm_pipeline.fit.estimates import generation_memory
-from llm_pipeline.fit.machines import vertex_place
+from llm_pipeline.fit.machines import this_machine, vertex_place
 from llm_pipeline.fit.memory import CUDA_HOST_RUNTIME_GIB, DTYPE_BYTES, GIB
 from llm_pipeline.fit.places import auto_dtype
 from llm_pipeline.fit.shapes import ModelShape
@@ -71,10 +71,22 @@ class EngineMemory:
         return f"{self.choice.describe()}, " if self.weight_bytes is not None else ""
 
 
-def serving_engine(config: PipelineConfig, shape: ModelShape, *, gpu: bool) -> EngineMemory:
+def endpoint_has_gpu(config: PipelineConfig, target: str) -> bool:
+    """Whether the endpoint serves on a GPU, as the steps decide it (`steps.engine`):
+    Vertex's by `deploy.accelerator_count`, a local one by this machine's GPUs, one served
+    from inside a Vertex pipeline step on its CPU."""
+    if config.deploy.target == "vertex":
+        return config.deploy.accelerator_count > 0
+    return target == "local" and this_machine().gpus > 0
+
+
+def serving_engine(
+    config: PipelineConfig, shape: ModelShape, *, gpu: bool, gpu_bf16: bool | None = None
+) -> EngineMemory:
     """The engine `deploy.engine` gives the model of `shape` on the endpoint (`gpu`), with
     what it holds in memory. An engine the config forces that cannot take the model is the
-    evaluate step's error to say: here it counts as transformers."""
+    evaluate step's error to say: here it counts as transformers. `gpu_bf16`: whether a
+    local GPU has native bf16 (None: `deploy.accelerator_type` says)."""
     from llm_pipeline.engines import ModelShape as EngineShape
     from llm_pipeline.engines import choose_engine
 
@@ -95,6 +107,7 @@ def serving_engine(config: PipelineConfig, shape: ModelShape, *, gpu: bool) -> E
             compute_type=deploy.engine_compute_type,
             gpu=gpu,
             accelerator_type=deploy.accelerator_type,
+            gpu_bf16=gpu_bf16,
             convertible=convertible,
         )
     except ValueError:

@@ -227,7 +227,7 @@ class Settings(BaseModel):
             if unknown:
                 raise problem(
                     f"{', '.join(sorted(unknown))}: not a parameter of task {task!r} "
-                    f"(it takes {', '.join(allowed)})"
+                    f"(it takes {', '.join(name for name in allowed if name != 'stream')})"
                 )
         return value
 

@@ -20,7 +20,10 @@ def serving_engine(
     else on a CPU. Raises `error` with the config's reason where the engine cannot be had."""
     import torch
 
-    gpu = deploy.accelerator_count > 0 if deploy.target == "vertex" else torch.cuda.is_available()
+    from llm_pipeline.models.generation import native_bf16
+
+    vertex = deploy.target == "vertex"
+    gpu = deploy.accelerator_count > 0 if vertex else torch.cuda.is_available()
     try:
         return engine_for(
             model_dir,
@@ -29,6 +32,7 @@ def serving_engine(
             compute_type=deploy.engine_compute_type,
             gpu=gpu,
             accelerator_type=deploy.accelerator_type,
+            gpu_bf16=None if vertex or not gpu else native_bf16(),
         )
     except ValueError as exc:
         raise error(str(exc)) from None
