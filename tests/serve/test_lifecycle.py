@@ -18,6 +18,7 @@ from llm_pipeline.errors import ServeError
 from llm_pipeline.serve.server_process import start_server
 from llm_pipeline.tasks import TASKS
 
+from .conftest import ENGINES
 from .servers import free_port, wait_for
 
 #: A load failure must end the process within this (torch and transformers imports included).
@@ -25,7 +26,7 @@ EXIT_TIMEOUT_S = 60.0
 
 
 def test_sigterm_finishes_every_accepted_request_and_not_a_stalled_body(
-    tiny_model_dir: Path, documents: list[str], reference: Any
+    tiny_model_dir: Path, documents: list[str], reference: Any, engine: str
 ) -> None:
     requests = 16
     texts = documents[:requests]
@@ -38,6 +39,7 @@ def test_sigterm_finishes_every_accepted_request_and_not_a_stalled_body(
         "LLM_PIPELINE_SERVE_MAX_BATCH_SIZE": "2",
         "LLM_PIPELINE_SERVE_BODY_TIMEOUT_S": "600",
         "LLM_PIPELINE_SERVE_SHUTDOWN_TIMEOUT_S": "300",
+        **ENGINES[engine],  # under each engine (`reference` generates with the same one)
     }
     with start_server(tiny_model_dir, env=env, timeout_s=90) as server:
         assert server.predict(texts[:2], parameters) == expected[:2]
