@@ -35,6 +35,19 @@ def registry_name_problem(name: str, target: str) -> str | None:
     return None
 
 
+#: CTranslate2's precisions (`deploy.engine_compute_type`); `engines.choice` reads them here.
+ComputeType = Literal[
+    "auto",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "float32",
+    "float16",
+    "bfloat16",
+]
+
+
 class DeployPolicyConfig(Section):
     """The gate: compare the new model with the one the endpoint serves now."""
 
@@ -112,16 +125,7 @@ class DeployConfig(Section):
         "`ctranslate2` force one (a model CTranslate2 cannot take is refused naming its "
         "architecture). `vllm` is not available in this version.",
     )
-    engine_compute_type: Literal[
-        "auto",
-        "int8",
-        "int8_float32",
-        "int8_float16",
-        "int8_bfloat16",
-        "float32",
-        "float16",
-        "bfloat16",
-    ] = Field(
+    engine_compute_type: ComputeType = Field(
         default="auto",
         description="CTranslate2's precision. `auto`: int8 on a CPU; on a GPU bfloat16, or "
         "where the GPU only emulates bf16 (T4, V100, P100) float16 for a decoder-only model "

@@ -22,20 +22,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from llm_pipeline.config.deploy import ComputeType
 
 #: What `deploy.engine` takes.
 ENGINE_NAMES = ("auto", "transformers", "ctranslate2", "vllm")
 #: CTranslate2 compute types `deploy.engine_compute_type` takes (besides `auto`).
-COMPUTE_TYPES = (
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "float32",
-    "float16",
-    "bfloat16",
-)
+COMPUTE_TYPES = tuple(name for name in get_args(ComputeType) if name != "auto")
 #: Serving GPUs without native bf16 (compute capability below 8.0), by Vertex's names.
 NO_NATIVE_BF16 = ("NVIDIA_TESLA_T4", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_P4")
 #: Model types whose activations overflow in float16 (as `models.generation` says of T5).
