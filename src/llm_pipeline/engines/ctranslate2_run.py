@@ -33,6 +33,7 @@ from llm_pipeline.models.completion import (
     encode_prompts,
     leading_ids,
     new_text,
+    prompt_room,
     until_end,
 )
 from llm_pipeline.models.generation import Generated, GenerationOptions, longest_first
@@ -116,6 +117,20 @@ class _Form:
         value = getattr(self.generation, name, None)
         return default if value is None else value
 
+    def search_options(self, settings: Any, *, beams: int) -> dict[str, Any]:
+        """CTranslate2's options for the search settings both kinds share (`settings`'
+        own, else the model's generation config's), ending at the model's EOS and keeping it
+        in the result, as transformers counts it."""
+        return {
+            "beam_size": beams,
+            "length_penalty": float(self.setting(settings.length_penalty, "length_penalty", 1.0)),
+            "no_repeat_ngram_size": int(
+                self.setting(settings.no_repeat_ngram_size, "no_repeat_ngram_size", 0)
+            ),
+            "end_token": self.eos_ids,
+            "return_end_token": True,
+        }
+
     def describe(self) -> dict[str, Any]:
         return {
             "engine": "ctranslate2",
@@ -146,15 +161,9 @@ class Ct2Summarizer(_Form):
         should_stop = should_stop or _NEVER
         beams = int(self.setting(config.num_beams, "num_beams", 1))
         options: dict[str, Any] = {
-            "beam_size": beams,
+            **self.search_options(config, beams=beams),
             "max_decoding_length": int(self.setting(config.max_new_tokens, "max_new_tokens", 20)),
             "min_decoding_length": int(self.setting(config.min_new_tokens, "min_new_tokens", 0)),
-            "length_penalty": float(self.setting(config.length_penalty, "length_penalty", 1.0)),
-            "no_repeat_ngram_size": int(
-                self.setting(config.no_repeat_ngram_size, "no_repeat_ngram_size", 0)
-            ),
-            "end_token": self.eos_ids,
-            "return_end_token": True,
             "max_input_length": 0,
         }
         if beams == 1:
@@ -186,8 +195,9 @@ class Ct2Completer(_Form):
 
         super().__init__(model_dir, form, **kwargs)
         self.generator = ctranslate2.Generator(str(form), **self.options)
-        positions = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
-        self.positions = positions if isinstance(positions, int) and positions > 0 else None
+        self.positions = getattr(
+            AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None
+        )
         self.leading = len(leading_ids(self.tokenizer))
 
     def complete(
@@ -203,22 +213,13 @@ class Ct2Completer(_Form):
         should_stop = should_stop or _NEVER
         new_tokens = int(self.setting(settings.max_new_tokens, "max_new_tokens", 20))
         beams = int(self.setting(settings.num_beams, "num_beams", 1))
-        limits = [settings.max_prompt_tokens] if settings.max_prompt_tokens else []
-        if self.positions is not None:
-            limits.append(max(1, self.positions - new_tokens))
-        room = min(limits) if limits else None
+        room = prompt_room(self.positions, new_tokens, settings.max_prompt_tokens)
         encoded = encode_prompts(self.tokenizer, prompts)
         input_ids = [cut_prompt(ids, room, keep=self.leading) for ids in encoded]
         options: dict[str, Any] = {
-            "beam_size": beams,
+            **self.search_options(settings, beams=beams),
             "max_length": new_tokens,
             "min_length": int(self.setting(settings.min_new_tokens, "min_new_tokens", 0)),
-            "length_penalty": float(self.setting(settings.length_penalty, "length_penalty", 1.0)),
-            "no_repeat_ngram_size": int(
-                self.setting(settings.no_repeat_ngram_size, "no_repeat_ngram_size", 0)
-            ),
-            "end_token": self.eos_ids,
-            "return_end_token": True,
             "include_prompt_in_result": False,
         }
         if settings.do_sample:

@@ -64,6 +64,7 @@ __all__ = [
     "load_causal_lm",
     "new_text",
     "pad_left",
+    "prompt_room",
     "until_end",
 ]
 
@@ -229,7 +230,8 @@ def complete(
     stops = _ids_of(generation.eos_token_id)
     device = next(model.parameters()).device
     leading = len(leading_ids(tokenizer))
-    room = _prompt_room(model, generation, settings.max_prompt_tokens)
+    positions = getattr(model.config, "max_position_embeddings", None)
+    room = prompt_room(positions, int(generation.max_new_tokens or 0), settings.max_prompt_tokens)
     input_ids = [cut_prompt(ids, room, keep=leading) for ids in encode_prompts(tokenizer, prompts)]
     texts = [""] * len(prompts)
     counts = [0] * len(prompts)
@@ -271,15 +273,13 @@ def cut_prompt(ids: list[int], room: int | None, *, keep: int) -> list[int]:
     return ids[:keep] + (ids[-tail:] if tail > 0 else [])
 
 
-def _prompt_room(
-    model: PreTrainedModel, generation: GenerationConfig, asked: int | None
-) -> int | None:
+def prompt_room(positions: Any, new_tokens: int, asked: int | None) -> int | None:
     """How many prompt tokens a row may have: `asked`, and what the model's position table
-    leaves beside the new tokens (models with relative positions have no table)."""
+    (`positions`, its config's max_position_embeddings) leaves beside `new_tokens` (models
+    with relative positions have no table)."""
     limits = [asked] if asked else []
-    positions = getattr(model.config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
-        limits.append(max(1, positions - int(generation.max_new_tokens or 0)))
+        limits.append(max(1, positions - new_tokens))
     return min(limits) if limits else None
 
 
