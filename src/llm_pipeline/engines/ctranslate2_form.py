@@ -189,7 +189,8 @@ def _put_in_place(made: Path, target: Path, source: str) -> None:
 
 def _convert(folder: Path, out: Path, quantization: str, error: type[UserError]) -> None:
     try:
-        _Converter(str(folder)).convert(str(out), quantization=quantization, force=True)
+        converter = _converter_class()(str(folder))
+        converter.convert(str(out), quantization=quantization, force=True)
     except Exception as exc:  # unreadable weights too: one line, not a traceback
         raise error(
             f"model folder {folder}: CTranslate2 cannot convert it: "
@@ -358,7 +359,3 @@ def _converter_class() -> Any:
             return spec
 
     return Converter
-
-
-def _Converter(path: str) -> Any:
-    return _converter_class()(path)

@@ -32,7 +32,6 @@ from llm_pipeline.steps.artifacts import (
 )
 from llm_pipeline.steps.engine import serving_engine
 from llm_pipeline.steps.reporting import reports_user_errors
-from llm_pipeline.storage import check_output_complete
 from llm_pipeline.tasks import get_task
 
 #: The folder, inside `predictions`, with the served version's outputs on the same rows.
@@ -49,7 +48,6 @@ def run_evaluate(arguments: Arguments) -> None:
     predictions = arguments.artifact("predictions")
     model_dir, dataset_dir = arguments.artifact("model").path, arguments.artifact("dataset").path
     deploy = DeployConfig.from_component(arguments.text("deploy"))
-    check_output_complete(model_dir, made_by=Step.FINETUNE, error=EvaluationError)
     engine = serving_engine(deploy, model_dir, get_task(task), error=EvaluationError)
     status(f"engine: {engine.describe()} ({engine.reason})")
     result = evaluate_in_processes(
